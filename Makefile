@@ -1,0 +1,33 @@
+# UOL Studio: `make run` opens the IDE, `make test` runs every suite.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# The CPU build of torch first: a bare `torch` would pull a multi-GB CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev]"
+	touch $(STAMP)
+
+run: install
+	$(VENV)/bin/uol serve
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+test: install lint
+	$(VENV)/bin/python -m pytest tests -x -q -p no:cacheprovider
+	@if ls ui_tests/test_*.py >/dev/null 2>&1; then $(VENV)/bin/python -m pytest ui_tests -q -p no:cacheprovider; fi
+
+bench: install
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

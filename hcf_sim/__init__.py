@@ -1,0 +1,1 @@
+"""Communication framework (HCF): topologies, collectives, compression, overlap, faults."""

@@ -1,0 +1,1 @@
+"""Profilers: timing, flame trees, line hotspots, traces, rooflines, reports."""

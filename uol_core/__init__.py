@@ -1,0 +1,19 @@
+"""UOL: the operator compiler. Describe an operator in ODL, get verified kernels for a target.
+
+    >>> import uol_core
+    >>> op = uol_core.parse("op scale(X: f32[N]) -> Y: f32[N]:\\n    Y[i] = X[i] * 2\\n")
+    >>> op.name
+    'scale'
+"""
+
+from uol_core.odl import OdlError, parse, parse_module
+from uol_core.odl.cost import op_cost
+from uol_core.odl.patterns import classify
+from uol_core.ops import list_ops, load_op
+from uol_core.runtime.reference import evaluate
+from uol_core.runtime.shapes import ShapeError
+
+__all__ = [
+    "OdlError", "ShapeError", "classify", "evaluate", "list_ops", "load_op", "op_cost", "parse",
+    "parse_module",
+]

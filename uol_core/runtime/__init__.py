@@ -1,0 +1,1 @@
+"""Running operators: concrete shapes and the reference evaluator (more runners join here)."""
