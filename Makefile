@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: install
-	$(VENV)/bin/uol serve
+	@if $(VENV)/bin/uol serve --help >/dev/null 2>&1; then $(VENV)/bin/uol serve; \
+	else echo "The IDE is not part of this build yet; the command line:"; $(VENV)/bin/uol --help; fi
 
 lint: install
 	$(VENV)/bin/ruff check .
