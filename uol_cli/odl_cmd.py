@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import torch
 import typer
@@ -23,7 +23,7 @@ app = typer.Typer(help="Check, show and evaluate ODL operators.", no_args_is_hel
 console = Console()
 
 FileArg = Annotated[str, typer.Argument(help="an .odl file, or a library operator name")]
-ShapeOpt = Annotated[Optional[str], typer.Option("--shape", help="sizes, e.g. M=64,N=32,K=16")]
+ShapeOpt = Annotated[str | None, typer.Option("--shape", help="sizes, e.g. M=64,N=32,K=16")]
 
 
 @app.command("check")
@@ -31,9 +31,8 @@ ShapeOpt = Annotated[Optional[str], typer.Option("--shape", help="sizes, e.g. M=
 def check(file: FileArg) -> None:
     """Parse and check an operator; print its signature or the error at its line."""
     op, _, name = read_op(file)
-    console.print(f"[green]ok[/green] {name}: op {op.name} "
-                  f"({len(op.stmts)} statement{'s' * (len(op.stmts) != 1)}), "
-                  f"pattern {classify(op).kind}")
+    print(f"ok {name}: op {op.name} ({len(op.stmts)} statement{'s' * (len(op.stmts) != 1)}), "
+          f"pattern {classify(op).kind}")
 
 
 def describe(op: Op, sizes: dict[str, int] | None) -> dict:
@@ -93,8 +92,8 @@ def show(file: FileArg, shape: ShapeOpt = None,
 def eval_cmd(
     file: FileArg,
     shape: ShapeOpt = None,
-    inputs: Annotated[Optional[str], typer.Option("--inputs", help="torch.save dict of named inputs")] = None,
-    out: Annotated[Optional[str], typer.Option("--out", help="write outputs as a torch.save dict")] = None,
+    inputs: Annotated[str | None, typer.Option("--inputs", help="torch.save dict of named inputs")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="write outputs as a torch.save dict")] = None,
     seed: Annotated[int, typer.Option(help="seed for random inputs")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
