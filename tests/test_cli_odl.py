@@ -80,3 +80,12 @@ def test_console_script_exits_2_without_traceback(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and ":2:18: error:" in proc.stderr
+
+
+def test_grad_prints_parseable_odl(tmp_path):
+    result = uol("odl", "grad", "matmul")
+    assert result.exit_code == 0
+    path = tmp_path / "g.odl"
+    path.write_text(result.output)
+    assert uol("odl", "check", str(path)).exit_code == 0
+    assert json.loads(uol("odl", "grad", "softmax", "--json").output)["wrt"] == ["X"]

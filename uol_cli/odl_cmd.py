@@ -134,3 +134,25 @@ def _summarise(t: torch.Tensor) -> dict:
             "mean": f.mean().item() if f.numel() else 0.0,
             "std": f.std().item() if f.numel() > 1 else 0.0,
             "min": f.min().item() if f.numel() else 0.0, "max": f.max().item() if f.numel() else 0.0}
+
+
+@app.command("grad")
+@friendly_errors
+def grad_cmd(
+    file: FileArg,
+    wrt: Annotated[str | None, typer.Option(help="comma-separated inputs (default: every float input)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Print the derived backward (vector-Jacobian product) op as ODL."""
+    from uol_core.odl.grad import derive_grad
+
+    op, _, _ = read_op(file)
+    grad = derive_grad(op, tuple(wrt.split(",")) if wrt else None)
+    if as_json:
+        print_json({"op": grad.op.name, "odl": grad.text, "wrt": list(grad.wrt),
+                    "grad_of_input": grad.grad_of_input, "grad_of_output": grad.grad_of_output,
+                    "saved": list(grad.saved), "notes": list(grad.notes)})
+        return
+    print(grad.text, end="")
+    for note in grad.notes:
+        print(f"# {note}")

@@ -109,11 +109,18 @@ def _infer(stmt: Stmt, known: dict[str, TensorDecl], declared: TensorDecl | None
     if declared is not None:
         for name, extent in zip(stmt.indices, declared.shape):
             free_candidates[name].append((extent, f"the shape of {declared.name}"))
+    written = dict(stmt.extents)
+    for name, extent in stmt.extents:
+        if name not in free_candidates:
+            raise OdlError(f"extent given for '{name}', which is not an index of the left side",
+                           stmt.line, 1)
+        free_candidates[name].insert(0, (extent, f"'{name}: {extent}'"))
     reductions: dict[Reduce, dict[str, Affine]] = {}
     walker = _Walker(stmt, known, dims, reductions)
     scope = {name: free_candidates[name] for name in stmt.indices}
     walker.visit(stmt.expr, scope, frozenset())
-    free = {name: walker.resolve(name, cands, stmt.line, declared=declared is not None)
+    free = {name: walker.resolve(name, cands, stmt.line,
+                                 declared=declared is not None or name in written)
             for name, cands in free_candidates.items()}
     extents = StmtExtents(free, reductions)
     walker.check_bounds()
@@ -158,8 +165,15 @@ class _Walker:
                                    expr.loc[1])
                 bound[name] = []
                 inner[name] = bound[name]
+            written = dict(expr.extents)
+            for name, extent in expr.extents:
+                if name not in bound:
+                    raise OdlError(f"extent given for '{name}', which this reduction does not bind",
+                                   expr.loc[0] or line, expr.loc[1])
+                bound[name].append((extent, f"'{name}: {extent}'"))
             self.visit(expr.body, inner, scans)
-            self.reductions[expr] = {n: self.resolve(n, c, expr.loc[0] or line, expr.loc[1])
+            self.reductions[expr] = {n: self.resolve(n, c, expr.loc[0] or line, expr.loc[1],
+                                                     declared=n in written)
                                      for n, c in bound.items()}
             return
         if isinstance(expr, Scan):
@@ -187,7 +201,8 @@ class _Walker:
                     raise OdlError(f"index '{name}' is not bound", line, col,
                                    "bind it on the left side or in a reduction like sum[k](...)")
             pure = form.pure_symbol
-            if pure is not None and pure in scope:
+            # A padded read may leave its tensor, so it says nothing about an index's extent.
+            if pure is not None and pure in scope and expr.pad is None:
                 scope[pure].append((decl.shape[position], f"{expr.tensor} (axis {position})"))
         self.accesses.append((expr, dict(scope)))
 

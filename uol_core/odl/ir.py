@@ -176,6 +176,7 @@ class Reduce:
     indices: tuple[str, ...]
     body: Expr
     loc: tuple[int, int] = field(default=(0, 0), compare=False)
+    extents: tuple[tuple[str, Affine], ...] = ()  # written extents, `sum[r: 3](...)`
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,7 @@ class Stmt:
     indices: tuple[str, ...]
     expr: Expr
     line: int = field(default=0, compare=False)
+    extents: tuple[tuple[str, Affine], ...] = ()  # written extents, `t[i: N] = ...`
 
 
 @dataclass(frozen=True)
@@ -278,3 +280,13 @@ def walk(expr: Expr):
     yield expr
     for child in children(expr):
         yield from walk(child)
+
+
+def retyped(op: Op, dtype: DType) -> Op:
+    """The same op with every floating tensor declared as `dtype` (e.g. f64 for gradcheck)."""
+    from dataclasses import replace
+
+    def fix(decls: tuple[TensorDecl, ...]) -> tuple[TensorDecl, ...]:
+        return tuple(replace(d, dtype=dtype) if d.dtype.is_float else d for d in decls)
+
+    return replace(op, inputs=fix(op.inputs), outputs=fix(op.outputs), locals=fix(op.locals))

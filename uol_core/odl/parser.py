@@ -181,19 +181,28 @@ class _Parser:
     def stmt(self) -> Stmt:
         target = self.expect_name("a tensor name to assign")
         indices: list[str] = []
+        extents: list[tuple[str, Affine]] = []
         if self.at("["):
             self.advance()
             if not self.at("]"):
-                indices.append(self.expect_name("an index name").text)
+                self.index_binding(indices, extents, "an index name")
                 while self.at(","):
                     self.advance()
-                    indices.append(self.expect_name("an index name").text)
+                    self.index_binding(indices, extents, "an index name")
             self.expect("]", hint="the left side names plain indices, e.g. Y[i, j]")
         self.expect("=", hint="a statement reads  Y[i] = expression")
         expr = self.expr()
         if self.tok.kind != "NEWLINE":
             raise self.error("end of statement (an operator like + - * / or a newline)")
-        return Stmt(target.text, tuple(indices), expr, target.line)
+        return Stmt(target.text, tuple(indices), expr, target.line, tuple(extents))
+
+    def index_binding(self, names: list[str], extents: list[tuple[str, Affine]], what: str) -> None:
+        """`i` or `i: N` (an index with its extent written out)."""
+        name = self.expect_name(what).text
+        names.append(name)
+        if self.at(":"):
+            self.advance()
+            extents.append((name, self.affine("an index extent")))
 
     # ------------------------------------------------------------ expressions
     def expr(self) -> Expr:
@@ -283,9 +292,16 @@ class _Parser:
         name = tok.text
         loc = (tok.line, tok.column)
         if name in REDUCTIONS and self.at("["):
-            indices = self.name_list("a reduction index")
+            self.expect("[")
+            indices: list[str] = []
+            extents: list[tuple[str, Affine]] = []
+            self.index_binding(indices, extents, "a reduction index")
+            while self.at(","):
+                self.advance()
+                self.index_binding(indices, extents, "a reduction index")
+            self.expect("]", hint="e.g. sum[k](...) or max[r: 2](...)")
             body = self.paren_body(f"{name}[...]")
-            return Reduce(name, tuple(indices), body, loc)
+            return Reduce(name, tuple(indices), body, loc, tuple(extents))
         if name in SCANS:
             if not self.at("["):
                 raise self.error("'[' and the scan index", hint=f"{name}[j](X[i, j])")

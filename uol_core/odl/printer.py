@@ -36,7 +36,7 @@ def format_op(op: Op) -> str:
         outs = f"({outs})"
     lines = [f"op {op.name}({', '.join(format_decl(d) for d in op.inputs)}) -> {outs}:"]
     for stmt in op.stmts:
-        lhs = f"{stmt.target}[{', '.join(stmt.indices)}]"
+        lhs = f"{stmt.target}[{_bindings(stmt.indices, stmt.extents)}]"
         lines.append(f"    {lhs} = {format_expr(stmt.expr)}")
     return "\n".join(lines) + "\n"
 
@@ -67,10 +67,15 @@ def format_expr(expr: Expr, level: int = 0) -> str:
     if isinstance(expr, Cast):
         return f"{expr.dtype.value}({format_expr(expr.operand)})"
     if isinstance(expr, Reduce):
-        return f"{expr.op}[{', '.join(expr.indices)}]({format_expr(expr.body)})"
+        return f"{expr.op}[{_bindings(expr.indices, expr.extents)}]({format_expr(expr.body)})"
     if isinstance(expr, Scan):
         return f"{expr.op}[{expr.index}]({format_expr(expr.body)})"
     raise TypeError(type(expr).__name__)
+
+
+def _bindings(names: tuple[str, ...], extents: tuple) -> str:
+    written = dict(extents)
+    return ", ".join(f"{n}: {written[n]}" if n in written else n for n in names)
 
 
 def _float(value: float) -> str:

@@ -277,8 +277,9 @@ def _floatify(value: torch.Tensor, compute: torch.dtype) -> torch.Tensor:
 
 
 def _tensors(a, b, compute: torch.dtype):
-    """Bring two operands to tensors; index values (int64) meet floats in the compute type."""
-    ta, tb = torch.as_tensor(a), torch.as_tensor(b)
+    """Bring two operands to tensors: Python floats and any int/float mix meet in the compute
+    type (a float32 literal would cost f64 ops their precision); ints stay exact."""
+    ta, tb = _scalar_tensor(a, compute), _scalar_tensor(b, compute)
     if ta.is_floating_point() != tb.is_floating_point():
         ta, tb = _floatify(ta, compute), _floatify(tb, compute)
     if ta.dtype != tb.dtype and ta.dim() and tb.dim():
@@ -288,7 +289,15 @@ def _tensors(a, b, compute: torch.dtype):
         ta = ta.to(tb.dtype)
     elif tb.dim() == 0 and ta.dim():
         tb = tb.to(ta.dtype)
+    elif not ta.is_floating_point() and not tb.is_floating_point() and ta.dtype != torch.bool:
+        ta, tb = ta.to(compute), tb.to(compute)  # int / int is a true division in ODL
     return ta, tb
+
+
+def _scalar_tensor(value, compute: torch.dtype) -> torch.Tensor:
+    if isinstance(value, float):
+        return torch.tensor(value, dtype=compute)
+    return torch.as_tensor(value)
 
 
 def _guard(shape, what: str) -> None:

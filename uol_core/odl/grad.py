@@ -1,0 +1,313 @@
+"""Reverse-mode differentiation of an ODL op into an ordinary ODL op (entry point `derive_grad`).
+
+For a statement T[F] = e and an element read A[f(V)] inside it, the adjoint contribution is
+
+    dA[a] += sum over V with f(V) = a of  dT[F] * de/dA[f(V)]
+
+V is the statement's free indices plus the reduction indices the read depends on. Indices
+that appear alone (or with coefficient +-1) in f are solved for the gradient's own indices
+`a`; the rest stay summed, guarded by `where(f(V) == a, ...)`. Contractions therefore
+become contractions, windows (h + r) become windows on the adjoint, and strided reads
+become guarded sums. Forward outputs are saved (they exist already); intermediates are
+recomputed inside the gradient op, which costs no memory.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from uol_core.odl.check import stmt_extents
+from uol_core.odl.derivatives import Differentiator, affine_expr, substitute, substitute_affine
+from uol_core.odl.errors import OdlError
+from uol_core.odl.ir import (
+    Access,
+    Affine,
+    Binary,
+    Call,
+    Const,
+    Expr,
+    Op,
+    Reduce,
+    Scan,
+    Stmt,
+    TensorDecl,
+    Var,
+    walk,
+)
+from uol_core.odl.printer import format_op
+from uol_core.odl.simplify import ONE, ZERO, is_zero, simplify
+
+
+@dataclass(frozen=True)
+class GradOp:
+    """A derived backward op and how its names relate to the forward op."""
+
+    op: Op
+    forward: Op
+    wrt: tuple[str, ...]  # forward inputs that get a gradient, in order
+    grad_of_output: dict[str, str]  # forward output -> backward input holding its gradient
+    grad_of_input: dict[str, str]  # forward input -> backward output holding its gradient
+    saved: tuple[str, ...]  # forward outputs the backward reads
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def text(self) -> str:
+        return format_op(self.op)
+
+
+def differentiable_inputs(op: Op) -> tuple[str, ...]:
+    """Inputs of a floating type: the ones a gradient is derived for."""
+    return tuple(d.name for d in op.inputs if d.dtype.is_float)
+
+
+@functools.lru_cache(maxsize=256)
+def derive_grad(op: Op, wrt: Sequence[str] | None = None) -> GradOp:
+    """The vector-Jacobian product of `op` as a new, checked ODL op named `<op>_grad`."""
+    from uol_core.odl.parser import parse  # the result is re-parsed: derived ops are plain ODL
+
+    wrt = tuple(wrt) if wrt is not None else differentiable_inputs(op)
+    for name in wrt:
+        if name not in differentiable_inputs(op):
+            raise OdlError(f"cannot differentiate with respect to '{name}': not a float input of {op.name}")
+    builder = _Builder(op, wrt)
+    raw = builder.build()
+    text = format_op(raw)
+    return GradOp(parse(text, filename=f"{op.name}_grad.odl"), op, wrt, builder.grad_out,
+                  builder.grad_in, builder.saved, tuple(builder.notes))
+
+
+class _Builder:
+    def __init__(self, op: Op, wrt: tuple[str, ...]) -> None:
+        self.op = op
+        self.wrt = wrt
+        self.taken = set(op.dims) | set(op.tensors)
+        for stmt in op.stmts:
+            self.taken.update(stmt.indices)
+            for node in walk(stmt.expr):
+                if isinstance(node, Reduce):
+                    self.taken.update(node.indices)
+        self.grad_out = {d.name: self.name(f"d{d.name}") for d in op.outputs}
+        self.grad_in = {name: self.name(f"d{name}") for name in wrt}
+        self.adjoint: dict[str, str] = dict(self.grad_in)  # tensor -> name of its adjoint
+        self.contributions: dict[str, list[Expr]] = {}
+        self.lhs: dict[str, tuple[str, ...]] = {}
+        self.saved: tuple[str, ...] = ()
+        self.notes: list[str] = []
+
+    def name(self, base: str) -> str:
+        candidate, n = base, 0
+        while candidate in self.taken:
+            n += 1
+            candidate = f"{base}_{n}"
+        self.taken.add(candidate)
+        return candidate
+
+    def lhs_names(self, tensor: str) -> tuple[str, ...]:
+        if tensor not in self.lhs:
+            rank = len(self.op.tensor(tensor).shape)
+            self.lhs[tensor] = tuple(self.name(f"{tensor.lower()}{i}") for i in range(rank))
+        return self.lhs[tensor]
+
+    def needs_grad(self, tensor: str) -> bool:
+        decl = self.op.tensor(tensor)
+        if not decl.dtype.is_float:
+            return False
+        return tensor in self.wrt or tensor in {d.name for d in self.op.locals} or \
+            tensor in {d.name for d in self.op.outputs}
+
+    # ------------------------------------------------------------------ driver
+    def build(self) -> Op:
+        outputs = {d.name for d in self.op.outputs}
+        adjoint_stmts: list[Stmt] = []
+        for index in range(len(self.op.stmts) - 1, -1, -1):
+            stmt = self.op.stmts[index]
+            incoming = self.incoming(stmt.target, outputs, adjoint_stmts)
+            if incoming is None:
+                continue
+            self.differentiate(index, incoming)
+        for name in self.wrt:
+            adjoint_stmts.append(self.sum_statement(name, self.grad_in[name]))
+        return self.assemble(adjoint_stmts)
+
+    def incoming(self, target: str, outputs: set[str], out: list[Stmt]) -> str | None:
+        """Name of the tensor holding target's adjoint, emitting its statement if needed."""
+        parts = self.contributions.get(target, [])
+        if target in outputs and not parts:
+            return self.grad_out[target]
+        if not parts:
+            return None
+        if target in outputs:
+            names = self.lhs_names(target)
+            parts = [Access(self.grad_out[target], tuple(Affine.of(n) for n in names)), *parts]
+            self.contributions[target] = parts
+        adj = self.name(f"d_{target}")
+        self.adjoint[target] = adj
+        out.append(self.sum_statement(target, adj))
+        return adj
+
+    def sum_statement(self, tensor: str, target: str) -> Stmt:
+        parts = [p for p in (simplify(p) for p in self.contributions.get(tensor, [])) if not is_zero(p)]
+        total: Expr = parts[0] if parts else ZERO
+        for part in parts[1:]:
+            total = Binary("add", total, part)
+        if not parts:
+            self.notes.append(f"{tensor} does not influence any output: its gradient is zero")
+        names = self.lhs_names(tensor)
+        # An adjoint intermediate has no declaration; write its extents so nothing is inferred.
+        written = () if target in self.grad_in.values() else \
+            tuple(zip(names, self.op.tensor(tensor).shape))
+        return Stmt(target, names, total, 0, written)
+
+    def differentiate(self, index: int, incoming: str) -> None:
+        stmt = self.op.stmts[index]
+        extents = dict(stmt_extents(self.op, index).free)
+        body = _Renamer(self, stmt_extents(self.op, index).reductions, extents).run(stmt.expr)
+        upstream = Access(incoming, tuple(Affine.of(i) for i in stmt.indices))
+        symbols = list(dict.fromkeys(n for n in walk(body) if isinstance(n, Access)
+                                     and n.tensor != stmt.target and self.needs_grad(n.tensor)))
+        for symbol in symbols:
+            diff = Differentiator(symbol, self.name, extents)
+            partial = simplify(diff.d(body))
+            if is_zero(partial):
+                continue
+            extents.update(diff.extents)
+            partial = self.freshen(partial, set(diff.stripped), extents)
+            loop_vars = list(stmt.indices) + diff.stripped
+            term = self.scatter(symbol, Binary("mul", upstream, partial), loop_vars, extents)
+            self.contributions.setdefault(symbol.tensor, []).append(term)
+
+    def freshen(self, expr: Expr, names: set[str], extents: dict[str, Affine]) -> Expr:
+        """Rename reductions that bind a stripped index: once that index is solved for the
+        gradient's indices, the forward value inside the partial must not capture it."""
+        if isinstance(expr, Reduce) and names & set(expr.indices):
+            mapping = {}
+            for old in names & set(expr.indices):
+                new = self.name(old)
+                extents[new] = extents[old]
+                mapping[old] = Affine.of(new)
+            renamed = tuple(mapping[i].pure_symbol if i in mapping else i for i in expr.indices)
+            written = tuple((mapping[n].pure_symbol if n in mapping else n, e) for n, e in expr.extents)
+            body = substitute(expr.body, mapping)
+            return Reduce(expr.op, renamed, self.freshen(body, names, extents), expr.loc, written)
+        from uol_core.odl.derivatives import rebuild
+
+        return rebuild(expr, lambda child: self.freshen(child, names, extents))
+
+    def scatter(self, symbol: Access, value: Expr, loop_vars: list[str],
+                extents: dict[str, Affine]) -> Expr:
+        """Re-index a contribution by the gradient's own indices: solve, guard, sum the rest."""
+        target = self.lhs_names(symbol.tensor)
+        shape = self.op.tensor(symbol.tensor).shape
+        solved: dict[str, Affine] = {}
+        exact: set[str] = set()  # solved by a plain gradient index of the same extent: no guard
+        conditions: list[Expr] = []
+        forms = list(symbol.indices)
+        for position, form in enumerate(forms):
+            form = substitute_affine(form, solved)
+            here = Affine.of(target[position])
+            free = [(n, c) for n, c in form.terms if n in loop_vars and n not in solved]
+            # Solve for the statement's own indices first: the reduction indices left over then
+            # keep their plain reads in the other operand (dX of a conv stays a conv).
+            unit = sorted(((n, c) for n, c in free if abs(c) == 1),
+                          key=lambda term: loop_vars.index(term[0]))
+            if unit:
+                name, coeff = unit[0]
+                rest = form - Affine(((name, coeff),))
+                solution = (here - rest).scale(coeff)  # coeff is +-1, its own inverse
+                solved[name] = solution
+                if solution == here and extents[name] == shape[position]:
+                    exact.add(name)
+                else:
+                    conditions.append(Binary("ge", affine_expr(solution), ZERO))
+                    conditions.append(Binary("lt", affine_expr(solution), affine_expr(extents[name])))
+            else:
+                conditions.append(Binary("eq", affine_expr(form), Var(target[position])))
+        value = substitute(value, {n: f for n, f in solved.items() if n in exact})
+        value = substitute(value, {n: f for n, f in solved.items() if n not in exact},
+                           pad_changed=True)
+        conditions = [substitute(c, solved) for c in conditions]
+        if conditions:
+            cond = conditions[0]
+            for extra in conditions[1:]:
+                cond = Binary("and", cond, extra)
+            value = Call("where", (cond, value, ZERO))
+        remaining = tuple(v for v in loop_vars if v not in solved)
+        if not remaining:
+            return value
+        return Reduce("sum", remaining, value, (0, 0), tuple((v, extents[v]) for v in remaining))
+
+    def assemble(self, adjoint_stmts: list[Stmt]) -> Op:
+        used = {n.tensor for s in adjoint_stmts for n in walk(s.expr) if isinstance(n, Access)}
+        outputs = {d.name for d in self.op.outputs}
+        needed = self.recompute_closure(used - outputs)
+        recomputed = [s for s in self.op.stmts if s.target in needed]
+        used |= {n.tensor for s in recomputed for n in walk(s.expr) if isinstance(n, Access)}
+        self.saved = tuple(d.name for d in self.op.outputs if d.name in used)
+        if recomputed:
+            self.notes.append("recomputed (no extra memory): " + ", ".join(s.target for s in recomputed))
+        if self.saved:
+            self.notes.append("saved from the forward pass: " + ", ".join(self.saved))
+        inputs = list(self.op.inputs)
+        inputs += [d for d in self.op.outputs if d.name in self.saved]
+        inputs += [TensorDecl(self.grad_out[d.name], d.dtype, d.shape) for d in self.op.outputs]
+        grads = [TensorDecl(self.grad_in[n], self.op.tensor(n).dtype, self.op.tensor(n).shape)
+                 for n in self.wrt]
+        return Op(f"{self.op.name}_grad", tuple(inputs), tuple(grads),
+                  tuple(recomputed) + tuple(adjoint_stmts))
+
+    def recompute_closure(self, names: set[str]) -> set[str]:
+        locals_ = {d.name for d in self.op.locals}
+        needed: set[str] = set()
+        stack = [n for n in names if n in locals_]
+        while stack:
+            name = stack.pop()
+            if name in needed:
+                continue
+            needed.add(name)
+            stmt = next(s for s in self.op.stmts if s.target == name)
+            stack.extend(n.tensor for n in walk(stmt.expr)
+                         if isinstance(n, Access) and n.tensor in locals_)
+        return needed
+
+
+_SCAN_AS_REDUCTION = {"cumsum": ("sum", ZERO), "cumprod": ("prod", ONE),
+                      "cummax": ("max", Const(float("-inf")))}
+
+
+class _Renamer:
+    """Give every reduction index a unique name and turn cumsum into a guarded sum."""
+
+    def __init__(self, builder: _Builder, reductions: dict, extents: dict[str, Affine]) -> None:
+        self.builder = builder
+        self.reductions = reductions
+        self.extents = extents
+
+    def run(self, expr: Expr, env: dict[str, Affine] | None = None) -> Expr:
+        env = env or {}
+        if isinstance(expr, Reduce):
+            inner = dict(env)
+            names = []
+            for old in expr.indices:
+                new = self.builder.name(old)
+                self.extents[new] = self.reductions[expr][old]
+                inner[old] = Affine.of(new)
+                names.append(new)
+            return Reduce(expr.op, tuple(names), self.run(expr.body, inner), expr.loc)
+        if isinstance(expr, Scan):
+            # A scan is a reduction over the prefix: cumsum[j](b) = sum[j2](where(j2 <= j, b(j2), 0)).
+            reduction, neutral = _SCAN_AS_REDUCTION[expr.op]
+            running = self.builder.name(expr.index)
+            self.extents[running] = self.extents[expr.index]
+            inner = {**env, expr.index: Affine.of(running)}
+            guard = Binary("le", Var(running), Var(expr.index))
+            body = Call("where", (guard, self.run(expr.body, inner), neutral))
+            return Reduce(reduction, (running,), body, (0, 0), ((running, self.extents[running]),))
+        if isinstance(expr, (Access, Var)):
+            return substitute(expr, env)
+        from uol_core.odl.derivatives import rebuild
+
+        return rebuild(expr, lambda child: self.run(child, env))
+
+
