@@ -1,0 +1,182 @@
+"""GPU (Triton) tile space: variables, named hard constraints from the HFL target, cost ranking.
+
+Constraints follow Triton's and Inductor's pruning (shared memory, registers, warps per tile,
+problem fit) plus MMA divisibility from the target's MMA shapes; the cost model is a roofline
+with wave quantisation. Every assignment a constraint removes is counted under its name.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import constraint
+
+from uol_core.odl.check import stmt_extents
+from uol_core.odl.ir import Op
+from uol_core.odl.patterns import classify
+
+HFL_DTYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64", "i8": "int8"}
+GEMM_DOMAINS = {
+    "BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256],
+    "BLOCK_K": [16, 32, 64, 128], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5],
+    "GROUP_M": [1, 4, 8, 16], "SPLIT_K": [1, 2, 4, 8],
+}
+GENERIC_DOMAINS = {"BLOCK": [64, 128, 256, 512, 1024], "BLOCK_R": [16, 32, 64, 128],
+                   "num_warps": [1, 2, 4, 8]}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named hard constraint over some variables, with the reason shown to the user."""
+
+    name: str
+    variables: tuple[str, ...]
+    test: Callable[..., bool]
+    why: str
+
+
+@dataclass
+class GpuSpace:
+    """Legal configs of one op at concrete sizes on one target, and what pruned the rest."""
+
+    configs: list[dict]
+    total: int
+    removed: dict[str, int]  # rule name -> assignments it was the first to reject
+    violations: dict[str, int]  # rule name -> assignments violating it (alone)
+    rules: list[Rule] = field(default_factory=list)
+    problem: dict[str, Any] = field(default_factory=dict)
+
+    def explain(self, config: dict) -> list[str]:
+        """Names and reasons of every rule a config breaks (empty: legal)."""
+        return [f"{r.name}: {r.why}" for r in self.rules
+                if not r.test(*(config[v] for v in r.variables))]
+
+
+def gemm_problem(op: Op, sizes: dict[str, int]) -> dict[str, Any]:
+    """M, N, K, batch and element type of the op's main contraction (or None fields)."""
+    pattern = classify(op)
+    main = pattern.main_statement
+    if pattern.kind != "contraction" or main.contraction is None:
+        return {}
+    ext = stmt_extents(op, main.index)
+    roles = main.contraction
+
+    def prod(names, table) -> int:
+        return math.prod(table[n].evaluate(sizes) for n in names)
+
+    red = next(v for v in ext.reductions.values() if set(v) == set(roles.k))
+    dtype = op.tensor(roles.lhs).dtype.value
+    return {"M": prod(roles.m, ext.free), "N": prod(roles.n, ext.free), "K": prod(roles.k, red),
+            "batch": prod(roles.batch, ext.free), "dtype": dtype,
+            "epilogue": bool(main.epilogue) or len(op.stmts) > 1,
+            "bytes": op.tensor(roles.lhs).dtype.itemsize}
+
+
+def gemm_rules(p: dict[str, Any], target: Any) -> list[Rule]:
+    """The hard constraints of a Triton GEMM tile on `target` (attribute names of the HFL)."""
+    b = p["bytes"]
+    smem = target.smem_per_block_optin_bytes or target.smem_per_block_bytes
+    regs_max = target.registers_per_thread_max or 255
+    warp = target.warp_size or 32
+    mma = (target.mma_shapes or {}).get(HFL_DTYPES.get(p["dtype"], "fp32")) or \
+        (target.mma_shapes or {}).get("tf32") or [[16, 8, 8]]
+    mm, mn, mk = min(s[0] for s in mma), min(s[1] for s in mma), min(s[2] for s in mma)
+
+    def fits(block: int, dim: int) -> bool:
+        return block <= max(16, 1 << max(dim - 1, 0).bit_length())
+
+    return [
+        Rule("shared_memory", ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages"),
+             lambda bm, bn, bk, s: b * (bm * bk + bk * bn) * s <= smem,
+             f"{b} B x (BM*BK + BK*BN) x num_stages must fit {smem} B of shared memory per block"),
+        Rule("registers", ("BLOCK_M", "BLOCK_N", "num_warps"),
+             lambda bm, bn, w: math.ceil(bm * bn / (warp * w)) + 32 <= regs_max,
+             f"fp32 accumulators per thread + 32 must stay within {regs_max} registers"),
+        Rule("warps_per_tile", ("BLOCK_M", "BLOCK_N", "num_warps"),
+             lambda bm, bn, w: w <= max(1, bm * bn // 256) and
+             warp * w <= (target.max_threads_per_block or 1024),
+             "each warp needs at least a 16x16 piece of the tile; threads <= max per block"),
+        Rule("mma_divisibility", ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
+             lambda bm, bn, bk: bm % mm == 0 and bn % mn == 0 and bk % mk == 0,
+             f"tiles must be multiples of the {p['dtype']} MMA shape {mm}x{mn}x{mk}"),
+        Rule("problem_fit", ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
+             lambda bm, bn, bk: fits(bm, p["M"]) and fits(bn, p["N"]) and fits(bk, p["K"]),
+             f"a tile no larger than the next power of two of M={p['M']}, N={p['N']}, K={p['K']}"),
+        Rule("split_k", ("SPLIT_K", "BLOCK_K"),
+             lambda sk, bk: sk == 1 or (not p["epilogue"] and p["dtype"] in ("f16", "f32")
+                                        and sk <= math.ceil(p["K"] / bk)),
+             "split-K adds partial sums atomically: a bare f16/f32 GEMM with K/BLOCK_K >= SPLIT_K"),
+        Rule("group_m", ("GROUP_M", "BLOCK_M"),
+             lambda g, bm: g == 1 or math.ceil(p["M"] / bm) > 1,
+             "row grouping only matters with more than one row of tiles"),
+    ]
+
+
+def generic_rules(target: Any) -> list[Rule]:
+    """Constraints of the blocked map/reduce kernels."""
+    warp = target.warp_size or 32
+    return [Rule("threads_per_block", ("num_warps",),
+                 lambda w: warp * w <= (target.max_threads_per_block or 1024),
+                 "threads per block within the target's limit"),
+            Rule("elements_per_thread", ("BLOCK", "num_warps"), lambda bl, w: bl >= warp * w,
+                 "every thread owns at least one element of the block")]
+
+
+def gpu_space(op: Op, sizes: dict[str, int], target: Any) -> GpuSpace:
+    """Enumerate the legal configs with python-constraint2 and count what each rule removed."""
+    problem = gemm_problem(op, sizes)
+    domains = GEMM_DOMAINS if problem else GENERIC_DOMAINS
+    rules = gemm_rules(problem, target) if problem else generic_rules(target)
+    csp = constraint.Problem()
+    for name, values in domains.items():
+        csp.addVariable(name, values)
+    for rule in rules:
+        csp.addConstraint(rule.test, rule.variables)
+    configs = sorted(csp.getSolutions(), key=lambda c: tuple(c[k] for k in domains))
+    names = list(domains)
+    removed = {r.name: 0 for r in rules}
+    violations = {r.name: 0 for r in rules}
+    total = 0
+    for values in itertools.product(*domains.values()):
+        total += 1
+        cfg = dict(zip(names, values))
+        first = True
+        for rule in rules:
+            if not rule.test(*(cfg[v] for v in rule.variables)):
+                violations[rule.name] += 1
+                if first:
+                    removed[rule.name] += 1
+                    first = False
+    return GpuSpace(configs, total, removed, violations, rules, problem)
+
+
+def predict(config: dict, problem: dict, target: Any) -> dict[str, float]:
+    """Roofline time with wave quantisation for a GEMM config (seconds) and its parts."""
+    m, n, k, batch, b = (problem[x] for x in ("M", "N", "K", "batch", "bytes"))
+    peak = (target.peak_gflops or {}).get(HFL_DTYPES.get(problem["dtype"], "fp32"), 1.0) * 1e9
+    bw = (target.mem_bandwidth_gbps or 1.0) * 1e9
+    bm, bn, sk = config["BLOCK_M"], config["BLOCK_N"], config.get("SPLIT_K", 1)
+    tiles = math.ceil(m / bm) * math.ceil(n / bn) * sk * batch
+    sms = target.cores or 1
+    waves = math.ceil(tiles / sms)
+    efficiency = tiles / (sms * waves)  # wave quantisation: the last wave may run part-empty
+    flops = 2.0 * m * n * k * batch
+    traffic = b * batch * (m * k * math.ceil(n / bn) + k * n * math.ceil(m / bm)) + 4 * m * n * sk
+    compute = flops / (peak * efficiency)
+    memory = traffic / bw
+    return {"time_s": max(compute, memory), "compute_s": compute, "memory_s": memory,
+            "wave_efficiency": efficiency, "tiles": tiles, "waves": waves}
+
+
+def rank(space: GpuSpace, target: Any, top: int | None = None) -> list[tuple[dict, dict]]:
+    """Configs ordered by predicted time (ties: GROUP_M 8, more stages), with the prediction."""
+    if not space.problem:
+        return [(c, {}) for c in space.configs][:top]
+    scored = [(c, predict(c, space.problem, target)) for c in space.configs]
+    scored.sort(key=lambda cp: (cp[1]["time_s"], abs(cp[0]["GROUP_M"] - 8),
+                                -cp[0]["num_stages"]))
+    return scored[:top] if top else scored
