@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, Call, Cast, Const, Expr, Op, Reduce, Scan, Unary, Var, children
+from uol_core.odl.ir import Access, Cast, Const, Expr, Op, Reduce, Scan, Unary, Var, children
 
-# Each arithmetic node, comparison and named function counts as one operation per point it is
-# evaluated at; a reduction adds one combine per reduced element (so matmul is 2*M*N*K, the
+# Each arithmetic node, comparison and named function counts as one operation per value of the
+# indices it depends on; a reduction adds one combine per reduced element (so matmul is 2*M*N*K, the
 # usual convention), a mean one division per result.
 
 
@@ -58,10 +58,11 @@ def op_cost(op: Op, sizes: Mapping[str, int]) -> OpCost:
     per_stmt = []
     for index, stmt in enumerate(op.stmts):
         extents = stmt_extents(op, index)
-        points = math.prod(extents.free[i].evaluate(sizes) for i in stmt.indices)
-        reduce_sizes = {node: math.prod(e.evaluate(sizes) for e in ext.values())
-                        for node, ext in extents.reductions.items()}
-        flops = _count(stmt.expr, points, reduce_sizes)
+        scope = {i: extents.free[i].evaluate(sizes) for i in stmt.indices}
+        points = math.prod(scope.values())
+        reduce_extents = {node: {n: e.evaluate(sizes) for n, e in ext.items()}
+                          for node, ext in extents.reductions.items()}
+        flops = _count(stmt.expr, scope, reduce_extents)
         read = {n.tensor for n in _accesses(stmt.expr)}
         per_stmt.append(StmtCost(stmt.target, flops, points,
                                  sum(nbytes(t) for t in read), nbytes(stmt.target)))
@@ -77,18 +78,41 @@ def _accesses(expr: Expr):
         yield from _accesses(child)
 
 
-def _count(expr: Expr, points: int, reduce_sizes: dict[Reduce, int]) -> int:
-    """Operations to evaluate `expr` at `points` iteration points."""
-    if isinstance(expr, (Const, Var, Access, Cast)):
-        inner = _count(expr.operand, points, reduce_sizes) if isinstance(expr, Cast) else 0
-        return inner
+def _count(expr: Expr, scope: dict[str, int], reduce_extents: dict[Reduce, dict[str, int]]) -> int:
+    """Operations to evaluate `expr`, each node once per value of the indices it depends on
+    (a loop-invariant row sum inside an element statement counts once per row, as compiled)."""
+    if isinstance(expr, (Const, Var, Access)):
+        return 0
+    if isinstance(expr, Cast):
+        return _count(expr.operand, scope, reduce_extents)
     if isinstance(expr, Reduce):
-        inner_points = points * reduce_sizes.get(expr, 1)
-        combine = inner_points + (points if expr.op == "mean" else 0)
-        return _count(expr.body, inner_points, reduce_sizes) + combine
+        inner = {**scope, **reduce_extents.get(expr, {})}
+        points = _points(expr.body, inner)
+        combine = points + (_points(expr, scope) if expr.op == "mean" else 0)
+        return _count(expr.body, inner, reduce_extents) + combine
+    own_points = _points(expr, scope)
     if isinstance(expr, Scan):
-        return _count(expr.body, points, reduce_sizes) + points
-    own = 0 if isinstance(expr, Unary) and expr.op == "neg" else points
-    if isinstance(expr, Call) and expr.fn == "where":
-        own = points
-    return own + sum(_count(c, points, reduce_sizes) for c in children(expr))
+        return _count(expr.body, scope, reduce_extents) + own_points
+    own = 0 if isinstance(expr, Unary) and expr.op == "neg" else own_points
+    return own + sum(_count(c, scope, reduce_extents) for c in children(expr))
+
+
+def _points(expr: Expr, scope: dict[str, int]) -> int:
+    """How many distinct values of the in-scope indices `expr` depends on."""
+    return math.prod(scope[name] for name in free_indices(expr) & scope.keys())
+
+
+def free_indices(expr: Expr) -> set[str]:
+    """Index and dimension names an expression reads, minus those its reductions bind."""
+    if isinstance(expr, Var):
+        return {expr.name}
+    if isinstance(expr, Access):
+        return {name for form in expr.indices for name in form.symbols}
+    names: set[str] = set()
+    for child in children(expr):
+        names |= free_indices(child)
+    if isinstance(expr, Reduce):
+        names -= set(expr.indices)
+    if isinstance(expr, Scan):
+        names.add(expr.index)
+    return names
