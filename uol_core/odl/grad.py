@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.derivatives import Differentiator, affine_expr, substitute, substitute_affine
+from uol_core.odl.cost import free_indices
+from uol_core.odl.derivatives import (
+    Differentiator,
+    access_symbols,
+    affine_expr,
+    substitute,
+    substitute_affine,
+)
 from uol_core.odl.errors import OdlError
 from uol_core.odl.ir import (
     Access,
@@ -95,6 +102,10 @@ class _Builder:
         self.lhs: dict[str, tuple[str, ...]] = {}
         self.saved: tuple[str, ...] = ()
         self.notes: list[str] = []
+        # Hoisted values by alpha-normal form; forward statements count, so a gradient that
+        # needs the row max reads the recomputed `mx` instead of computing it again.
+        self.hoisted: dict[Expr, tuple[str, tuple[str, ...]]] = {
+            _alpha_normal(s.expr): (s.target, s.indices) for s in op.stmts}
 
     def name(self, base: str) -> str:
         candidate, n = base, 0
@@ -126,7 +137,7 @@ class _Builder:
             incoming = self.incoming(stmt.target, outputs, adjoint_stmts)
             if incoming is None:
                 continue
-            self.differentiate(index, incoming)
+            self.differentiate(index, incoming, adjoint_stmts)
         for name in self.wrt:
             adjoint_stmts.append(self.sum_statement(name, self.grad_in[name]))
         return self.assemble(adjoint_stmts)
@@ -160,7 +171,7 @@ class _Builder:
             tuple(zip(names, self.op.tensor(tensor).shape))
         return Stmt(target, names, total, 0, written)
 
-    def differentiate(self, index: int, incoming: str) -> None:
+    def differentiate(self, index: int, incoming: str, out: list[Stmt]) -> None:
         stmt = self.op.stmts[index]
         extents = dict(stmt_extents(self.op, index).free)
         body = _Renamer(self, stmt_extents(self.op, index).reductions, extents).run(stmt.expr)
@@ -175,8 +186,62 @@ class _Builder:
             extents.update(diff.extents)
             partial = self.freshen(partial, set(diff.stripped), extents)
             loop_vars = list(stmt.indices) + diff.stripped
-            term = self.scatter(symbol, Binary("mul", upstream, partial), loop_vars, extents)
+            value = self.hoist(Binary("mul", upstream, partial), stmt, symbol, extents, out)
+            term = self.scatter(symbol, value, loop_vars, extents)
             self.contributions.setdefault(symbol.tensor, []).append(term)
+
+    def hoist(self, value: Expr, stmt: Stmt, symbol: Access, extents: dict[str, Affine],
+              out: list[Stmt]) -> Expr:
+        """Compute once per point what depends only on the statement's own indices.
+
+        Forward reductions inside the partial (the z of gelu'(z)) become intermediates, and so
+        does the product of the factors local to the statement: dY * gelu'(z) becomes g[m, n],
+        so dX = sum[n](g * W) is a plain contraction again. Equal hoisted values (up to the
+        names of their reduction indices) are computed once and shared by every gradient.
+        """
+        own = set(stmt.indices) | set(self.op.dims)
+        value = self.hoist_reductions(simplify(value), stmt, own, extents, out)
+        factors = _factors(value)
+        local = [f for f in factors if free_indices(f) <= own]
+        rest = [f for f in factors if not free_indices(f) <= own]
+        summed_later = bool(set(stmt.indices) - access_symbols(symbol))
+        if len(local) < 2 or not (rest or summed_later):
+            return value
+        product = local[0]
+        for factor in local[1:]:
+            product = Binary("mul", product, factor)
+        result: Expr = self.intermediate(product, stmt, extents, out)
+        for factor in rest:
+            result = Binary("mul", result, factor)
+        return result
+
+    def hoist_reductions(self, expr: Expr, stmt: Stmt, own: set[str],
+                         extents: dict[str, Affine], out: list[Stmt]) -> Expr:
+        closed = free_indices(expr) <= own
+        if closed and not isinstance(expr, (Access, Const, Var)):
+            known = self.hoisted.get(_alpha_normal(expr))
+            if known is not None and set(known[1]) <= own:
+                return Access(known[0], tuple(Affine.of(n) for n in known[1]))
+        if isinstance(expr, Reduce) and closed:
+            body = self.hoist_reductions(expr.body, stmt, own, extents, out)
+            return self.intermediate(Reduce(expr.op, expr.indices, body, expr.loc, expr.extents),
+                                     stmt, extents, out)
+        from uol_core.odl.derivatives import rebuild
+
+        return rebuild(expr, lambda child: self.hoist_reductions(child, stmt, own, extents, out))
+
+    def intermediate(self, value: Expr, stmt: Stmt, extents: dict[str, Affine],
+                     out: list[Stmt]) -> Access:
+        """An Access to a new statement computing `value` over the indices it uses (shared)."""
+        key = _alpha_normal(value)
+        if key not in self.hoisted:
+            used = free_indices(value)
+            names = tuple(i for i in stmt.indices if i in used)
+            target = self.name(f"g_{stmt.target}" if not isinstance(value, Reduce) else f"z_{stmt.target}")
+            out.append(Stmt(target, names, value, 0, tuple((n, extents[n]) for n in names)))
+            self.hoisted[key] = (target, names)
+        target, names = self.hoisted[key]
+        return Access(target, tuple(Affine.of(n) for n in names))
 
     def freshen(self, expr: Expr, names: set[str], extents: dict[str, Affine]) -> Expr:
         """Rename reductions that bind a stripped index: once that index is solved for the
@@ -270,6 +335,30 @@ class _Builder:
             stack.extend(n.tensor for n in walk(stmt.expr)
                          if isinstance(n, Access) and n.tensor in locals_)
         return needed
+
+
+def _alpha_normal(expr: Expr) -> Expr:
+    """The expression with reduction indices renamed by position, for equality up to renaming."""
+    counter = iter(range(1 << 30))
+
+    def walk_(node: Expr) -> Expr:
+        if isinstance(node, Reduce):
+            mapping = {old: Affine.of(f"__{next(counter)}") for old in node.indices}
+            body = substitute(node.body, mapping)
+            names = tuple(m.pure_symbol for m in mapping.values())
+            written = tuple((mapping[n].pure_symbol, e) for n, e in node.extents)
+            return Reduce(node.op, names, walk_(body), (0, 0), written)
+        from uol_core.odl.derivatives import rebuild
+
+        return rebuild(node, walk_)
+
+    return walk_(expr)
+
+
+def _factors(expr: Expr) -> list[Expr]:
+    if isinstance(expr, Binary) and expr.op == "mul":
+        return _factors(expr.lhs) + _factors(expr.rhs)
+    return [expr]
 
 
 _SCAN_AS_REDUCTION = {"cumsum": ("sum", ZERO), "cumprod": ("prod", ONE),

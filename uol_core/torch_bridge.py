@@ -1,0 +1,140 @@
+"""ODL ops as PyTorch custom ops with derived backward kernels (entry point `to_torch`).
+
+Each op is registered once as `uol::<name>` through `torch.library`: a real kernel for the
+forward, a fake (shape-only) kernel so `torch.compile` traces it without a graph break, and an
+autograd formula that runs the derived backward op (`uol_core.odl.grad`) on the same backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+import torch
+
+from uol_core.odl.grad import GradOp, derive_grad, differentiable_inputs
+from uol_core.odl.ir import Op, retyped
+from uol_core.odl.printer import format_op
+from uol_core.runtime.dispatch import OpRunner, output_dtypes
+from uol_core.runtime.reference import TORCH_DTYPES
+from uol_core.runtime.shapes import bind_sizes, shape_of
+
+_LIBRARY = torch.library.Library("uol", "FRAGMENT")
+_REGISTERED: dict[str, TorchOp] = {}
+_ODL_TYPES = {t: d for d, t in TORCH_DTYPES.items()}
+
+
+class TorchOp:
+    """A callable `f(*inputs)` in the op's input order, differentiable, usable in nn.Modules."""
+
+    def __init__(self, op: Op, backend: str, target: str) -> None:
+        self.op = op
+        self.backend = backend
+        self.target = target
+        self.forward_runner = OpRunner(op, backend, target)
+        self._variants: dict[torch.dtype, tuple[OpRunner, OpRunner | None]] = {}
+        self.inputs = [d.name for d in op.inputs]
+        self.outputs = [d.name for d in op.outputs]
+        self.differentiable = differentiable_inputs(op)
+        self._grad: GradOp | None = None
+        digest = hashlib.sha1(f"{format_op(op)}|{backend}|{target}".encode()).hexdigest()[:10]
+        self.qualname = f"uol::{op.name}_{digest}"
+        self._register(digest)
+
+    @property
+    def grad(self) -> GradOp:
+        """The derived backward op (built on first use)."""
+        if self._grad is None:
+            self._grad = derive_grad(self.op)
+        return self._grad
+
+    def runners(self, values: tuple[torch.Tensor, ...]) -> tuple[OpRunner, OpRunner]:
+        """Forward and backward runners for the float type of the given tensors: an f32 op fed
+        f64 tensors runs as f64 (so gradcheck sees double precision), and so on."""
+        floats = [v.dtype for n, v in zip(self.inputs, values) if n in self.differentiable]
+        dtype = floats[0] if floats else torch.float32
+        if dtype not in self._variants:
+            declared = TORCH_DTYPES[self.op.tensor(self.differentiable[0]).dtype] \
+                if self.differentiable else dtype
+            op = self.op if dtype == declared else retyped(self.op, _ODL_TYPES[dtype])
+            grad_op = derive_grad(op).op if self.differentiable else None
+            self._variants[dtype] = (
+                self.forward_runner if op is self.op else OpRunner(op, self.backend, self.target),
+                OpRunner(grad_op, self.backend, self.target) if grad_op is not None else None)
+        return self._variants[dtype]
+
+    def __call__(self, *args: torch.Tensor, **kwargs: torch.Tensor):
+        tensors = dict(zip(self.inputs, args))
+        tensors.update(kwargs)
+        missing = [n for n in self.inputs if n not in tensors]
+        if missing:
+            raise TypeError(f"{self.op.name} needs inputs {', '.join(missing)}")
+        result = self._op(*(tensors[n] for n in self.inputs))
+        return result[0] if len(self.outputs) == 1 else dict(zip(self.outputs, result))
+
+    # ------------------------------------------------------------------ registration
+    def _register(self, digest: str) -> None:
+        name = f"{self.op.name}_{digest}"
+        params = ", ".join(f"Tensor {n}" for n in self.inputs)
+        returns = "Tensor" if len(self.outputs) == 1 else \
+            "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
+        _LIBRARY.define(f"{name}({params}) -> {returns}")
+        _LIBRARY.impl(name, self._forward_impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(self.qualname, self._fake_impl, lib=_LIBRARY)
+        torch.library.register_autograd(self.qualname, self._backward, setup_context=self._setup,
+                                        lib=_LIBRARY)
+        namespace = getattr(torch.ops.uol, name)
+        self._op: Callable = lambda *values: _as_tuple(namespace(*values))
+
+    def _forward_impl(self, *values: torch.Tensor):
+        outputs = self.runners(values)[0](dict(zip(self.inputs, values)))
+        # A custom op may not return a view of its input (the reference can, for copies).
+        storages = {v.untyped_storage().data_ptr() for v in values}
+        result = tuple(outputs[n].clone() if outputs[n].untyped_storage().data_ptr() in storages
+                       else outputs[n] for n in self.outputs)
+        return result[0] if len(result) == 1 else result
+
+    def _fake_impl(self, *values: torch.Tensor):
+        sizes = bind_sizes(self.op, {n: tuple(v.shape) for n, v in zip(self.inputs, values)})
+        dtypes = output_dtypes(self.op)
+        floats = [v.dtype for n, v in zip(self.inputs, values) if n in self.differentiable]
+        if floats:  # outputs follow the float type the op runs in (see `runners`)
+            dtypes = {n: floats[0] if t.is_floating_point else t for n, t in dtypes.items()}
+        result = tuple(values[0].new_empty(shape_of(self.op, n, sizes), dtype=dtypes[n])
+                       for n in self.outputs)
+        return result[0] if len(result) == 1 else result
+
+    def _setup(self, ctx, inputs, output) -> None:
+        outs = _as_tuple(output)
+        ctx.save_for_backward(*inputs, *outs)
+
+    def _backward(self, ctx, *upstream: torch.Tensor):
+        grad = self.grad
+        saved = ctx.saved_tensors
+        values = dict(zip(self.inputs, saved[: len(self.inputs)]))
+        outs = dict(zip(self.outputs, saved[len(self.inputs):]))
+        feed = dict(values)
+        feed.update({n: outs[n] for n in grad.saved})
+        for name, up in zip(self.outputs, upstream):
+            feed[grad.grad_of_output[name]] = (up if up is not None else torch.zeros_like(outs[name])).contiguous()
+        result = self.runners(saved[: len(self.inputs)])[1](feed)
+        return tuple(result[grad.grad_of_input[n]] if n in grad.wrt else None for n in self.inputs)
+
+
+def _as_tuple(value) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def to_torch(op_or_path, backend: str = "auto", target: str = "host") -> TorchOp:
+    """A differentiable PyTorch function for an ODL op (object, path or library name).
+
+    backend: "auto" (compiled C where the C backend emits the op, else the reference),
+    "c", "triton" (interpreter without a GPU) or "reference".
+    """
+    from uol_core.api import load_any
+
+    op = load_any(op_or_path)
+    key = f"{format_op(op)}|{backend}|{target}"
+    if key not in _REGISTERED:
+        _REGISTERED[key] = TorchOp(op, backend, target)
+    return _REGISTERED[key]
