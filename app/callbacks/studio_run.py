@@ -1,0 +1,115 @@
+"""Studio run and tune: verify + measure in the worker, tune as a cancellable background job."""
+
+from __future__ import annotations
+
+from dash import Input, Output, State, callback, html
+
+from app.figures.studio import empty_figure, tune_figure
+
+
+def _roofline(result: dict, target: str):
+    """The shared roofline chart with this run as a point (profilers.figures)."""
+    from profilers.figures.charts import roofline_chart
+    from profilers.roofline_points import point, roof_curve
+
+    pts = []
+    if result.get("median_s") and result.get("flops") is not None:
+        pts.append(point(f"run #{result['id']}", result["flops"], result["bytes"],
+                         result["median_s"], target))
+    return roofline_chart([roof_curve(target)], pts, f"Roofline on {target}")
+
+
+@callback(Output("run-result", "children"), Output("run-history", "children"),
+          Output("roofline-graph", "figure"),
+          Input("run-button", "n_clicks"), State("studio-state", "data"),
+          prevent_initial_call=True)
+def run_kernel(_clicks, state):
+    """Verify and time the compiled kernel in the worker process; errors show in the page."""
+    from app.components.studio_parts import history_panel, run_result
+    from app.services import history, runner
+    from app.services.system import activity
+
+    if not state or not state.get("ok"):
+        return html.Div("Compile a kernel first (the ODL has an error).",
+                        className="result-bad"), "", empty_figure("no run")
+    with activity(f"run {state['op']}"):
+        res = runner.run_kernel(state["odl"], state["backend"], state["target"], state["sizes"],
+                                state["config"], kernel_text=state.get("kernel", ""))
+    try:
+        fig = _roofline(res, state["target"])
+    except Exception as exc:  # a target without roofs: say so in the chart
+        fig = empty_figure(f"no roofline: {exc}")
+    runs = history.runs(op=state["op"], limit=8)
+    return run_result(res), history_panel(runs), fig
+
+
+@callback(Output("tune-status", "children"), Output("tune-plot", "figure"),
+          Input("tune-button", "n_clicks"),
+          State("studio-state", "data"), State("tune-budget", "value"),
+          background=True,
+          running=[(Output("tune-button", "disabled"), True, False),
+                   (Output("tune-cancel", "disabled"), False, True)],
+          progress=[Output("tune-progress", "value"), Output("tune-progress", "max"),
+                    Output("tune-status", "children"), Output("tune-plot", "figure")],
+          cancel=[Input("tune-cancel", "n_clicks")],
+          prevent_initial_call=True)
+def tune_kernel(set_progress, _clicks, state, budget):
+    """Measure up to `budget` configs, updating the progress bar and best-so-far plot live."""
+    from app.services.system import activity
+
+    if not state or not state.get("ok"):
+        return "Compile a kernel first.", empty_figure("nothing tuned")
+    budget = int(budget or 6)
+    trail: list[dict] = []
+    with activity(f"tune {state['op']}"):
+        try:
+            best = _tune(state, budget, trail, set_progress)
+        except Exception as exc:  # shown in the page; the server keeps serving
+            return f"✗ tuning failed: {type(exc).__name__}: {exc}", tune_figure(trail)
+    if not best:
+        return f"No verified config in {len(trail)} measurements.", tune_figure(trail)
+    cfg = ", ".join(f"{k}={v}" for k, v in best["config"].items())
+    return (f"✓ best of {len(trail)}: {best['gflops']:.2f} GFLOP/s with {cfg}",
+            tune_figure(trail))
+
+
+def _tune(state: dict, budget: int, trail: list, set_progress) -> dict | None:
+    """C: the ACG tuner (model top-k, then local search; every row in the tuning DB).
+    Triton: evenly spread legal configs through the run worker."""
+    best: dict | None = None
+
+    def report(i: int, total: int) -> None:
+        top = max((t.get("gflops") or 0 for t in trail), default=0)
+        set_progress((str(i), str(total), f"{i}/{total} measured, best {top:.2f} GFLOP/s",
+                      tune_figure(trail)))
+
+    if state["backend"] == "c":
+        from uol_core import parse
+        from uol_core.acg.tuner import TuningSession
+
+        session = TuningSession(parse(state["odl"]), state["sizes"], state["target"])
+        try:
+            def on_trial(trial, n: int) -> None:
+                trail.append({"i": n, "config": trial.config.to_dict(),
+                              "gflops": trial.gflops or 0.0})
+                report(n, budget)
+
+            result = session.tune(budget=budget, progress=on_trial)
+        finally:
+            session.close()
+        if result.best is not None:
+            best = {"config": result.best.to_dict(), "gflops": result.best_gflops}
+        return best
+    from app.services.runner import tune
+
+    def on_step(i: int, total: int, steps: list, top: dict | None) -> None:
+        step = steps[-1]
+        trail.append({"i": i, "config": step["config"],
+                      "gflops": (top or {}).get("gflops") if step.get("id") == (top or {}).get(
+                          "id") else 0.0})
+        report(i, total)
+
+    out = tune(state["odl"], state["backend"], state["target"], state["sizes"], budget,
+               on_step, state["config"])
+    top = out["best"]
+    return {"config": top["config"], "gflops": top.get("gflops") or 0.0} if top else None

@@ -1,0 +1,1 @@
+"""Reusable IDE building blocks: code panes, knob panel, result cards (no callbacks here)."""

@@ -1,0 +1,101 @@
+"""Studio panels built from service results: knob panel, run result, run history with diff."""
+
+from __future__ import annotations
+
+import difflib
+
+from dash import dcc, html
+
+
+def knob_panel(knobs: list[dict]) -> list:
+    """One dropdown per knob; values a constraint forbids are disabled and say which constraint."""
+    if not knobs:
+        return [html.Div("This kernel has no knobs with a choice on this target.",
+                         className="muted")]
+    rows = []
+    for knob in knobs:
+        options = [{"label": f"{o['value']}" + ("  ✕ " + o["reason"].split(":")[0]
+                                                 if o["disabled"] else ""),
+                    "value": o["value"], "disabled": o["disabled"],
+                    "title": o["reason"] or "legal with the other knobs"}
+                   for o in knob["options"]]
+        forbidden = [f"{o['value']}: {o['reason']}" for o in knob["options"] if o["disabled"]]
+        rows.append(html.Div([
+            html.Label(knob["name"], className="field-label"),
+            dcc.Dropdown(id={"type": "knob", "name": knob["name"]}, options=options,
+                         value=knob["value"], clearable=False, searchable=False),
+            html.Details([html.Summary(f"{len(forbidden)} forbidden with the other knobs"),
+                          html.Ul([html.Li(f) for f in forbidden[:12]])],
+                         className="knob-forbidden") if forbidden else None,
+        ], className="knob", **{"data-knob": knob["name"]}))
+    return rows
+
+
+def _fmt_time(seconds: float | None) -> str:
+    if not seconds:
+        return "-"
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
+
+
+def run_result(res: dict) -> list:
+    """Correctness, time, GFLOP/s, GB/s and roofline position of one run (or its error)."""
+    if res.get("error") and not res.get("ok"):
+        return [html.Div("✗ failed", className="result-bad", id="run-verdict"),
+                html.Pre(res["error"], className="odl-error", id="run-error"),
+                html.Div(f"run #{res.get('id', '?')} recorded; the server keeps serving.",
+                         className="muted")]
+    verdict = "✓ correct" if res.get("ok") else "✗ wrong result"
+    roof = res.get("roofline") or {}
+    frac = roof.get("fraction_of_roofline")
+    rows = [("time (median)", _fmt_time(res.get("median_s"))),
+            ("IQR", _fmt_time(res.get("iqr_s"))),
+            ("GFLOP/s", f"{res['gflops']:.2f}" if res.get("gflops") else "-"),
+            ("GB/s", f"{res['gbs']:.2f}" if res.get("gbs") else "-"),
+            ("roofline", f"{roof.get('bound', '?')}-bound, attainable "
+                         f"{roof.get('attainable_gflops', 0):.1f} GFLOP/s"
+                         + (f", achieved {100 * frac:.1f}%" if frac else "")),
+            ("mode", res.get("mode", "")), ("max error", str(res.get("max_error", "")))]
+    return [html.Div(verdict, className="result-ok" if res.get("ok") else "result-bad",
+                     id="run-verdict"),
+            html.Div([item for k, v in rows for item in (html.Span(k, className="muted"),
+                                                         html.Span(v))], className="metrics"),
+            html.Div([html.Span(f"run #{res.get('id')} · "),
+                      dcc.Link("permalink", href=f"/run/{res.get('id')}", id="run-permalink")],
+                     className="muted")]
+
+
+def history_panel(runs: list[dict]) -> list:
+    """The runs of this op (newest first) and a before/after diff of the last two."""
+    if not runs:
+        return [html.Div("No runs of this op yet.", className="muted")]
+    table = html.Table([html.Tr([html.Th(h) for h in ("#", "backend", "ok", "time", "GFLOP/s")])]
+                       + [html.Tr([html.Td(dcc.Link(str(r["id"]), href=f"/run/{r['id']}")),
+                                   html.Td(r["backend"]), html.Td("✓" if r["ok"] else "✗"),
+                                   html.Td(_fmt_time(r["median_s"])),
+                                   html.Td(f"{r['gflops']:.2f}" if r["gflops"] else "-")])
+                          for r in runs[:8]], className="simple")
+    out = [table]
+    if len(runs) >= 2:
+        out.append(run_diff(runs[1], runs[0]))
+    return out
+
+
+def run_diff(before: dict, after: dict) -> html.Div:
+    """Knob changes, time change and the kernel text diff between two runs."""
+    from app.services.history import diff_configs
+
+    changes = diff_configs(before["config"], after["config"])
+    knob_text = ", ".join(f"{k}: {a} → {b}" for k, a, b in changes) or "no knob changed"
+    speed = ""
+    if before.get("median_s") and after.get("median_s"):
+        speed = f"; time {_fmt_time(before['median_s'])} → {_fmt_time(after['median_s'])} " \
+                f"({before['median_s'] / after['median_s']:.2f}x)"
+    lines = list(difflib.unified_diff(before.get("kernel", "").splitlines(),
+                                      after.get("kernel", "").splitlines(),
+                                      f"run {before['id']}", f"run {after['id']}", n=1,
+                                      lineterm=""))
+    body = [html.Span(line + "\n", className="add" if line.startswith("+") else
+                      "del" if line.startswith("-") else "") for line in lines[:200]]
+    return html.Div([html.H3(f"Diff: run #{before['id']} → #{after['id']}"),
+                     html.Div(knob_text + speed, id="diff-summary"),
+                     html.Div(body or "kernels identical", className="diff")], id="run-diff")

@@ -1,0 +1,119 @@
+"""Hardware page: HFL targets as a sortable table with provenance, rooflines, the host probe."""
+
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, callback, dash_table, dcc, html
+
+from app.services import hardware
+
+dash.register_page(__name__, path="/hardware", name="Hardware", title="UOL Studio: Hardware",
+                   order=5)
+
+DEFAULT_ROOFS = ["host", "xeon-spr-8480", "epyc-genoa-9654", "h100-sxm"]
+
+
+def _table() -> html.Div:
+    rows, errors = hardware.target_rows(hardware.targets())
+    cols = list(hardware.COLUMNS)
+    return html.Div([
+        dash_table.DataTable(
+            id="hardware-table", data=rows, sort_action="native", page_action="none",
+            columns=[{"name": c, "id": c, "type": "numeric" if c not in ("name", "kind")
+                      else "text"} for c in cols],
+            tooltip_data=[{c: {"value": r.get(f"{c} (source)") or "", "type": "text"}
+                           for c in cols[2:-1]} for r in rows],
+            tooltip_delay=200, tooltip_duration=None,
+            style_table={"overflowX": "auto"}, style_cell={"fontSize": 12, "padding": "3px 6px"},
+            style_header={"fontWeight": 600}),
+        html.Div(errors and ["Targets that failed to load: ", *errors], className="odl-error"),
+        html.Div("Click a cell to see the provenance of that target's numbers "
+                 "(datasheet with source, measured by the probe, or assumed).", className="muted"),
+        html.Div(id="hardware-provenance"),
+    ])
+
+
+def layout(**_query) -> html.Div:
+    """Targets table, overlaid rooflines and the host probe."""
+    try:
+        table = _table()
+        names = [*hardware.targets(), "host"]
+    except Exception as exc:  # the page shows a broken HFL instead of failing
+        table, names = html.Pre(f"HFL unavailable: {exc}", className="odl-error"), ["host"]
+    cached = hardware.cached_probe()
+    return html.Div([
+        html.H2("Hardware (HFL targets)"),
+        html.Div(table, className="panel"),
+        html.Div([
+            html.Div([html.H3("Rooflines"),
+                      dcc.Dropdown(id="hardware-roof-select", options=names, multi=True,
+                                   value=[n for n in DEFAULT_ROOFS if n in names]),
+                      dcc.Graph(id="hardware-roofline", config={"displayModeBar": False})],
+                     className="panel"),
+            html.Div([html.H3("Host probe"),
+                      html.Div([html.Button("Run host probe", id="probe-button"),
+                                html.Progress(id="probe-progress", value="0", max="1"),
+                                html.Span(id="probe-step", className="muted")],
+                               className="toolbar"),
+                      html.Div(_facts(cached) if cached else "The host was not probed yet.",
+                               id="probe-result")], className="panel"),
+        ], className="studio-grid", style={"gridTemplateColumns": "1.4fr 1fr",
+                                           "marginTop": "10px"}),
+    ])
+
+
+def _facts(record: dict) -> html.Table:
+    """A target record's numbers with provenance, as a small table."""
+    rows = [html.Tr([html.Th("field"), html.Th("value"), html.Th("provenance")])]
+    for name, f in record.get("fields", {}).items():
+        rows.append(html.Tr([html.Td(name), html.Td(str(f["value"])),
+                             html.Td(f"{f['prov']}: {f['source']}" if f["source"] else f["prov"])]))
+    return html.Table(rows, className="simple", id="probe-facts")
+
+
+@callback(Output("hardware-roofline", "figure"), Input("hardware-roof-select", "value"))
+def draw_rooflines(names):
+    """One roof per selected target, overlaid (the shared profilers chart)."""
+    from app.figures.studio import empty_figure
+
+    if not names:
+        return empty_figure("Pick targets to compare their rooflines")
+    try:
+        return hardware.roofline_for(names)
+    except Exception as exc:
+        return empty_figure(f"roofline unavailable: {exc}")
+
+
+@callback(Output("hardware-provenance", "children"), Input("hardware-table", "active_cell"),
+          Input("hardware-table", "derived_viewport_data"), prevent_initial_call=True)
+def show_provenance(cell, rows):
+    """Every number of the clicked target with its provenance."""
+    if not cell or not rows:
+        return ""
+    from uol_core.hfl import load_target
+
+    name = rows[cell["row"]]["name"]
+    try:
+        return html.Div([html.H3(f"{name}: provenance"), _facts(load_target(name).to_dict())])
+    except Exception as exc:
+        return html.Pre(f"{name}: {exc}", className="odl-error")
+
+
+@callback(Output("probe-result", "children"), Input("probe-button", "n_clicks"),
+          background=True, prevent_initial_call=True,
+          running=[(Output("probe-button", "disabled"), True, False)],
+          progress=[Output("probe-progress", "value"), Output("probe-step", "children")])
+def run_probe(set_progress, _clicks):
+    """Measure the host (quick probe) in a background job; progress shows the current step."""
+    from app.services.system import activity
+
+    def step(what: str, fraction: float) -> None:
+        set_progress((f"{fraction:.2f}", what))
+
+    try:
+        with activity("host probe"):
+            record = hardware.probe(refresh=True, progress=step)
+    except Exception as exc:  # gcc missing, a failed measurement: shown, not raised
+        return html.Pre(f"probe failed: {type(exc).__name__}: {exc}", className="odl-error")
+    set_progress(("1", "done"))
+    return _facts(record)

@@ -1,0 +1,118 @@
+"""Reports page: run history with filters, export of a run or a comparison (HTML, PDF, MD, JSON)."""
+
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, State, callback, dash_table, dcc, html
+
+dash.register_page(__name__, path="/reports", name="Reports", title="UOL Studio: Reports",
+                   order=6)
+
+RUN_COLUMNS = [("id", "#"), ("open", "permalink"), ("when", "when"), ("kind", "kind"),
+               ("op", "op"), ("backend", "backend"), ("target", "target"), ("ok", "ok"),
+               ("time_ms", "time (ms)"), ("gflops", "GFLOP/s"), ("config", "config")]
+
+
+def _rows(op=None, backend=None, target=None, ok=None) -> list[dict]:
+    import time
+
+    from app.services import history
+
+    out = []
+    for r in history.runs(op or None, backend or None, target or None,
+                          None if ok in (None, "any") else ok == "ok"):
+        out.append({"id": r["id"], "open": f"[/run/{r['id']}](/run/{r['id']})",
+                    "when": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created"])),
+                    "kind": r["kind"], "op": r["op"], "backend": r["backend"],
+                    "target": r["target"], "ok": "✓" if r["ok"] else "✗",
+                    "time_ms": round(r["median_s"] * 1e3, 4) if r["median_s"] else None,
+                    "gflops": round(r["gflops"], 3) if r["gflops"] else None,
+                    "config": ", ".join(f"{k}={v}" for k, v in r["config"].items())})
+    return out
+
+
+def layout(**_query) -> html.Div:
+    """Filters, the runs table, export controls, and the tuning database's rows."""
+    from app.services import history
+
+    try:
+        rows = _rows()
+        tuning = history.tuning_rows()
+    except Exception as exc:  # a damaged database: shown, the page still loads
+        rows, tuning = [], []
+        note = f"history unavailable: {exc}"
+    else:
+        note = ""
+    opts = lambda key: sorted({r[key] for r in rows})  # noqa: E731
+    return html.Div([
+        html.H2("Reports"),
+        html.Div(note, className="odl-error"),
+        html.Div([
+            html.Div([html.Label("op"), dcc.Dropdown(id="filter-op", options=opts("op"),
+                                                     className="dropdown")]),
+            html.Div([html.Label("backend"), dcc.Dropdown(id="filter-backend",
+                                                          options=opts("backend"),
+                                                          className="dropdown")]),
+            html.Div([html.Label("target"), dcc.Dropdown(id="filter-target",
+                                                         options=opts("target"),
+                                                         className="dropdown")]),
+            html.Div([html.Label("result"), dcc.Dropdown(id="filter-ok", value="any",
+                                                         options=["any", "ok", "failed"],
+                                                         clearable=False,
+                                                         className="dropdown")]),
+            html.Div([html.Label("format"), dcc.Dropdown(id="export-format", value="html",
+                                                         clearable=False, className="dropdown",
+                                                         options=[{"label": f.upper(),
+                                                                   "value": f} for f in
+                                                                  ("html", "pdf", "md",
+                                                                   "json")])]),
+            html.Button("Export selected", id="export-button"),
+            dcc.Download(id="export-download"),
+        ], className="toolbar"),
+        html.Div("Select one run to export it, two to export a comparison (the older is the "
+                 "baseline).", className="muted"),
+        html.Div(id="export-status", className="muted"),
+        html.Div(dash_table.DataTable(
+            id="runs-table", data=rows, row_selectable="multi", selected_rows=[],
+            sort_action="native", page_size=20,
+            columns=[{"name": n, "id": i, "presentation": "markdown"} if i == "open" else
+                     {"name": n, "id": i} for i, n in RUN_COLUMNS],
+            markdown_options={"link_target": "_self"},
+            style_cell={"fontSize": 12, "padding": "3px 6px", "textAlign": "left"},
+            style_data={"whiteSpace": "normal"}), className="panel"),
+        html.H3("Tuning database (every tuner measurement)"),
+        html.Div(dash_table.DataTable(
+            id="tuning-table", data=tuning, page_size=10, sort_action="native",
+            columns=[{"name": c, "id": c} for c in (list(tuning[0]) if tuning else ["id"])],
+            style_cell={"fontSize": 12, "padding": "3px 6px", "textAlign": "left"}),
+            className="panel"),
+    ])
+
+
+@callback(Output("runs-table", "data"), Output("runs-table", "selected_rows"),
+          Input("filter-op", "value"), Input("filter-backend", "value"),
+          Input("filter-target", "value"), Input("filter-ok", "value"),
+          prevent_initial_call=True)
+def filter_runs(op, backend, target, ok):
+    """Re-query the history with the filters (selection is cleared: row indices change)."""
+    return _rows(op, backend, target, ok), []
+
+
+@callback(Output("export-download", "data"), Output("export-status", "children"),
+          Input("export-button", "n_clicks"), State("runs-table", "data"),
+          State("runs-table", "selected_rows"), State("export-format", "value"),
+          prevent_initial_call=True)
+def export_selected(_clicks, rows, selected, fmt):
+    """Build the report of the selected run (or the comparison of two) and download it."""
+    from app.services import history, reports
+
+    if not selected:
+        return dash.no_update, "Select a run first (tick its box)."
+    ids = sorted(rows[i]["id"] for i in selected[:2])
+    try:
+        runs = [history.get(i) for i in ids]
+        other, row = (runs[0], runs[1]) if len(runs) == 2 else (None, runs[0])
+        data, name = reports.export(row, fmt, other)
+    except Exception as exc:  # e.g. no Chromium for PDF: say so, keep serving
+        return dash.no_update, f"✗ export failed: {type(exc).__name__}: {exc}"
+    return dcc.send_bytes(data, name), f"✓ exported {name} ({len(data) // 1024} KiB)"

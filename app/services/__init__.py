@@ -1,0 +1,1 @@
+"""Thin services the IDE pages call: compile, run, hardware, history, reports, system status."""

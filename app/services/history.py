@@ -1,0 +1,125 @@
+"""Run history of the IDE: one SQLite row per Studio run, plus the tuning database's rows when present.
+
+Every run gets an integer id (the permalink /run/<id>) and keeps the ODL, sizes, config and
+result, so a run can be reopened, compared and exported later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created REAL NOT NULL,
+    kind TEXT NOT NULL,
+    op TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    target TEXT NOT NULL,
+    sizes TEXT NOT NULL,
+    config TEXT NOT NULL,
+    odl TEXT NOT NULL,
+    ok INTEGER NOT NULL,
+    median_s REAL,
+    gflops REAL,
+    gbs REAL,
+    result TEXT NOT NULL,
+    kernel TEXT NOT NULL DEFAULT ''
+)"""
+COLUMNS = ("id", "created", "kind", "op", "backend", "target", "sizes", "config", "odl", "ok",
+           "median_s", "gflops", "gbs", "result", "kernel")
+JSON_COLUMNS = ("sizes", "config", "result")
+
+
+def db_path() -> Path:
+    """$UOL_IDE_RUNS_DB, else $UOL_CACHE_DIR/ide_runs.sqlite (default ~/.cache/uol-studio)."""
+    if os.environ.get("UOL_IDE_RUNS_DB"):
+        return Path(os.environ["UOL_IDE_RUNS_DB"])
+    root = Path(os.environ.get("UOL_CACHE_DIR") or Path.home() / ".cache" / "uol-studio")
+    root.mkdir(parents=True, exist_ok=True)
+    return root / "ide_runs.sqlite"
+
+
+def _connect() -> sqlite3.Connection:
+    conn = sqlite3.connect(db_path(), timeout=10)
+    conn.execute(SCHEMA)
+    return conn
+
+
+def record(kind: str, request: dict, result: dict, kernel: str = "") -> int:
+    """Store one run (written at once, so a crash later loses nothing); returns its id."""
+    row = (time.time(), kind, result.get("op") or request.get("op", "?"), request["backend"],
+           request["target"], json.dumps(request.get("sizes") or {}),
+           json.dumps(result.get("config") or request.get("config") or {}), request["odl"],
+           int(bool(result.get("ok"))), result.get("median_s"), result.get("gflops"),
+           result.get("gbs"), json.dumps(result), kernel)
+    with _connect() as conn:
+        cur = conn.execute(f"INSERT INTO runs ({', '.join(COLUMNS[1:])}) VALUES "
+                           f"({', '.join('?' * (len(COLUMNS) - 1))})", row)
+        return int(cur.lastrowid)
+
+
+def _as_dict(row: tuple) -> dict[str, Any]:
+    data = dict(zip(COLUMNS, row))
+    for key in JSON_COLUMNS:
+        data[key] = json.loads(data[key] or "{}")
+    data["ok"] = bool(data["ok"])
+    return data
+
+
+def get(run_id: int) -> dict[str, Any] | None:
+    """One run by id, or None."""
+    with _connect() as conn:
+        row = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM runs WHERE id = ?",
+                           (int(run_id),)).fetchone()
+    return _as_dict(row) if row else None
+
+
+def runs(op: str | None = None, backend: str | None = None, target: str | None = None,
+         ok: bool | None = None, limit: int = 500) -> list[dict[str, Any]]:
+    """Runs, newest first, filtered by op / backend / target / correctness."""
+    where, args = [], []
+    for column, value in (("op", op), ("backend", backend), ("target", target)):
+        if value:
+            where.append(f"{column} = ?")
+            args.append(value)
+    if ok is not None:
+        where.append("ok = ?")
+        args.append(int(ok))
+    sql = f"SELECT {', '.join(COLUMNS)} FROM runs"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY id DESC LIMIT ?"
+    with _connect() as conn:
+        rows = conn.execute(sql, (*args, limit)).fetchall()
+    return [_as_dict(r) for r in rows]
+
+
+def tuning_rows(limit: int = 300) -> list[dict[str, Any]]:
+    """Newest rows of the compiler's tuning database (every tuner measurement), [] if none."""
+    from uol_core.runtime.tuningdb import default_path
+
+    path = default_path()
+    if not path.is_file():
+        return []
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        conn.row_factory = sqlite3.Row
+        rows = conn.execute("SELECT id, ts, op_name, shapes, target, config, status, reason, "
+                            "median_s, gflops FROM measurements ORDER BY id DESC LIMIT ?",
+                            (limit,)).fetchall()
+        conn.close()
+    except sqlite3.Error:  # an older schema or a locked file must not break the Reports page
+        return []
+    return [dict(r) for r in rows]
+
+
+def diff_configs(before: dict, after: dict) -> list[tuple[str, Any, Any]]:
+    """Knobs whose value changed between two runs: (name, before, after)."""
+    keys = list(dict.fromkeys([*before, *after]))
+    return [(k, before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)]

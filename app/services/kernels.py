@@ -1,0 +1,162 @@
+"""Compile service for the Studio: ODL text -> kernel source, knob space and explanation.
+
+Uses `uol_core.compile` when it is installed; until then the same steps are done here with
+the backends and the ACG space directly. Every failure comes back as a `CompileResult.error`
+(with the ODL line when there is one), never as an exception to the page.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from app.services import knobs as knob_space
+
+TARGET_DEFAULT = "host"
+BACKENDS = ("c", "triton")
+# Filter-like dimensions get small sizes so windowed ops (conv, pooling) stay valid.
+SMALL_DIMS = {"R": 3, "S": 3, "KH": 3, "KW": 3, "P": 2}
+
+
+@dataclass
+class CompileResult:
+    """What the Studio shows after a compile: the kernel, its knobs, or the error and its line."""
+
+    ok: bool
+    odl: str
+    backend: str
+    target: str
+    sizes: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+    lang: str = "c"
+    line_map: dict[int, int] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    knobs: list[dict] = field(default_factory=list)
+    explanation: str = ""
+    error: str = ""
+    error_line: int = 0
+    error_column: int = 0
+    op_name: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        """JSON-ready (line_map keys become strings in dcc.Store anyway)."""
+        data = dict(self.__dict__)
+        data["line_map"] = {str(k): v for k, v in self.line_map.items()}
+        return data
+
+
+def default_sizes(odl: str) -> dict[str, int]:
+    """Sizes that make the op runnable at once: 256 per dimension, small filter dimensions."""
+    from uol_core import parse
+    from uol_core.runtime.shapes import bind_sizes
+
+    op = parse(odl)
+    # R and S are filter sizes only beside spatial dims (conv); in softmax R is the rows
+    spatial = bool({"H", "W", "L"} & set(op.dims))
+    sizes = {d: SMALL_DIMS.get(d, 32) if spatial else 256 for d in op.dims}
+    for fallback in (sizes, {d: SMALL_DIMS.get(d, 32) for d in op.dims}):
+        try:
+            return bind_sizes(op, fallback)
+        except ValueError:
+            continue
+    return sizes
+
+
+def format_sizes(sizes: dict[str, int]) -> str:
+    """'M=256,N=256' text as the sizes box shows it."""
+    return ",".join(f"{k}={v}" for k, v in sizes.items())
+
+
+@lru_cache(maxsize=64)
+def _parse(odl: str):
+    from uol_core import parse
+
+    return parse(odl)
+
+
+@lru_cache(maxsize=16)
+def _target(name: str):
+    from uol_core.hfl import load_target
+
+    return load_target(name)
+
+
+def emit(odl: str, backend: str, target: str, sizes: dict[str, int], config: dict | None):
+    """The KernelSource, knob rows and explanation of one compile (raises on any error).
+
+    The C path uses the ACG pieces that `uol_core.compile` uses (space, cost model, emitter,
+    explain), with the solved space cached, so a knob change re-emits in milliseconds.
+    """
+    from uol_core.runtime.shapes import bind_sizes
+
+    op = _parse(odl)
+    bound = bind_sizes(op, sizes)
+    tgt = _target(target)
+    space = knob_space.space_for(odl, backend, target, tuple(sorted(bound.items())))
+    cfg = space.resolve(config or {})
+    explanation = ""
+    if backend == "c":
+        from uol_core.acg.config import TileConfig
+        from uol_core.backends import c
+
+        tile = TileConfig(**cfg)
+        src = c.emit(op, tile, tgt, bound)
+        explanation = _safe_explain(space, tile)
+    else:
+        from uol_core.backends import triton
+
+        src = triton.emit(op, cfg, tgt)
+    if not explanation:
+        explanation = knob_space.explain(space, cfg, op, bound, tgt)
+    return op, bound, src, space.knob_rows(cfg, src.text), explanation
+
+
+def _safe_explain(space, tile) -> str:
+    """The ACG explanation as text; '' (so the fallback is used) when it cannot be made."""
+    try:
+        from uol_core.acg.explain import explain
+
+        return explain(space.acg, space.model, tile).render()
+    except Exception:  # an explanation failure must not hide the kernel
+        return ""
+
+
+def compile_odl(odl: str, backend: str = "c", target: str = TARGET_DEFAULT,
+                sizes: dict[str, int] | None = None, config: dict | None = None) -> CompileResult:
+    """Parse, bind sizes, solve the knob space and emit; errors come back inside the result."""
+    start = time.perf_counter()
+    result = CompileResult(False, odl, backend, target, dict(sizes or {}))
+    try:
+        if not sizes:
+            sizes = default_sizes(odl)
+        op, bound, src, knobs, explanation = emit(odl, backend, target, sizes, config)
+    except Exception as exc:  # shown in the page: the Studio never crashes on bad input
+        result.error = _describe(exc)
+        result.error_line = int(getattr(exc, "line", 0) or 0)
+        result.error_column = int(getattr(exc, "column", 0) or 0)
+        result.seconds = time.perf_counter() - start
+        return result
+    result.ok = True
+    result.op_name = op.name
+    result.sizes = dict(bound)
+    result.source = src.text
+    result.lang = src.lang
+    result.line_map = {int(k): int(v) for k, v in src.line_map.items() if v}
+    result.config = dict(src.config)
+    result.knobs = knobs
+    result.explanation = explanation
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _describe(exc: Exception) -> str:
+    """One readable message: OdlError keeps its hint, others keep their type name."""
+    from uol_core import OdlError
+
+    if isinstance(exc, OdlError):
+        hint = f"\nhint: {exc.hint}" if exc.hint else ""
+        return f"line {exc.line}, column {exc.column}: {exc.message}{hint}"
+    return f"{type(exc).__name__}: {exc}"

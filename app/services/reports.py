@@ -1,0 +1,82 @@
+"""Export a Studio run, or a comparison of two runs, as HTML, PDF, Markdown or JSON.
+
+The report data follows profilers' report format, so the same renderer (and the same
+figures) produce the IDE export and the CLI's `uol report` files.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+FORMATS = {"html": "text/html", "pdf": "application/pdf", "md": "text/markdown",
+           "json": "application/json"}
+
+
+def _run_obj(row: dict):
+    from profilers.runs import Run
+
+    res = row["result"]
+    return Run(label=f"#{row['id']} {row['op']} ({row['backend']})", op=row["op"],
+               target=row["target"], backend=row["backend"], config=row["config"],
+               sizes=row["sizes"], median_s=row["median_s"], iqr_s=res.get("iqr_s"),
+               flops=res.get("flops"), bytes=res.get("bytes"),
+               status="ok" if row["ok"] else "failed")
+
+
+def run_report(row: dict, other: dict | None = None) -> dict:
+    """Report data for one run, or for `other` (baseline) against `row` when given."""
+    import uol_core
+    from profilers.compare import compare
+    from profilers.report import _header
+    from profilers.roofline_points import point, roof_curve
+    from uol_core.odl.patterns import classify
+
+    title = f"Run #{row['id']}: {row['op']}" if other is None else \
+        f"Comparison: run #{other['id']} → #{row['id']} ({row['op']})"
+    report = _header("operator", title)
+    res = row["result"]
+    op = uol_core.parse(row["odl"])
+    cost = uol_core.op_cost(op, row["sizes"])
+    report["op"] = {"name": op.name, "odl": row["odl"], "pattern": classify(op).kind,
+                    "sizes": row["sizes"], "flops": cost.flops, "bytes": cost.bytes,
+                    "intensity": cost.intensity}
+    report["target"] = {"name": row["target"], "backend": row["backend"]}
+    report["config"] = dict(row["config"])
+    report["verification"] = {"ok": row["ok"], "max_error": str(res.get("max_error", "")),
+                              "error": res.get("error", "")}
+    report["measurements"] = [{"label": f"run #{r['id']}", "backend": r["backend"],
+                               "median_s": r["median_s"], "iqr_s": r["result"].get("iqr_s"),
+                               "repeats": r["result"].get("repeats"), "gflops": r["gflops"],
+                               "gbps": r["gbs"]} for r in ([other] if other else []) + [row]]
+    if row.get("kernel"):
+        report["kernel_source"] = row["kernel"]
+    points = []
+    for r in ([other] if other else []) + [row]:
+        if r["median_s"]:
+            try:
+                points.append(point(f"run #{r['id']}", cost.flops, cost.bytes, r["median_s"],
+                                    r["target"]).to_dict())
+            except Exception as exc:  # a target without roofs: the report says so
+                report["notes"].append(f"no roofline point for run #{r['id']}: {exc}")
+    try:
+        report["roofline"] = {"curves": [roof_curve(row["target"]).to_dict()], "points": points}
+    except Exception as exc:
+        report["notes"].append(f"no roofline: {exc}")
+    if other is not None:
+        report["comparison"] = compare(_run_obj(other), _run_obj(row)).to_dict()
+    return report
+
+
+def export(row: dict, fmt: str, other: dict | None = None) -> tuple[bytes, str]:
+    """(file bytes, file name) of the report in `fmt` (html, pdf, md, json)."""
+    from profilers import report_render
+
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format '{fmt}': use {', '.join(FORMATS)}")
+    report = run_report(row, other)
+    stem = f"uol_run_{row['id']}" if other is None else f"uol_compare_{other['id']}_{row['id']}"
+    name = f"{stem}.{fmt}"
+    with tempfile.TemporaryDirectory(prefix="uol-export-") as tmp:
+        path = report_render.write(report, Path(tmp) / name, fmt)
+        return path.read_bytes(), name

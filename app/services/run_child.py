@@ -1,0 +1,116 @@
+"""Worker process for one kernel run: compile, verify against the reference, measure; JSON out.
+
+Runs as `python -m app.services.run_child` with a JSON request on stdin, so a kernel that
+crashes or hangs takes down this process only; the server reads the exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+
+TOLERANCE = 1e-4  # f32, relative to 1 + |reference|, as the Triton runner uses
+
+
+def _compare(got: dict, want: dict) -> tuple[bool, dict[str, float]]:
+    import torch
+
+    errors, ok = {}, True
+    for name, ref in want.items():
+        g = got[name].detach().cpu().to(torch.float64)
+        r = ref.detach().cpu().to(torch.float64)
+        finite = torch.isfinite(r)
+        err = ((g - r).abs() / (1.0 + r.abs()))[finite]
+        errors[name] = float(err.max()) if err.numel() else 0.0
+        ok &= errors[name] <= TOLERANCE and bool(torch.isfinite(g[finite]).all())
+    return ok, errors
+
+
+def _time(fn, budget_s: float = 0.3, max_reps: int = 50) -> list[float]:
+    """Wall times of repeated calls after one warm-up, until the budget or max_reps is reached."""
+    fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < budget_s and len(times) < max_reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _inject_fault() -> None:
+    """Test hook: UOL_FAULT_INJECT=segfault|hang makes the kernel run crash or hang on purpose."""
+    fault = os.environ.get("UOL_FAULT_INJECT", "")
+    if fault == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if fault == "hang":
+        time.sleep(3600)
+
+
+def run(request: dict) -> dict:
+    """Compile the request's kernel, run it on random inputs, compare and time it."""
+    import torch
+
+    from app.services.kernels import emit
+    from uol_core.runtime.inputs import random_inputs
+    from uol_core.runtime.reference import evaluate_all
+    from uol_core.runtime.shapes import shape_of
+
+    op, sizes, src, _, _ = emit(request["odl"], request["backend"], request["target"],
+                                request["sizes"], request.get("config"))
+    inputs = random_inputs(op, sizes, seed=0)
+    reference = evaluate_all(op, inputs)
+    want = {d.name: reference[d.name] for d in op.outputs}
+    mode = "measured"
+    if src.lang == "c":
+        from uol_core.runtime.build import build
+        from uol_core.runtime.native import NativeKernel
+
+        path = build(src)
+        args = src.meta["args"]
+        shapes = {n: shape_of(op, n, sizes) for n in args}
+        kernel = NativeKernel(path, src.entry, args, shapes)
+        tensors = dict(inputs)
+        for decl in op.outputs:
+            tensors[decl.name] = torch.zeros(shape_of(op, decl.name, sizes))
+
+        def call() -> None:
+            kernel(tensors)
+
+        _inject_fault()
+        call()
+        got = {d.name: tensors[d.name] for d in op.outputs}
+        times = _time(call)
+    else:
+        from uol_core.runtime import triton_runner
+
+        _inject_fault()
+        got = triton_runner.run_triton(src, op, inputs)
+        bench = triton_runner.bench_triton(src, op, inputs)
+        mode = bench["mode"]
+        times = [bench["median_ms"] / 1e3] if bench.get("median_ms") else []
+    ok, errors = _compare(got, want)
+    out = {"ok": ok, "max_error": errors, "tolerance": TOLERANCE, "mode": mode,
+           "config": dict(src.config), "sizes": sizes, "op": op.name}
+    if times:
+        q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
+        out.update(median_s=statistics.median(times), iqr_s=q[2] - q[0], reps=len(times))
+    return out
+
+
+def main() -> None:
+    """Read one request from stdin, write one JSON result line to stdout."""
+    request = json.loads(sys.stdin.read())
+    try:
+        result = run(request)
+    except Exception as exc:  # reported to the page; a crash (signal) is seen by the parent
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.write("\n@@RESULT@@" + json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Run a kernel in a worker process (verify + measure), add GFLOP/s, GB/s and roofline, record it.
+
+The kernel never runs in the server: a crash shows as the signal that ended the worker, a hang
+as a timeout, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from app.services import history
+
+RUN_TIMEOUT_S = 120.0
+MARK = "@@RESULT@@"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _worker(request: dict, timeout: float) -> dict:
+    """Run app.services.run_child with the request; map crashes and timeouts to readable errors."""
+    env = dict(os.environ)
+    # the child imports `app` the same way this process did, installed or from a checkout
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "app.services.run_child"],
+                              input=json.dumps(request), capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=str(REPO_ROOT))
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"the kernel did not finish within {timeout:.0f} s "
+                                      "(timeout); the worker was stopped"}
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name
+        return {"ok": False, "error": f"the kernel crashed: the worker process died with {name}. "
+                                      f"{proc.stderr.strip()[-800:]}".strip()}
+    if MARK not in proc.stdout:
+        return {"ok": False, "error": f"the worker exited with status {proc.returncode} and no "
+                                      f"result: {proc.stderr.strip()[-800:]}"}
+    return json.loads(proc.stdout.rsplit(MARK, 1)[1])
+
+
+_WORKER_LOCK = threading.Lock()
+_WORKER: list = []  # one long-lived uol_core Worker per server process (warm: no torch import)
+
+
+def _c_worker(request: dict, timeout: float) -> dict:
+    """Verify and time a C kernel in uol_core's worker process; same result keys as run_child."""
+    from dataclasses import asdict
+
+    from app.services.kernels import emit
+    from uol_core.runtime.worker import Worker, make_job
+
+    op, sizes, src, _, _ = emit(request["odl"], request["backend"], request["target"],
+                                request["sizes"], request.get("config"))
+    job = make_job(src, request["odl"], f"{op.name}.odl", sizes, min_seconds=0.2)
+    with _WORKER_LOCK:
+        if not _WORKER:
+            _WORKER.append(Worker(timeout))
+        res = _WORKER[0].run(job, timeout)
+    out = {"ok": res.get("status") == "ok", "op": op.name, "sizes": sizes,
+           "config": dict(src.config), "mode": "measured", "status": res.get("status"),
+           "max_error": {"abs": res.get("max_abs_err"), "rel": res.get("max_rel_err")},
+           "tolerance": res.get("atol")}
+    if res.get("reason"):
+        out["error"] = res["reason"]
+    for key in ("median_s", "iqr_s", "repeats"):
+        if res.get(key) is not None:
+            out[key] = res[key]
+    out["source_meta"] = {"entry": asdict(src)["entry"]}
+    return out
+
+
+def add_rates(result: dict, odl: str, target: str) -> dict:
+    """GFLOP/s, GB/s and the roofline position from the measured median time."""
+    from uol_core import op_cost, parse
+    from uol_core.hfl import load_target
+    from uol_core.hfl.roofline import roofline
+
+    if not result.get("ok") and "median_s" not in result:
+        return result
+    op = parse(odl)
+    cost = op_cost(op, result["sizes"])
+    result["flops"], result["bytes"] = cost.flops, cost.bytes
+    seconds = result.get("median_s")
+    if seconds:
+        result["gflops"] = cost.flops / seconds / 1e9
+        result["gbs"] = cost.bytes / seconds / 1e9
+    try:
+        roof = roofline(cost.flops, cost.bytes, load_target(target), seconds=seconds or None)
+        result["roofline"] = roof.to_dict()
+    except ValueError as exc:
+        result["roofline_error"] = str(exc)
+    return result
+
+
+def run_kernel(odl: str, backend: str, target: str, sizes: dict, config: dict | None,
+               timeout: float = RUN_TIMEOUT_S, kernel_text: str = "", kind: str = "run") -> dict:
+    """Verify and measure one kernel in the worker; the result dict carries its history id."""
+    request = {"odl": odl, "backend": backend, "target": target, "sizes": sizes,
+               "config": config or {}}
+    try:
+        if backend == "c" and not os.environ.get("UOL_FAULT_INJECT"):
+            result = _c_worker(request, timeout)
+        else:  # Triton (interpreter or GPU), and the crash/hang test hook
+            result = _worker(request, timeout)
+    except Exception as exc:  # a compile error before the run: shown like a failed run
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    result.setdefault("sizes", sizes)
+    result.setdefault("config", config or {})
+    try:
+        result = add_rates(result, odl, target)
+    except Exception as exc:  # rates are extras: keep the verified result
+        result["rates_error"] = f"{type(exc).__name__}: {exc}"
+    result["id"] = history.record(kind, request, result, kernel_text)
+    return result
+
+
+def tune(odl: str, backend: str, target: str, sizes: dict, budget: int, progress=None,
+         base: dict | None = None) -> dict:
+    """Measure up to `budget` legal configs (spread over the space); report the best so far."""
+    from app.services.knobs import space_for
+    from uol_core import parse
+    from uol_core.runtime.shapes import bind_sizes
+
+    bound = bind_sizes(parse(odl), sizes)
+    space = space_for(odl, backend, target, tuple(sorted(bound.items())))
+    candidates = _spread(space, budget, base)
+    best: dict | None = None
+    trail: list[dict] = []
+    for i, cfg in enumerate(candidates, 1):
+        res = run_kernel(odl, backend, target, bound, cfg, kind="tune")
+        trail.append({"i": i, "config": cfg, "ok": res.get("ok"), "median_s": res.get("median_s"),
+                      "id": res.get("id"), "error": res.get("error", "")})
+        if res.get("ok") and res.get("median_s") and (
+                best is None or res["median_s"] < best["median_s"]):
+            best = res
+        if progress:
+            progress(i, len(candidates), trail, best)
+    return {"best": best, "trail": trail}
+
+
+def _spread(space, budget: int, base: dict | None) -> list[dict]:
+    """`budget` configs: the current one first, then legal configs evenly spaced over the space."""
+    picks = [space.resolve(base or {})]
+    if space.acg is not None and space.acg.configs:
+        configs = space.acg.configs
+        step = max(1, len(configs) // max(budget - 1, 1))
+        picks += [c.to_dict() for c in configs[::step]]
+    else:
+        for name, domain in space.domains.items():
+            for value in domain:
+                cfg = {**picks[0], name: value}
+                if not space.violated(cfg):
+                    picks.append(cfg)
+    unique = list({json.dumps(p, sort_keys=True): p for p in picks}.values())
+    return unique[:max(budget, 1)]

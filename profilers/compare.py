@@ -1,0 +1,112 @@
+"""Compare two runs (a knob change, two backends, two targets): time, GFLOP/s, config, line costs."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from profilers.runs import Run
+
+
+@dataclass
+class LineDelta:
+    """Change of one ODL line's share of the kernel's instructions between two runs."""
+
+    odl_line: int
+    text: str
+    share_a: float
+    share_b: float
+    cost_a: int
+    cost_b: int
+
+    @property
+    def change(self) -> float:
+        """Share in B minus share in A (percentage points / 100)."""
+        return self.share_b - self.share_a
+
+
+@dataclass
+class Comparison:
+    """The diff of run B against run A (A is the baseline)."""
+
+    a: Run
+    b: Run
+    speedup: float | None  # A's time over B's: > 1 means B is faster
+    time_change: float | None  # (B - A) / A
+    gflops_a: float | None
+    gflops_b: float | None
+    config_changes: dict[str, tuple] = field(default_factory=dict)
+    context_changes: dict[str, tuple] = field(default_factory=dict)  # target, backend, sizes
+    lines: list[LineDelta] = field(default_factory=list)
+    event: str = "Ir"
+
+    @property
+    def verdict(self) -> str:
+        """One sentence a user reads first."""
+        if self.speedup is None:
+            return "no timing in one of the runs"
+        if abs(self.speedup - 1) < 0.03:
+            return f"{self.b.label} is as fast as {self.a.label} (within 3 %)"
+        word = "faster" if self.speedup > 1 else "slower"
+        factor = self.speedup if self.speedup > 1 else 1 / self.speedup
+        return f"{self.b.label} is {factor:.2f}x {word} than {self.a.label}"
+
+    def to_dict(self) -> dict:
+        """JSON-ready diff."""
+        return {"a": self.a.to_dict(), "b": self.b.to_dict(), "speedup": self.speedup,
+                "time_change": self.time_change, "gflops_a": self.gflops_a,
+                "gflops_b": self.gflops_b, "verdict": self.verdict,
+                "config_changes": {k: list(v) for k, v in self.config_changes.items()},
+                "context_changes": {k: list(v) for k, v in self.context_changes.items()},
+                "lines": [{**asdict(d), "change": d.change} for d in self.lines],
+                "event": self.event}
+
+
+def compare(a: Run, b: Run, event: str = "Ir") -> Comparison:
+    """Diff run B against baseline A."""
+    speedup = time_change = None
+    if a.median_s and b.median_s:
+        speedup = a.median_s / b.median_s
+        time_change = (b.median_s - a.median_s) / a.median_s
+    keys = sorted(set(a.config) | set(b.config))
+    config = {k: (a.config.get(k), b.config.get(k)) for k in keys
+              if a.config.get(k) != b.config.get(k)}
+    context = {k: (getattr(a, k), getattr(b, k)) for k in ("op", "target", "backend", "sizes")
+               if getattr(a, k) != getattr(b, k)}
+    return Comparison(a, b, speedup, time_change, a.gflops, b.gflops, config, context,
+                      line_deltas(a.hotspots, b.hotspots, event), event)
+
+
+def line_deltas(ha: dict | None, hb: dict | None, event: str = "Ir") -> list[LineDelta]:
+    """Per-ODL-line share change between two hotspot reports (kernel lines differ, ODL lines do not)."""
+    if not ha or not hb:
+        return []
+
+    def shares(h: dict) -> dict[int, tuple[float, int, str]]:
+        total = h["total"].get(event) or 1
+        return {r["line"]: (r["costs"].get(event, 0) / total, r["costs"].get(event, 0), r["text"])
+                for r in h["odl_lines"]}
+    sa, sb = shares(ha), shares(hb)
+    rows = []
+    for line in sorted(set(sa) | set(sb)):
+        share_a, cost_a, text_a = sa.get(line, (0.0, 0, ""))
+        share_b, cost_b, text_b = sb.get(line, (0.0, 0, ""))
+        rows.append(LineDelta(line, text_a or text_b, share_a, share_b, cost_a, cost_b))
+    return rows
+
+
+def render_text(c: Comparison) -> str:
+    """Plain-text diff for the terminal."""
+    def fmt(v: float | None, scale: float = 1.0, unit: str = "") -> str:
+        return "-" if v is None else f"{v * scale:.3f}{unit}"
+    out = [c.verdict, "",
+           f"{'':14}{'A: ' + c.a.label:>28}{'B: ' + c.b.label:>28}",
+           f"{'median':14}{fmt(c.a.median_s, 1e3, ' ms'):>28}{fmt(c.b.median_s, 1e3, ' ms'):>28}",
+           f"{'GFLOP/s':14}{fmt(c.gflops_a):>28}{fmt(c.gflops_b):>28}"]
+    for k, (va, vb) in {**c.context_changes, **c.config_changes}.items():
+        out.append(f"{k:14}{va!s:>28}{vb!s:>28}")
+    if c.lines:
+        out += ["", f"per ODL line, share of {c.event}:"]
+        for d in c.lines:
+            out.append(f"  line {d.odl_line:3}  {d.share_a * 100:6.1f}% -> {d.share_b * 100:6.1f}%"
+                       f"  ({d.change * 100:+.1f} pt)  {d.text.strip()[:60]}")
+    return "\n".join(out)

@@ -1,0 +1,153 @@
+"""Optimisation reports as data: an operator (or an HCF scenario) with config, measurements, figures."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+from collections.abc import Mapping, Sequence
+
+from profilers.compare import compare
+from profilers.flame import FlameNode
+from profilers.pyinstrument_source import _compile_api, _op_text, profile_call
+from profilers.roofline_points import point, roof_curve
+from profilers.runs import Run
+from profilers.timing import time_kernel
+from profilers.traces import Timeline
+
+REPORT_VERSION = 1
+
+
+def _header(kind: str, title: str) -> dict:
+    return {"version": REPORT_VERSION, "kind": kind, "title": title,
+            "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "tool": "uol-studio", "machine": {"system": platform.system(),
+                                              "machine": platform.machine(),
+                                              "python": platform.python_version()},
+            "notes": []}
+
+
+def operator_report(op_spec: str, sizes: Mapping[str, int], target: str = "host",
+                    config: dict | str | None = None, *, repeats: int = 7,
+                    hotspots: bool = True, hotspot_reps: int = 1,
+                    compare_targets: Sequence[str] = ()) -> dict:
+    """Compile, verify, time, profile and explain one operator; returns the report's data."""
+    import torch
+
+    import uol_core
+    from uol_core.odl.patterns import classify
+    from uol_core.runtime.inputs import random_inputs
+    from uol_core.runtime.shapes import bind_sizes, shape_of
+
+    text = _op_text(op_spec)
+    op = uol_core.parse(text)
+    sizes = bind_sizes(op, sizes)
+    cost = uol_core.op_cost(op, sizes)
+    report = _header("operator", f"Optimisation report: {op.name}")
+    report["op"] = {"name": op.name, "odl": text, "pattern": classify(op).kind, "sizes": sizes,
+                    "flops": cost.flops, "bytes": cost.bytes, "intensity": cost.intensity}
+    inputs = random_inputs(op, sizes)
+    compile_fn = _compile_api()
+
+    def compile_and_run():
+        kernel = compile_fn(op, shapes=sizes, target=target, backend="c", config=config)
+        return kernel, kernel(**inputs)
+    # the flame graph covers the whole pipeline once: solve, rank, emit, gcc, first call
+    prof = profile_call(compile_and_run, label=f"compile + run {op.name}")
+    kernel, out = prof.result
+    report["flame"] = prof.tree.to_dict()
+    tgt = kernel.target
+    report["target"] = {"name": tgt.name, "peak_gflops": dict(tgt.peak_gflops),
+                        "bandwidth_gbps": tgt.mem_bandwidth_gbps}
+    report["config"] = dict(kernel.config)
+
+    ref = uol_core.evaluate(op, **inputs)
+    ref_out = ref if isinstance(ref, torch.Tensor) else ref[op.outputs[0].name]
+    got = out if isinstance(out, torch.Tensor) else out[op.outputs[0].name]
+    err = (got - ref_out).abs().max().item() if got.numel() else 0.0
+    report["verification"] = {"max_abs_err": err, "reference": "uol_core.evaluate (torch)",
+                              "ok": bool(torch.allclose(got, ref_out, rtol=1e-3, atol=1e-3))}
+
+    c_time = time_kernel(lambda: kernel(**inputs), f"C {tgt.name}", "c", repeats=repeats,
+                         flops=cost.flops, nbytes=cost.bytes, min_seconds=0.05)
+    torch_time = time_kernel(lambda: uol_core.evaluate(op, **inputs), "torch", "torch",
+                             repeats=repeats, flops=cost.flops, nbytes=cost.bytes,
+                             min_seconds=0.05)
+    report["measurements"] = [c_time.to_dict(), torch_time.to_dict()]
+    report["notes"].append("baseline 'torch' is uol_core.evaluate (the torch reference evaluator "
+                           "of the ODL), not a hand-picked torch library call")
+    if c_time.noisy or torch_time.noisy:
+        report["notes"].append("timings flagged noisy (IQR > 10 % of the median or outliers): "
+                               "the machine was busy; rerun on an idle machine before concluding")
+
+    try:
+        measured = {"gflops": c_time.gflops, "median_s": c_time.median_s}
+        expl = kernel.explain(measured=measured)
+        report["explanation"] = expl.to_dict()
+        report["explanation_text"] = expl.render()
+    except Exception as exc:  # an explanation is optional; the report says why it is missing
+        report["notes"].append(f"no explanation: {exc}")
+    report["history"] = _history(op, sizes, tgt, report["notes"])
+
+    curves = [roof_curve(tgt)] + [roof_curve(t) for t in compare_targets if t != tgt.name]
+    points = [point(f"C ({_cfg_short(kernel.config)})", cost.flops, cost.bytes,
+                    c_time.median_s, tgt),
+              point("torch", cost.flops, cost.bytes, torch_time.median_s, tgt)]
+    report["roofline"] = {"curves": [c.to_dict() for c in curves],
+                          "points": [p.to_dict() for p in points]}
+
+    hot = None
+    if hotspots:
+        from profilers.callgrind import CallgrindUnavailable
+        from profilers.hotspots import _kernel_source, line_hotspots
+        src = _kernel_source(kernel)
+        shapes = {n: shape_of(op, n, sizes) for n in src.meta.get("args", [])}
+        try:
+            hot = line_hotspots(src, shapes, reps=hotspot_reps, odl_text=text).to_dict()
+            report["kernel_source"] = src.text
+        except CallgrindUnavailable as exc:
+            report["notes"].append(str(exc))
+    report["hotspots"] = hot
+    base = Run("torch", op.name, tgt.name, "torch", {}, dict(sizes), torch_time.median_s,
+               torch_time.iqr_s, cost.flops, cost.bytes)
+    mine = Run(f"C {_cfg_short(kernel.config)}", op.name, tgt.name, "c", dict(kernel.config),
+               dict(sizes), c_time.median_s, c_time.iqr_s, cost.flops, cost.bytes, hotspots=hot)
+    report["runs"] = {"baseline": base.to_dict(), "kernel": mine.to_dict()}
+    report["comparison"] = compare(base, mine).to_dict()
+    return report
+
+
+def scenario_report(title: str, timeline: Timeline, summary: Mapping | None = None,
+                    tables: Mapping[str, Sequence[Mapping]] | None = None) -> dict:
+    """Report of an HCF scenario (or any timeline): its Gantt, a summary and tables of results."""
+    report = _header("scenario", title)
+    report["summary"] = dict(summary or {})
+    report["timeline"] = timeline.to_dict()
+    report["tables"] = {k: [dict(r) for r in v] for k, v in (tables or {}).items()}
+    return report
+
+
+def _history(op, sizes: dict, target, notes: list) -> list[dict]:
+    """Rows of the tuning database for this op, sizes and target (oldest first)."""
+    try:
+        from uol_core.acg.tuner import TuningSession
+        session = TuningSession(op, sizes, target)
+        try:
+            rows = session.db.rows(session.key)
+        finally:
+            session.close()
+    except Exception as exc:  # no database yet, or no tuner for this pattern
+        notes.append(f"no tuning history: {exc}")
+        return []
+    keep = ("id", "ts", "config", "status", "reason", "median_s", "iqr_s", "gflops",
+            "predicted_gflops")
+    return [{k: r.get(k) for k in keep} for r in rows]
+
+
+def _cfg_short(config: Mapping) -> str:
+    keys = ("isa", "mr", "nr", "kc", "threads")
+    return ",".join(f"{k}={config[k]}" for k in keys if k in config)
+
+
+def flame_of(report: Mapping) -> FlameNode | None:
+    """The report's flame tree as an object."""
+    return FlameNode.from_dict(report["flame"]) if report.get("flame") else None

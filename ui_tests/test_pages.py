@@ -1,0 +1,58 @@
+"""Every page opens without console errors; Hardware and Reports do their jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import ARTIFACTS, wait_idle
+from playwright.sync_api import expect
+
+PAGES = ["/graph", "/debugger", "/profiler", "/communication", "/hardware", "/reports"]
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_page_opens_without_console_errors(page, live_server, path):
+    page.goto(live_server + path)
+    expect(page.locator("#status-target")).to_contain_text("target:", timeout=30_000)
+    wait_idle(page)
+    page.screenshot(path=str(ARTIFACTS / f"page{path.replace('/', '_')}.png"), full_page=True)
+    assert page.js_errors == []
+
+
+def test_hardware_table_sorts_and_draws_rooflines(page, live_server):
+    page.goto(live_server + "/hardware")
+    expect(page.locator("#hardware-table")).to_contain_text("h100-sxm")
+    expect(page.locator("#hardware-roofline .scatterlayer .trace").first).to_be_attached()
+    page.locator("#hardware-table th").filter(has_text="cores").locator(
+        ".column-header--sort").click()
+    wait_idle(page)
+    assert page.js_errors == []
+
+
+def test_export_html_report_of_a_run(page, live_server, tmp_path):
+    page.goto(live_server + "/")
+    expect(page.locator("#kernel-source [data-odl]").first).to_be_attached(timeout=90_000)
+    wait_idle(page)
+    page.click("#run-button")
+    expect(page.locator("#run-verdict")).to_contain_text("correct", timeout=120_000)
+    page.goto(live_server + "/reports")
+    row = page.locator("#runs-table tbody tr").nth(1)  # row 0 is the header
+    row.locator("input[type=checkbox]").check()
+    with page.expect_download() as dl:
+        page.click("#export-button")
+    path = tmp_path / dl.value.suggested_filename
+    dl.value.save_as(path)
+    assert path.suffix == ".html"
+    text = path.read_text()
+    assert "matmul" in text and "Roofline" in text
+    expect(page.locator("#export-status")).to_contain_text("exported")
+    # the JSON export of the same run carries the measurement
+    page.click("#export-format")
+    page.get_by_role("option", name="JSON", exact=True).click()
+    with page.expect_download() as dl:
+        page.click("#export-button")
+    data = json.loads(Path(dl.value.path()).read_text())
+    assert data["op"]["name"] == "matmul" and data["measurements"]
+    assert page.js_errors == []
