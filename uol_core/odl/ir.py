@@ -239,6 +239,14 @@ class Op:
     line: int = field(default=0, compare=False)
     source: str = field(default="", compare=False, repr=False)
 
+    def __hash__(self) -> int:
+        # Ops key many caches; hashing the whole tree every time costs more than the lookup.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.name, self.inputs, self.outputs, self.stmts, self.locals))
+            self.__dict__["_hash"] = cached
+        return cached
+
     @property
     def dims(self) -> tuple[str, ...]:
         """Dimension symbols, in order of first appearance in the signature."""

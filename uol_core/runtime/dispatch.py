@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 
-from uol_core.odl.ir import Op
+from uol_core.odl.check import check_op
+from uol_core.odl.ir import Access, Op, walk
 from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
 
 BACKENDS = ("auto", "c", "triton", "reference")
@@ -54,6 +56,8 @@ class OpRunner:
                 if self.backend == "c":
                     raise
                 self.reason[key] = f"C backend declined: {err}"
+            if len(self.op.stmts) > 1 and _all_f32(tensors):
+                return self._per_statement(key)
         if self.backend == "triton":
             return self._triton_kernel(key)
         self.used[key] = "reference"
@@ -77,6 +81,30 @@ class OpRunner:
 
         return run
 
+    def _per_statement(self, key: tuple) -> Callable:
+        """Compile each statement the C backend accepts on its own (the contractions of a
+        derived backward op, say) and evaluate the others with the reference."""
+        kernels: dict[tuple, Callable | None] = {}
+
+        def hook(index: int, env: dict[str, torch.Tensor], sizes: dict[str, int]):
+            cache_key = (index, tuple(sorted(sizes.items())))
+            if cache_key not in kernels:
+                try:
+                    stmt_op = statement_op(self.op, index)
+                    runner = OpRunner(stmt_op, "c", self.target)
+                    runner.backend_for({d.name: env[d.name] for d in stmt_op.inputs})
+                    kernels[cache_key] = runner
+                except Exception:  # this statement stays with the reference
+                    kernels[cache_key] = None
+            runner = kernels[cache_key]
+            if runner is None:
+                return None
+            feed = {d.name: env[d.name] for d in runner.op.inputs}
+            return runner(feed)[runner.op.outputs[0].name]
+
+        self.used[key] = "c+reference"
+        return lambda ts: evaluate_all(self.op, ts, statement_hook=hook)
+
     def _triton_kernel(self, key: tuple) -> Callable:
         from uol_core.backends.triton import emit
         from uol_core.runtime.triton_runner import run_triton
@@ -84,6 +112,24 @@ class OpRunner:
         self.used[key] = "triton"
         source = emit(self.op, {}, None)
         return lambda ts: run_triton(source, self.op, dict(ts))
+
+
+def _all_f32(tensors: Mapping[str, torch.Tensor]) -> bool:
+    return all(t.dtype == torch.float32 for t in tensors.values() if t.is_floating_point())
+
+
+def statement_op(op: Op, index: int) -> Op:
+    """Statement `index` of `op` as an op of its own: inputs are the tensors it reads."""
+    return _statement_op(op, index)
+
+
+@functools.lru_cache(maxsize=512)
+def _statement_op(op: Op, index: int) -> Op:
+    stmt = op.stmts[index]
+    read = list(dict.fromkeys(n.tensor for n in walk(stmt.expr) if isinstance(n, Access)))
+    inputs = tuple(op.tensor(name) for name in read)
+    target = op.tensor(stmt.target)
+    return check_op(Op(f"{op.name}_{stmt.target}", inputs, (target,), (stmt,)))
 
 
 def output_dtypes(op: Op) -> dict[str, torch.dtype]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 
 from uol_core.odl.check import index_range, stmt_extents
@@ -98,6 +99,12 @@ def _set(bound: dict[str, int], symbol: str, value: int, where: str) -> None:
 
 def check_sizes(op: Op, sizes: Mapping[str, int]) -> None:
     """Every declared extent is positive and every access stays inside its tensor."""
+    _check_sizes_once(op, tuple(sorted(sizes.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_sizes_once(op: Op, items: tuple[tuple[str, int], ...]) -> None:
+    sizes = dict(items)
     for decl in op.inputs + op.outputs + op.locals:
         for axis, form in enumerate(decl.shape):
             if form.evaluate(dict(sizes)) < 1:

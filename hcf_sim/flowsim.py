@@ -1,0 +1,181 @@
+"""Flow-level simulation over a real topology: shortest-path/ECMP routing and max-min fair link sharing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from hcf_sim.errors import MAX_FLOW_RANKS, HcfError, check_ranks, check_size
+from hcf_sim.links import get_protocol
+from hcf_sim.schedules import Phase, phases
+from hcf_sim.topology import Topology
+
+
+def _mix(a: int, b: int, c: int) -> int:
+    # a murmur-style finaliser: structured rank pairs (i, i ^ 512) must not all hash alike
+    h = (a * 0x9E3779B1 + b * 0x85EBCA77 + c * 0xC2B2AE3D) & 0xFFFFFFFF
+    h ^= h >> 16
+    h = (h * 0x7FEB352D) & 0xFFFFFFFF
+    h ^= h >> 15
+    h = (h * 0x846CA68B) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+class Router:
+    """Routes between nodes of a topology: hop-count shortest paths, one path or ECMP-hashed among equals."""
+
+    def __init__(self, topo: Topology, protocol: str = "Simple") -> None:
+        g = topo.graph
+        self.topo = topo
+        self.nodes = list(g.nodes)
+        self.index = {n: i for i, n in enumerate(self.nodes)}
+        # directed link ids: each undirected edge is two independent directions (full duplex)
+        self.links: list[tuple[str, str]] = []
+        self.link_id: dict[tuple[int, int], int] = {}
+        cap, lat, step = [], [], []
+        for u, v, d in g.edges(data=True):
+            for a, b in ((u, v), (v, u)):
+                self.link_id[(self.index[a], self.index[b])] = len(self.links)
+                self.links.append((a, b))
+                cap.append(d["bandwidth"])
+                lat.append(d["latency"])
+                step.append(d["step_latency"][protocol])
+        self.cap, self.lat, self.step = np.array(cap), np.array(lat), np.array(step)
+        self.nbrs = [np.array(sorted(self.index[m] for m in g.neighbors(n)), dtype=np.int64) for n in self.nodes]
+        self.gpu_idx = np.array([self.index[n] for n in topo.gpus], dtype=np.int64)
+        rows = [self.index[u] for u, v in g.edges] + [self.index[v] for u, v in g.edges]
+        cols = [self.index[v] for u, v in g.edges] + [self.index[u] for u, v in g.edges]
+        adj = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(self.nodes),) * 2)
+        # distance from every GPU to every node (graph is undirected, so it is also the distance to the GPU)
+        self.dist = shortest_path(adj, unweighted=True, indices=self.gpu_idx)
+        self.dst_row = {int(n): i for i, n in enumerate(self.gpu_idx)}
+        self._cache: dict[tuple[int, int, str], np.ndarray] = {}
+
+    def route(self, src_rank: int, dst_rank: int, mode: str = "ecmp") -> np.ndarray:
+        """Directed link ids from GPU rank src to rank dst; ECMP hashes the flow over equal-cost next hops."""
+        key = (src_rank, dst_rank, mode)
+        if key in self._cache:
+            return self._cache[key]
+        s, d = int(self.gpu_idx[src_rank]), int(self.gpu_idx[dst_rank])
+        row = self.dist[self.dst_row[d]]
+        if not np.isfinite(row[s]):
+            raise HcfError(f"no route from {self.nodes[s]} to {self.nodes[d]}: the topology is split")
+        path, u, hop = [], s, 0
+        while u != d:
+            nb = self.nbrs[u]
+            cand = nb[row[nb] == row[u] - 1]
+            # a fixed per-flow hash, as switches hash the 5-tuple; 'shortest' always takes the first
+            pick = 0 if mode == "shortest" or len(cand) == 1 else _mix(src_rank, dst_rank, hop) % len(cand)
+            v = int(cand[pick])
+            path.append(self.link_id[(u, v)])
+            u, hop = v, hop + 1
+        out = np.array(path, dtype=np.int64)
+        self._cache[key] = out
+        return out
+
+    def path_nodes(self, src_rank: int, dst_rank: int, mode: str = "ecmp") -> list[str]:
+        """The node names along the route from rank src to rank dst."""
+        ids = self.route(src_rank, dst_rank, mode)
+        return [self.links[ids[0]][0], *(self.links[i][1] for i in ids)] if len(ids) else []
+
+
+def maxmin_rates(flow_of: np.ndarray, link_of: np.ndarray, nflows: int, cap: np.ndarray) -> np.ndarray:
+    """Max-min fair rates by progressive filling; (flow_of[i], link_of[i]) lists which flow uses which link."""
+    rates = np.zeros(nflows)
+    active = np.ones(nflows, dtype=bool)
+    left = cap.astype(float).copy()
+    while active.any():
+        on = active[flow_of]
+        counts = np.bincount(link_of[on], minlength=len(cap))
+        used = counts > 0
+        if not used.any():
+            break
+        share = np.full(len(cap), np.inf)
+        share[used] = left[used] / counts[used]
+        r = share.min()
+        bottleneck = share <= r * (1 + 1e-9)
+        frozen = np.zeros(nflows, dtype=bool)
+        frozen[flow_of[on & bottleneck[link_of]]] = True
+        rates[frozen] = r
+        active &= ~frozen
+        hit = frozen[flow_of]
+        left -= r * np.bincount(link_of[hit], minlength=len(cap))
+        np.maximum(left, 0.0, out=left)
+    return rates
+
+
+@dataclass
+class PhaseResult:
+    """Timing of one phase: latency part, transfer part under sharing, and its repeat count."""
+
+    label: str
+    latency: float
+    transfer: float
+    reduction: float
+    repeat: int
+
+    @property
+    def total(self) -> float:
+        """Time of all repeats of this phase in seconds."""
+        return (self.latency + self.transfer + self.reduction) * self.repeat
+
+
+@dataclass
+class FlowRun:
+    """The result of a flow-level run: total time, per-phase times and bytes per directed link."""
+
+    time: float
+    phases: list[PhaseResult]
+    link_bytes: dict[tuple[str, str], float] = field(default_factory=dict)
+    link_capacity: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+def simulate_phase(router: Router, ph: Phase, proto_eff: float, gamma: float, routing: str,
+                   load: np.ndarray) -> PhaseResult:
+    """Time one phase: the slowest flow's latency, then flows drain under max-min sharing, re-shared at each finish."""
+    routes = [router.route(int(a), int(b), routing) for a, b in zip(ph.src, ph.dst, strict=True)]
+    lens = np.array([len(r) for r in routes])
+    flow_of = np.repeat(np.arange(len(routes)), lens)
+    link_of = np.concatenate(routes) if routes else np.zeros(0, dtype=np.int64)
+    # per-step latency: the protocol's step cost of the slowest link class on the path plus propagation
+    lat = max((router.step[r].max() + router.lat[r].sum()) for r in routes) if routes else 0.0
+    wire = ph.nbytes / proto_eff
+    np.add.at(load, link_of, np.repeat(wire, lens) * ph.repeat)
+    remaining, t = wire.copy(), 0.0
+    alive = remaining > 0
+    while alive.any():
+        idx = np.flatnonzero(alive)
+        keep = alive[flow_of]
+        sub_flow = np.searchsorted(idx, flow_of[keep])
+        rates = maxmin_rates(sub_flow, link_of[keep], len(idx), router.cap)
+        dt = float(np.min(remaining[idx] / rates))
+        t += dt
+        remaining[idx] -= rates * dt
+        alive[idx[remaining[idx] <= 1e-9 * wire[idx] + 1e-12]] = False
+    return PhaseResult(ph.label, float(lat), t, ph.reduce_bytes * gamma, ph.repeat)
+
+
+def flow_simulate(topo: Topology, collective: str, algorithm: str, size: float, ranks: int | None = None,
+                  protocol: str = "Simple", routing: str = "ecmp", gamma: float = 0.0,
+                  router: Router | None = None) -> FlowRun:
+    """Run one collective flow-by-flow over the topology's GPUs (rank i = i-th GPU)."""
+    gpus = topo.gpus
+    p = check_ranks(ranks or len(gpus), MAX_FLOW_RANKS)
+    check_size(size)
+    if p > len(gpus):
+        raise HcfError(f"{p} ranks asked but topology {topo.name} has only {len(gpus)} GPUs")
+    if routing not in ("ecmp", "shortest"):
+        raise HcfError(f"routing must be 'ecmp' or 'shortest', got {routing!r}")
+    eff = get_protocol(protocol).efficiency
+    router = router or Router(topo, protocol)
+    load = np.zeros(len(router.links))
+    # phases with identical flows (every step of a ring) are simulated once and repeated
+    results = [simulate_phase(router, ph, eff, gamma, routing, load)
+               for ph in phases(collective, algorithm, p, size, topo.group_size)]
+    used = np.flatnonzero(load)
+    return FlowRun(sum(r.total for r in results), results,
+                   {router.links[i]: float(load[i]) for i in used},
+                   {router.links[i]: float(router.cap[i]) for i in used})

@@ -1,0 +1,104 @@
+"""Interchange: export a scenario as ASTRA-sim inputs (analytical network YAML, system JSON) and read nccl-tests output."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from hcf_sim.errors import HcfError
+from hcf_sim.topology import Topology
+
+# our algorithm names -> ASTRA-sim's collective implementation names (astraccl/CollectiveImplLookup.cc)
+ASTRA_IMPL = {"ring": "ring", "tree": "doubleBinaryTree", "recursive_doubling": "halvingDoubling",
+              "rabenseifner": "halvingDoubling", "hierarchical": "ring", "direct": "direct"}
+
+
+def astra_network(topo: Topology) -> dict:
+    """ASTRA-sim analytical network: one entry per dimension (topology, npus_count, bandwidth GB/s, latency ns)."""
+    gpus = topo.gpus
+    g = topo.graph
+
+    def first_link(kind_pred) -> dict:
+        for u, v, d in g.edges(data=True):
+            if kind_pred(u, v):
+                return d
+        return next(iter(g.edges(data=True)))[2]
+
+    if topo.group_size > 1:  # rail: an NVSwitch island per server, then the rail fabric
+        nv = first_link(lambda u, v: u.startswith("nvs") or v.startswith("nvs"))
+        ib = first_link(lambda u, v: "nic" in u + v and "rail" in u + v)
+        servers = len(gpus) // topo.group_size
+        return {"topology": ["Switch", "Switch"], "npus_count": [topo.group_size, servers],
+                "bandwidth": [nv["bandwidth"] / 1e9, ib["bandwidth"] / 1e9],
+                "latency": [nv["latency"] * 1e9 * 2, ib["latency"] * 1e9 * 4]}
+    d = first_link(lambda u, v: True)
+    if topo.name.startswith("ring"):
+        shape = ["Ring"]
+    elif topo.name.startswith("full"):
+        shape = ["FullyConnected"]
+    elif topo.name.startswith("torus"):
+        dims = [int(x) for x in topo.name.split("-", 1)[1].split("x")]
+        return {"topology": ["Ring"] * len(dims), "npus_count": dims, "bandwidth": [d["bandwidth"] / 1e9] * len(dims),
+                "latency": [d["latency"] * 1e9] * len(dims)}
+    else:  # fat-tree, dragonfly, custom: ASTRA-sim's Switch stands for a non-blocking fabric (2 hops)
+        shape = ["Switch"]
+    return {"topology": shape, "npus_count": [len(gpus)], "bandwidth": [d["bandwidth"] / 1e9],
+            "latency": [d["latency"] * 1e9]}
+
+
+def astra_system(dims: int, algorithm: str = "ring") -> dict:
+    """ASTRA-sim system JSON with the keys Sys.cc parses; one implementation per dimension."""
+    if algorithm not in ASTRA_IMPL:
+        raise HcfError(f"no ASTRA-sim implementation for {algorithm!r}; choose one of {', '.join(ASTRA_IMPL)}")
+    impl = [ASTRA_IMPL[algorithm]] * dims
+    return {"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
+            "preferred-dataset-splits": 4, "all-reduce-implementation": impl, "all-gather-implementation": impl,
+            "reduce-scatter-implementation": impl, "all-to-all-implementation": ["direct"] * dims,
+            "collective-optimization": "localBWAware", "local-mem-bw": 1600, "boost-mode": 0}
+
+
+def _yaml(d: dict) -> str:
+    # the network file is a flat mapping of lists: write it by hand, no YAML dependency needed
+    def fmt(x: object) -> str:
+        return f"{x:.6g}" if isinstance(x, float) else str(x)
+    return "".join(f"{k}: [ {', '.join(fmt(x) for x in v)} ]\n" for k, v in d.items())
+
+
+def export_astra(topo: Topology, out_dir: str | Path, algorithm: str = "ring") -> list[str]:
+    """Write network.yml and system.json for ASTRA-sim's analytical backend; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    net = astra_network(topo)
+    (out / "network.yml").write_text(f"# exported by UOL Studio hcf from {topo.name}\n" + _yaml(net))
+    (out / "system.json").write_text(json.dumps(astra_system(len(net["topology"]), algorithm), indent=2))
+    return [str(out / "network.yml"), str(out / "system.json")]
+
+
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+|-)\s+(-?\d+)?\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
+
+
+def read_nccl_tests(path: str | Path) -> dict:
+    """Parse an nccl-tests output file: rows of size, count, type, redop, root, time (us), algbw, busbw (out-of-place)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise HcfError(f"cannot read nccl-tests output {path}: {exc}") from exc
+    rows, ranks, coll = [], 0, None
+    for line in text.splitlines():
+        if re.match(r"^#\s+Rank\s+\d+", line):
+            ranks += 1
+        m = re.search(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv)_perf", line)
+        m = m or re.search(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast)", Path(path).name)
+        if m and coll is None:
+            coll = m.group(1)
+        r = _ROW.match(line)
+        if r and not line.lstrip().startswith("#"):
+            rows.append({"size": int(r.group(1)), "count": int(r.group(2)), "type": r.group(3),
+                         "time_us": float(r.group(6)), "algbw": float(r.group(7)), "busbw": float(r.group(8))})
+    if not rows:
+        raise HcfError(f"{path} holds no nccl-tests result rows (expected lines like '  8  2  float  sum  -1  28.5 ...')")
+    avg = re.search(r"Avg bus bandwidth\s*:\s*([\d.]+)", text)
+    if coll is None:
+        coll = Path(path).stem.removesuffix("_perf")
+    return {"collective": coll, "ranks": ranks, "rows": rows, "avg_busbw": float(avg.group(1)) if avg else None}

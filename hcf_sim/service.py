@@ -1,0 +1,133 @@
+"""Service functions the CLI and the IDE call: simulate one collective, sweep sizes, derive alpha-beta from a topology."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import networkx as nx
+
+from hcf_sim.collectives import AlphaBeta, algbw, analytical_cost, busbw, check_collective
+from hcf_sim.errors import MAX_FLOW_RANKS, HcfError, check_ranks, check_size
+from hcf_sim.flowsim import Router, flow_simulate
+from hcf_sim.links import get_protocol
+from hcf_sim.selector import Selection, select
+from hcf_sim.topology import Topology
+
+
+@dataclass
+class CommResult:
+    """One simulated collective: time, nccl-tests algbw/busbw, cost terms and the busiest links."""
+
+    collective: str
+    algorithm: str
+    method: str
+    ranks: int
+    size: float
+    time: float
+    algbw: float
+    busbw: float
+    terms: dict | None = None
+    link_load: list[dict] = field(default_factory=list)
+    max_link_utilisation: float = 0.0
+    bus_utilisation: float = 0.0  # busbw / achievable bandwidth of the bottleneck link
+    selection: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+def path_params(router: Router, a: int, b: int, protocol: str, gamma: float = 0.0,
+                routing: str = "ecmp") -> AlphaBeta:
+    """Alpha-beta of the route between ranks a and b: step latency + propagation, slowest link's bandwidth."""
+    r = router.route(a, b, routing)
+    eff = get_protocol(protocol).efficiency
+    alpha = float(router.step[r].max() + router.lat[r].sum())
+    return AlphaBeta(alpha, 1.0 / (float(router.cap[r].min()) * eff), gamma)
+
+
+def _nx_params(topo: Topology, a: str, b: str, protocol: str, gamma: float) -> AlphaBeta:
+    # one bidirectional BFS: cheap enough for the analytical path (no all-pairs router needed)
+    path = nx.bidirectional_shortest_path(topo.graph, a, b)
+    edges = [topo.graph.edges[u, v] for u, v in itertools.pairwise(path)]
+    eff = get_protocol(protocol).efficiency
+    alpha = max(e["step_latency"][protocol] for e in edges) + sum(e["latency"] for e in edges)
+    return AlphaBeta(alpha, 1.0 / (min(e["bandwidth"] for e in edges) * eff), gamma)
+
+
+def topology_params(topo: Topology, protocol: str = "Simple", gamma: float = 0.0,
+                    ranks: int | None = None) -> tuple[AlphaBeta, AlphaBeta, int]:
+    """(intra, inter, group): intra is rank 0 to 1 inside a server, inter is rank 0 to the next server (or rank 1)."""
+    get_protocol(protocol)
+    gpus = topo.gpus
+    p = ranks or len(gpus)
+    if p < 2:
+        ab = AlphaBeta(0.0, 1e-12, gamma)
+        return ab, ab, 1
+    g = topo.group_size if topo.group_size > 1 and p % topo.group_size == 0 else 1
+    intra = _nx_params(topo, gpus[0], gpus[1], protocol, gamma) if g > 1 else None
+    inter = _nx_params(topo, gpus[0], gpus[g if p > g else 1], protocol, gamma)
+    return intra or inter, inter, g
+
+
+def simulate(topo: Topology, collective: str, size: float, algorithm: str = "auto", method: str = "flow",
+             protocol: str = "Simple", routing: str = "ecmp", ranks: int | None = None, gamma: float = 0.0,
+             top_links: int = 10, router: Router | None = None) -> CommResult:
+    """Simulate one collective on a topology, analytically or flow-by-flow; 'auto' asks the selector."""
+    check_collective(collective, None if algorithm == "auto" else algorithm)
+    check_size(size)
+    p = check_ranks(ranks or len(topo.gpus))
+    if p > len(topo.gpus):
+        raise HcfError(f"{p} ranks asked but topology {topo.name} has only {len(topo.gpus)} GPUs")
+    if method not in ("flow", "analytical"):
+        raise HcfError(f"method must be 'flow' or 'analytical', got {method!r}")
+    if method == "flow" and p > MAX_FLOW_RANKS:
+        raise HcfError(f"flow-level simulation is limited to {MAX_FLOW_RANKS} ranks; use --method analytical")
+    intra, inter, group = topology_params(topo, protocol, gamma, p)
+    sel: Selection | None = None
+    if algorithm == "auto":
+        sel = select(collective, p, size, intra, inter, group)
+        algorithm = sel.best
+    if algorithm == "hierarchical" and group == 1:
+        raise HcfError(f"hierarchical needs a topology with servers of >1 GPU (rail) and whole servers; "
+                       f"{topo.name} has group size {topo.group_size} and {p} ranks")
+    terms = analytical_cost(collective, algorithm, p, size, intra, inter, group)
+    notes: list[str] = []
+    if method == "analytical":
+        t = terms.total
+        loads: list[dict] = []
+        util = 0.0
+    else:
+        router = router or Router(topo, protocol)
+        run = flow_simulate(topo, collective, algorithm, size, p, protocol, routing, gamma, router)
+        t = run.time
+        ranked = sorted(run.link_bytes, key=run.link_bytes.get, reverse=True)
+        loads = [{"link": f"{u}->{v}", "bytes": run.link_bytes[(u, v)],
+                  "utilisation": run.link_bytes[(u, v)] / (run.link_capacity[(u, v)] * t) if t else 0.0}
+                 for u, v in ranked[:top_links]]
+        util = max((x["utilisation"] for x in loads), default=0.0)
+        if terms.total > 0 and abs(t - terms.total) / terms.total > 0.05:
+            notes.append(f"flow-level differs from analytical ({terms.total * 1e6:.2f} us) by "
+                         f"{(t - terms.total) / terms.total:+.0%}: multi-hop routes or shared links")
+    bus = busbw(collective, p, size, t) if t else 0.0
+    return CommResult(collective, algorithm, method, p, size, t, algbw(size, t) if t else 0.0, bus,
+                      {"latency": terms.latency, "bandwidth": terms.bandwidth, "reduction": terms.reduction,
+                       "steps": terms.steps, "total": terms.total},
+                      loads, util, bus * inter.beta if t else 0.0, sel.reason if sel else None, notes)
+
+
+def sweep(topo: Topology, collective: str, sizes: list[int], algorithms: list[str], method: str = "analytical",
+          protocol: str = "Simple", routing: str = "ecmp", ranks: int | None = None,
+          progress: Callable[[int], None] | None = None) -> list[CommResult]:
+    """Simulate every (algorithm, size) pair; calls progress(1) after each so a CLI can draw a bar."""
+    router = Router(topo, protocol) if method == "flow" else None
+    out = []
+    for a in algorithms:
+        for s in sizes:
+            out.append(simulate(topo, collective, s, a, method, protocol, routing, ranks, router=router))
+            if progress:
+                progress(1)
+    return out

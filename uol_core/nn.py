@@ -1,0 +1,167 @@
+"""UOL-backed nn.Modules and `swap_modules`, which puts them in place of torch's own.
+
+Each module runs a library ODL op (or one written from a template, e.g. LayerNorm with the
+module's eps) through `to_torch`: compiled kernels forward, derived kernels backward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from uol_core.odl import parse
+from uol_core.torch_bridge import TorchOp, to_torch
+
+ACTIVATIONS = {nn.ReLU: "relu", nn.GELU: "gelu", nn.SiLU: "silu"}
+
+_LINEAR = """op {name}(X: f32[M, K], W: f32[K, N], b: f32[N]) -> Y: f32[M, N]:
+    Y[m, n] = {body}
+"""
+_LAYERNORM = """op layernorm_eps(X: f32[R, C], gamma: f32[C], beta: f32[C]) -> Y: f32[R, C]:
+    mu[r] = mean[c](X[r, c])
+    var[r] = mean[c]((X[r, c] - mu[r]) ** 2)
+    Y[r, c] = (X[r, c] - mu[r]) * rsqrt(var[r] + {eps!r}) * gamma[c] + beta[c]
+"""
+_RMSNORM = """op rmsnorm_eps(X: f32[R, C], gamma: f32[C]) -> Y: f32[R, C]:
+    ms[r] = mean[c](X[r, c] * X[r, c])
+    Y[r, c] = X[r, c] * rsqrt(ms[r] + {eps!r}) * gamma[c]
+"""
+
+
+def linear_op(activation: str | None, backend: str = "auto") -> TorchOp:
+    """Y = act(X @ W + b) as a differentiable torch function."""
+    inner = "sum[k](X[m, k] * W[k, n]) + b[n]"
+    body = f"{activation}({inner})" if activation else inner
+    name = f"linear_bias_{activation}" if activation else "linear_bias"
+    return to_torch(parse(_LINEAR.format(name=name, body=body)), backend)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """Leading axes folded into rows, as the row-wise ops expect."""
+    return x.reshape(-1, x.shape[-1]).contiguous()
+
+
+class UolLinear(nn.Module):
+    """Linear layer (+ optional fused activation). The weight is stored [in, out]."""
+
+    def __init__(self, in_features: int, out_features: int, activation: str | None = None,
+                 backend: str = "auto") -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(in_features, out_features))
+        self.bias = nn.Parameter(torch.zeros(out_features))
+        nn.init.kaiming_uniform_(self.weight.T, a=5**0.5)
+        self.activation = activation
+        self.fn = linear_op(activation, backend)
+
+    @classmethod
+    def from_torch(cls, linear: nn.Linear, activation: str | None = None,
+                   backend: str = "auto") -> UolLinear:
+        module = cls(linear.in_features, linear.out_features, activation, backend)
+        with torch.no_grad():
+            module.weight.copy_(linear.weight.T)
+            if linear.bias is not None:
+                module.bias.copy_(linear.bias)
+        module.bias.requires_grad_(linear.bias is not None)
+        return module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fn(_rows(x), self.weight, self.bias)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+class UolLayerNorm(nn.Module):
+    """LayerNorm over the last axis, with the module's eps written into the ODL."""
+
+    def __init__(self, size: int, eps: float = 1e-5, backend: str = "auto") -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.bias = nn.Parameter(torch.zeros(size))
+        self.fn = to_torch(parse(_LAYERNORM.format(eps=float(eps))), backend)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(_rows(x), self.weight, self.bias).reshape(x.shape)
+
+
+class UolRMSNorm(nn.Module):
+    """RMSNorm over the last axis."""
+
+    def __init__(self, size: int, eps: float = 1e-6, backend: str = "auto") -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.fn = to_torch(parse(_RMSNORM.format(eps=float(eps))), backend)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(_rows(x), self.weight).reshape(x.shape)
+
+
+class UolAttention(nn.Module):
+    """Softmax attention on [batch, heads, seq, head_dim] tensors (the library's
+    attention_batched op, scale written for the head size)."""
+
+    def __init__(self, head_dim: int, backend: str = "auto") -> None:
+        super().__init__()
+        text = parse(_ATTENTION.format(scale=float(head_dim) ** -0.5))
+        self.fn = to_torch(text, backend)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self.fn(q.contiguous(), k.contiguous(), v.contiguous())
+
+
+_ATTENTION = """op attention_scaled(Q: f32[B, NH, S, D], K: f32[B, NH, T, D], V: f32[B, NH, T, D]) -> O: f32[B, NH, S, D]:
+    s[b, h, i, j] = sum[d](Q[b, h, i, d] * K[b, h, j, d]) * {scale!r}
+    mx[b, h, i] = max[j](s[b, h, i, j])
+    p[b, h, i, j] = exp(s[b, h, i, j] - mx[b, h, i])
+    l[b, h, i] = sum[j](p[b, h, i, j])
+    O[b, h, i, d] = sum[j](p[b, h, i, j] * V[b, h, j, d]) / l[b, h, i]
+"""
+
+
+def swap_modules(model: nn.Module, backend: str = "auto") -> list[str]:
+    """Replace supported submodules in place; returns what was swapped (dotted names).
+
+    Linear followed by ReLU / GELU (exact) / SiLU in a Sequential becomes one fused
+    UolLinear; other Linear, LayerNorm and RMSNorm layers become their Uol versions.
+    """
+    swapped: list[str] = []
+    _swap(model, "", backend, swapped)
+    return swapped
+
+
+def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str]) -> None:
+    names = list(module._modules)
+    skip: set[str] = set()
+    for index, name in enumerate(names):
+        child = module._modules[name]
+        path = f"{prefix}{name}"
+        if child is None or name in skip:
+            continue
+        nxt = module._modules.get(names[index + 1]) if index + 1 < len(names) else None
+        if isinstance(child, nn.Linear):
+            act = _activation(nxt) if isinstance(module, nn.Sequential) else None
+            module._modules[name] = UolLinear.from_torch(child, act, backend)
+            if act:
+                module._modules[names[index + 1]] = nn.Identity()
+                skip.add(names[index + 1])
+            swapped.append(path + (f"+{act}" if act else ""))
+        elif isinstance(child, nn.LayerNorm) and len(child.normalized_shape) == 1 \
+                and child.elementwise_affine and child.bias is not None:
+            new = UolLayerNorm(child.normalized_shape[0], child.eps, backend)
+            new.load_state_dict(child.state_dict())
+            module._modules[name] = new
+            swapped.append(path)
+        elif isinstance(child, nn.RMSNorm) and len(child.normalized_shape) == 1 \
+                and child.elementwise_affine:
+            eps = child.eps if child.eps is not None else torch.finfo(torch.float32).eps
+            new = UolRMSNorm(child.normalized_shape[0], eps, backend)
+            new.load_state_dict(child.state_dict())
+            module._modules[name] = new
+            swapped.append(path)
+        else:
+            _swap(child, path + ".", backend, swapped)
+
+
+def _activation(module: nn.Module | None) -> str | None:
+    for kind, name in ACTIVATIONS.items():
+        if isinstance(module, kind) and getattr(module, "approximate", "none") == "none":
+            return name
+    return None
