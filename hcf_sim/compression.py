@@ -1,6 +1,7 @@
 """Gradient compression as DDP communication hooks on gloo: int8 ring, top-k with error feedback, PowerSGD, and torch's hooks."""
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -206,3 +207,8 @@ def make_codec(name: str, density: float = 0.1, rank: int = 2, start_iter: int =
 def predicted_time(nbytes: float, ratio: float, codec_s_per_byte: float, allreduce_s) -> float:
     """Compressed collective time: T = T_codec(S) + T_coll(ratio x S) (the simulator uses measured ratio and cost)."""
     return codec_s_per_byte * nbytes + allreduce_s(ratio * nbytes)
+
+
+def ddp_hook(name: str | None = "int8") -> tuple[Codec, Callable]:
+    """(state, hook) for DistributedDataParallel.register_comm_hook, by codec name."""
+    return make_codec(name or "int8"), comm_hook

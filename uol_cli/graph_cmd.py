@@ -1,0 +1,164 @@
+"""`uol graph ...`: show, import and run operator graphs (JSON files or torch modules)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from uol_cli.common import print_json
+from uol_core.odl import OdlError
+from uol_core.runtime.shapes import ShapeError
+
+app = typer.Typer(help="Operator graphs: show, import from torch, fuse and run.", no_args_is_help=True)
+console = Console()
+
+
+def graph_errors(func: Callable) -> Callable:
+    """User-caused errors print one clear message and exit with status 2 (no traceback)."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from uol_core.graph import GraphError
+
+        try:
+            return func(*args, **kwargs)
+        except OdlError as err:
+            print(err.render(), file=sys.stderr)
+            raise typer.Exit(2) from None
+        except (GraphError, ShapeError, KeyError, ValueError) as err:
+            print(f"error: {err.args[0] if err.args else err}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
+    except ValueError:
+        raise ValueError(f"bad --input-shape '{text}': write sizes like 1,512,512") from None
+
+
+def _load(spec: str, input_shapes: list[str] | None):
+    """A graph from a JSON file, or by tracing `module:Class` on random inputs of the given shapes."""
+    import torch
+
+    from uol_core.graph import load_graph
+    from uol_core.graph.fx_import import import_module, load_module
+
+    if spec.endswith(".json") or Path(spec).is_file():
+        return load_graph(spec)
+    if not input_shapes:
+        raise ValueError(f"'{spec}' is not a graph file; to import a module give --input-shape")
+    inputs = [torch.randn(*_shape(s)) for s in input_shapes]
+    return import_module(load_module(spec), *inputs)
+
+
+def _describe(graph) -> list[dict]:
+    rows = []
+    for node in graph.nodes:
+        outs = node.writes()
+        spec = graph.shapes.get(outs[0])
+        rows.append({"node": node.name, "kind": node.kind,
+                     "op": node.op.name if node.op else node.source, "source": node.source,
+                     "reads": node.reads(), "writes": outs,
+                     "shape": list(spec.shape) if spec else None, "label": node.label})
+    return rows
+
+
+GraphArg = Annotated[str, typer.Argument(help="graph JSON file, or module:Class with --input-shape")]
+ShapeOpt = Annotated[list[str] | None, typer.Option("--input-shape", help="input shape, e.g. 1,512,512 "
+                                                    "(repeat for several inputs)")]
+
+
+@app.command("show")
+@graph_errors
+def show(graph_spec: GraphArg, input_shape: ShapeOpt = None,
+         backend: Annotated[str, typer.Option(help="backend the fusion plan is for")] = "c",
+         as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """Nodes, tensor shapes and the fusion plan with the reason for every decision."""
+    from uol_core.graph import plan_fusion
+
+    graph = _load(graph_spec, input_shape)
+    plan = plan_fusion(graph, backend)
+    if as_json:
+        print_json({"graph": graph.name, "nodes": _describe(graph), "outputs": graph.outputs,
+                    **plan.to_dict()})
+        return
+    table = Table("node", "kind", "op", "reads", "writes", "shape", title=f"{graph.name}: {graph.description}")
+    for row in _describe(graph):
+        table.add_row(row["node"], row["kind"] if row["kind"] == "odl" else f"torch ({row['label']})",
+                      row["op"], ", ".join(row["reads"]), ", ".join(row["writes"]), str(row["shape"]))
+    console.print(table)
+    fusion = Table("producer", "consumer", "kind", "fused", "bytes saved", "why", title=f"fusion plan ({backend})")
+    for d in plan.decisions:
+        fusion.add_row(d.producer, d.consumer, d.kind, "yes" if d.fused else "no",
+                       f"{d.bytes_saved:,}", d.reason)
+    console.print(fusion)
+    console.print(f"{len(graph.nodes)} nodes -> {len(plan.groups)} groups")
+
+
+@app.command("import")
+@graph_errors
+def import_cmd(module: Annotated[str, typer.Argument(help="module:Class (built with no arguments)")],
+               input_shape: ShapeOpt = None,
+               output: Annotated[Path | None, typer.Option("-o", "--output", help="write graph JSON here")] = None,
+               as_json: Annotated[bool, typer.Option("--json", help="print the graph JSON")] = False) -> None:
+    """Trace a torch module with torch.fx and map its ops to library operators."""
+    from uol_core.graph import graph_to_dict
+
+    graph = _load(module, input_shape or None) if input_shape else None
+    if graph is None:
+        raise ValueError("give --input-shape for every input of the module, e.g. --input-shape 1,512,512")
+    data = graph_to_dict(graph)
+    if output:
+        output.write_text(json.dumps(data, indent=1) + "\n")
+    if as_json:
+        print_json(data)
+        return
+    opaque = [n for n in graph.nodes if n.kind == "torch" and n.label != "view"]
+    console.print(f"{graph.name}: {len(graph.nodes)} nodes, "
+                  f"{sum(n.kind == 'odl' for n in graph.nodes)} ODL, "
+                  f"{sum(n.label == 'view' for n in graph.nodes)} views, {len(opaque)} opaque torch")
+    for node in opaque:
+        console.print(f"  opaque: {node.name} ({node.source}) runs in torch")
+    if output:
+        console.print(f"wrote {output} (parameter values are not stored: a run of the file uses random weights)")
+
+
+@app.command("run")
+@graph_errors
+def run_cmd(graph_spec: GraphArg, input_shape: ShapeOpt = None,
+            target: Annotated[str, typer.Option(help="HFL target")] = "host",
+            backend: Annotated[str, typer.Option(help="c, triton (interpreted: slow) or reference")] = "c",
+            repeat: Annotated[int, typer.Option(help="timed runs (median)")] = 5,
+            no_fuse: Annotated[bool, typer.Option("--no-fuse", help="one group per node")] = False,
+            as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """Compile every group, run end to end, verify, and time each group against torch eager."""
+    from uol_core.graph import run_graph
+
+    graph = _load(graph_spec, input_shape)
+    report = run_graph(graph, backend, target, repeat=max(1, repeat), fuse=not no_fuse)
+    if as_json:
+        print_json(report)
+    else:
+        table = Table("group", "nodes", "pattern", "engine", "ms", "torch ms", "share", "note",
+                      title=f"{graph.name} on {target} ({backend})")
+        for r in sorted(report["rows"], key=lambda r: -r["ms"]):
+            table.add_row(r["group"], ", ".join(r["nodes"]), r["pattern"], r["engine"], f"{r['ms']:.3f}",
+                          f"{r['torch_ms']:.3f}", f"{100 * r['share']:.0f}%", r["note"][:60])
+        console.print(table)
+        status = "verified" if report["verified"] else "MISMATCH"
+        console.print(f"{status} against {report['against']} (max rel. error {report['max_rel_error']:.2e}); "
+                      f"total {report['total_ms']:.2f} ms vs torch eager {report['torch_eager_ms']:.2f} ms "
+                      f"({report['speedup_vs_eager']:.2f}x)")
+    if not report["verified"]:
+        raise typer.Exit(1)

@@ -1,0 +1,120 @@
+"""Where a group's op runs: the chosen backend when it can emit the op, else the reference evaluator.
+
+This is the one place that knows the backends. A faster backend (or a new pattern in the C
+backend) is picked up here with no change to planning or running: `can_emit` asks the backend
+itself, so the fusion planner and the runner follow whatever the backend accepts today.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from uol_core.odl.ir import Op
+from uol_core.odl.printer import format_op
+
+BACKENDS = ("c", "triton", "reference")
+Runner = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Route:
+    """A runnable kernel for one op at fixed sizes: who runs it and why."""
+
+    engine: str  # "c", "triton" or "reference"
+    run: Runner
+    note: str = ""  # why the backend was not used, when it was not
+
+
+_EMIT_CACHE: dict[tuple, tuple[bool, str]] = {}
+_ROUTE_CACHE: dict[tuple, Route] = {}
+
+
+def _key(op: Op, sizes: dict[str, int], backend: str, target) -> tuple:
+    return (format_op(op), tuple(sorted(sizes.items())), backend, str(target))
+
+
+def _check_c(op: Op, sizes: dict[str, int], target) -> None:
+    """Plan and emit C text without building it (cheap enough for the fusion planner)."""
+    from uol_core.acg.config import resolve_target
+    from uol_core.api import check_memory, choose_config
+    from uol_core.backends.c import emit
+
+    tgt = resolve_target(target)
+    check_memory(op, sizes)
+    cfg, _, _ = choose_config(op, sizes, tgt, None)
+    emit(op, cfg, tgt, sizes)
+
+
+def _check_triton(op: Op, sizes: dict[str, int], target) -> None:
+    from uol_core.backends.triton import emit
+
+    emit(op, None, None)
+
+
+CHECKS: dict[str, Callable[[Op, dict, object], None]] = {"c": _check_c, "triton": _check_triton}
+
+
+def can_emit(op: Op, sizes: dict[str, int], backend: str, target="host") -> tuple[bool, str]:
+    """Whether `backend` generates a kernel for `op` at `sizes`, and if not, the backend's reason."""
+    if backend == "reference":
+        return True, ""
+    if backend not in CHECKS:
+        raise ValueError(f"unknown backend '{backend}' (known: {', '.join(BACKENDS)})")
+    key = _key(op, sizes, backend, target)
+    if key not in _EMIT_CACHE:
+        try:
+            CHECKS[backend](op, sizes, target)
+            _EMIT_CACHE[key] = (True, "")
+        except Exception as err:  # the backend's own refusal, whatever its type, is the answer
+            _EMIT_CACHE[key] = (False, str(err).split("\n")[0])
+    return _EMIT_CACHE[key]
+
+
+def _reference(op: Op) -> Runner:
+    from uol_core.runtime.reference import evaluate_all
+
+    return lambda tensors: evaluate_all(op, tensors)
+
+
+def _build_c(op: Op, sizes: dict[str, int], target) -> Runner:
+    import uol_core
+
+    kernel = uol_core.compile(op, shapes=sizes, target=target, backend="c")
+    single = len(op.outputs) == 1
+
+    def run(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = kernel(**tensors)
+        return {op.outputs[0].name: out} if single else out
+
+    return run
+
+
+def _build_triton(op: Op, sizes: dict[str, int], target) -> Runner:
+    from uol_core.backends.triton import emit
+    from uol_core.runtime.triton_runner import run_triton
+
+    source = emit(op, None, None)
+    return lambda tensors: run_triton(source, op, tensors)
+
+
+BUILDERS: dict[str, Callable[[Op, dict, object], Runner]] = {"c": _build_c, "triton": _build_triton}
+
+
+def route(op: Op, sizes: dict[str, int], backend: str = "c", target="host") -> Route:
+    """The kernel that runs `op`: the backend's when it emits and builds, else the reference."""
+    key = _key(op, sizes, backend, target)
+    if key in _ROUTE_CACHE:
+        return _ROUTE_CACHE[key]
+    ok, why = can_emit(op, sizes, backend, target)
+    result = Route("reference", _reference(op), "" if backend == "reference" else why)
+    if ok and backend != "reference":
+        try:
+            result = Route(backend, BUILDERS[backend](op, sizes, target))
+        except Exception as err:  # a build failure falls back, and the report says why
+            result = Route("reference", _reference(op), f"{backend} build failed: {err}")
+    _ROUTE_CACHE[key] = result
+    return result
+
