@@ -32,27 +32,10 @@ def create_app(cache_dir: str | None = None, token: str | None = None) -> Dash:
     from app import shell
 
     app.layout = shell.layout()
-    if token:
-        _require_token(app, token)
+    from app import security
+
+    security.install(app, token)  # every request: loopback Host, or the token when one is set
     return app
-
-
-def _require_token(app: Dash, token: str) -> None:
-    """Off 127.0.0.1 every request needs ?token=... once (then a cookie), or the header."""
-    from flask import abort, request
-
-    @app.server.before_request
-    def _check_token():
-        given = (request.args.get("token") or request.cookies.get("uol_token")
-                 or request.headers.get("X-UOL-Token"))
-        if not given or not secrets.compare_digest(given, token):
-            abort(403, "UOL Studio: this server needs the token set with --token")
-
-    @app.server.after_request
-    def _remember_token(response):
-        if request.args.get("token") == token:
-            response.set_cookie("uol_token", token, httponly=True, samesite="Strict")
-        return response
 
 
 def page_names() -> list[str]:

@@ -208,6 +208,16 @@ def from_json(data: dict | str | Path) -> Topology:
             data = json.loads(Path(data).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise HcfError(f"cannot read topology file {data}: {exc}") from exc
+    try:
+        return _from_dict(data)
+    except (TypeError, AttributeError, ValueError, KeyError) as exc:
+        if isinstance(exc, HcfError):
+            raise
+        # a wrongly typed field (a number for a list, text for a bandwidth) is the user's to fix
+        raise HcfError(f"bad custom topology JSON: {type(exc).__name__}: {exc}") from None
+
+
+def _from_dict(data) -> Topology:
     if not isinstance(data, dict) or "nodes" not in data or "links" not in data:
         raise HcfError("a custom topology needs keys 'nodes' and 'links'")
     g = nx.Graph()

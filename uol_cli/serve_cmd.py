@@ -17,17 +17,18 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind (127.0.0
                                     envvar="UOL_SERVE_TOKEN"),
           debug: bool = typer.Option(False, help="Dash dev tools and reload")) -> None:
     """Start UOL Studio in the browser: Studio, Graph, Debugger, Profiler, Communication, ..."""
-    local = host in LOCAL_HOSTS
-    if not local and not token:
-        typer.echo(f"Refusing to listen on {host} without a token: anyone who reaches this "
-                   "port could run code here. Pass --token SECRET (or set UOL_SERVE_TOKEN) "
-                   "and open the IDE with ?token=SECRET once.", err=True)
+    from app.security import is_loopback, refusal
+
+    local = is_loopback(host)
+    why = refusal(host, token, debug)
+    if why:
+        typer.echo(f"Refusing to start: {why}", err=True)
         raise typer.Exit(2)
     from app.main import create_app
 
-    app = create_app(token=None if local else token)
+    app = create_app(token=token or None)  # a token given on loopback is enforced too
     where = f"http://{host}:{port}/"
-    typer.echo(f"UOL Studio at {where}" + ("" if local else f"?token={token}"))
+    typer.echo(f"UOL Studio at {where}" + (f"?token={token}" if token else ""))
     if local:
         typer.echo("Listening on this machine only; to serve another host, pass --host and "
                    "--token (a token you choose).")

@@ -1,15 +1,59 @@
-"""Graph page (placeholder until the graph issue): operator graphs as a layered DAG."""
+"""Graph page: open an operator graph, draw it by measured time with fused groups, run it vs torch eager."""
+
+from __future__ import annotations
 
 import dash
+from dash import dcc, html
 
-from app.pages._placeholder import placeholder
+from app.callbacks import graph as _callbacks  # noqa: F401  (registers callbacks)
+from app.figures.studio import empty_figure
 
 dash.register_page(__name__, path="/graph", name="Graph", title="UOL Studio: Graph", order=1)
 
-layout = placeholder("Operator graph", [
-    "operator graphs (MLP, transformer block, attention, conv block in sample_graphs/) as a "
-    "layered DAG, with per-node time and fusion groups",
-    "the kernel each node compiles to; click a node to open it in the Studio",
-], [("uol ops list", "the operator library"),
-    ("uol compile OP --shapes M=256,N=256,K=256", "compile one node's operator"),
-    ("uol profile report OP", "a report for one operator")])
+DEFAULT_SAMPLE = "mlp.json"
+
+
+def layout(**_query) -> html.Div:
+    """Source picker and Run; the graph (click a node: Studio) | per-group time vs eager, fusion."""
+    from app.services.graphs import MODELS, sample_names
+
+    field = lambda label, comp: html.Div([html.Label(label), comp])  # noqa: E731
+    samples = sample_names()
+    toolbar = html.Div([
+        field("Open", dcc.RadioItems(id="graph-kind", value="sample", inline=True, options=[
+            {"label": " sample graph", "value": "sample"},
+            {"label": " traced torch model", "value": "model"},
+            {"label": " uploaded JSON", "value": "upload"}])),
+        field("Sample", dcc.Dropdown(id="graph-sample", options=samples, clearable=False,
+                                     value=DEFAULT_SAMPLE if DEFAULT_SAMPLE in samples
+                                     else (samples or [None])[0], className="dropdown")),
+        field("Model (torch.fx)", dcc.Dropdown(
+            id="graph-model", clearable=False, value="MLP", className="dropdown",
+            options=[{"label": f"{k} {list(v[1])}", "value": k} for k, v in MODELS.items()])),
+        dcc.Upload(html.Button("Upload graph JSON", className="secondary"), id="graph-upload",
+                   max_size=256 * 1024, accept=".json"),
+        html.Button("Run whole graph (vs torch eager)", id="graph-run-button"),
+        dcc.Loading(html.Span(id="graph-status", className="muted"), delay_show=200),
+    ], className="toolbar")
+    return html.Div([
+        dcc.Store(id="graph-source"), dcc.Store(id="graph-upload-data"),
+        dcc.Store(id="graph-structure"), dcc.Store(id="graph-report"),
+        dcc.Location(id="graph-nav", refresh="callback-nav"),
+        toolbar,
+        html.Div([
+            html.Div([
+                html.P("Colour and size: measured time of the node's kernel (after Run). Dashed "
+                       "boxes: fused groups. Click a node to open its operator in the Studio at "
+                       "its shapes.", className="muted"),
+                dcc.Graph(id="graph-view", figure=empty_figure("Open a graph"),
+                          config={"displaylogo": False}, style={"width": "100%"}),
+                html.Div(id="graph-node-info", className="graph-node-info"),
+            ], className="panel"),
+            html.Div([
+                dcc.Graph(id="graph-times", figure=empty_figure("Run the graph to time it"),
+                          config={"displayModeBar": False}, style={"width": "100%"}),
+                html.Div(id="graph-summary"),
+                html.H3("Fusion decisions"), html.Div(id="graph-fusion", className="muted"),
+            ], className="panel"),
+        ], className="two-col"),
+    ])

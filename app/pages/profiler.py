@@ -1,16 +1,72 @@
-"""Profiler page (placeholder until the profiler issue): flame graphs and per-line hotspots."""
+"""Profiler page: flame graph of the last profile, per-line hotspots (C and ODL), timeline, roofline, compare."""
+
+from __future__ import annotations
 
 import dash
+from dash import dcc, html
 
-from app.pages._placeholder import placeholder
+from app.callbacks import profiler as _callbacks  # noqa: F401  (registers callbacks)
+from app.components.source_view import source_pane
+from app.figures.studio import empty_figure
 
 dash.register_page(__name__, path="/profiler", name="Profiler", title="UOL Studio: Profiler",
                    order=3)
 
-layout = placeholder("Profiler", [
-    "flame graphs (pyinstrument) of compile and run, click a frame to see its source",
-    "callgrind costs per generated C line, mapped back to ODL lines",
-    "speedscope and Chrome-trace (Perfetto) exports",
-], [("uol profile OP", "a flame graph of compile + run"),
-    ("uol hotspots OP", "per-line costs (callgrind) mapped to ODL lines"),
-    ("uol compare RUN_A RUN_B", "compare two runs")])
+PROFILABLE = ["matmul", "linear_bias", "batched_matmul"]  # ops the C report path compiles
+
+
+def layout(**_query) -> html.Div:
+    """Profile toolbar, then flame | hotspots, timeline | roofline, and the run comparison."""
+    from app.services.profiling import load_profile
+    from uol_core.ops import list_ops
+
+    last = load_profile()
+    field = lambda label, comp: html.Div([html.Label(label), comp])  # noqa: E731
+    graph = lambda gid, msg: dcc.Graph(id=gid, figure=empty_figure(msg),  # noqa: E731
+                                       config={"displaylogo": False}, style={"width": "100%"})
+    ops = [o for o in PROFILABLE if o in list_ops()] or list_ops()
+    toolbar = html.Div([
+        field("Operator (C kernel)", dcc.Dropdown(id="profile-op", options=ops, value=ops[0],
+                                                  clearable=False, className="dropdown")),
+        field("Sizes", dcc.Input(id="profile-sizes", value="M=32,N=32,K=32", debounce=True,
+                                 style={"width": "170px"})),
+        html.Button("Profile (compile + run + callgrind)", id="profile-run"),
+        dcc.Loading(html.Span(id="profile-status", className="muted"), delay_show=200),
+    ], className="toolbar")
+    flame = html.Div([
+        html.H3("Flame graph"),
+        html.Div([
+            dcc.RadioItems(id="flame-source", value="python", inline=True, options=[
+                {"label": " compile + first run (pyinstrument, s)", "value": "python"},
+                {"label": " kernel lines (callgrind Ir)", "value": "kernel"}]),
+            dcc.Input(id="flame-search", placeholder="search frames", debounce=True,
+                      style={"width": "180px"}),
+            html.Span(id="flame-matches", className="muted"),
+        ], className="toolbar"),
+        html.P("Click a box to zoom into it, the bottom bar to zoom out.", className="muted"),
+        graph("flame-graph", "Profile an operator to see where the time goes"),
+    ], className="panel")
+    hot = html.Div([
+        html.H3("Per-line hotspots (callgrind instructions)"),
+        html.Div(id="hotspot-summary", className="muted"),
+        html.H4("ODL lines (rolled up)"), source_pane("odl-hotspots", "hodl"),
+        html.H4("Generated C"), source_pane("line-hotspots", "hc"),
+    ], className="panel")
+    compare = html.Div([
+        html.H3("Compare two runs"),
+        html.Div([field("Run A (baseline)", dcc.Dropdown(id="compare-a", className="dropdown")),
+                  field("Run B", dcc.Dropdown(id="compare-b", className="dropdown"))],
+                 className="toolbar"),
+        html.Div(id="compare-text", className="muted"),
+        graph("compare-graph", "Pick two runs"),
+    ], className="panel")
+    return html.Div([
+        dcc.Store(id="profile-current", data={"id": None, "has_last": last is not None}),
+        toolbar,
+        html.Div([flame, hot], className="two-col"),
+        html.Div([html.Div(graph("profile-timeline", "timeline of the torch reference"),
+                           className="panel"),
+                  html.Div(graph("profile-roofline", "roofline of all runs"), className="panel")],
+                 className="two-col"),
+        compare,
+    ])

@@ -90,10 +90,12 @@ def emit(odl: str, backend: str, target: str, sizes: dict[str, int], config: dic
     The C path uses the ACG pieces that `uol_core.compile` uses (space, cost model, emitter,
     explain), with the solved space cached, so a knob change re-emits in milliseconds.
     """
+    from uol_core.api import check_memory
     from uol_core.runtime.shapes import bind_sizes
 
     op = _parse(odl)
     bound = bind_sizes(op, sizes)
+    check_memory(op, bound)  # sizes from the page: refuse what would exhaust the machine's RAM
     tgt = _target(target)
     space = knob_space.space_for(odl, backend, target, tuple(sorted(bound.items())))
     cfg = space.resolve(config or {})

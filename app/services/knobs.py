@@ -51,6 +51,11 @@ class KnobSpace:
         for key, value in (config or {}).items():
             if key in cfg and value is not None:
                 cfg[key] = type(cfg[key])(value) if not isinstance(cfg[key], str) else str(value)
+                # a client can post any value: only the domain's values reach the generator
+                domain = self.domains.get(key)
+                if domain and cfg[key] not in domain:
+                    raise ValueError(f"knob {key}={cfg[key]!r} is not one of its legal values "
+                                     f"{domain}")
         return cfg
 
     def knob_rows(self, cfg: dict, source_text: str = "") -> list[dict]:

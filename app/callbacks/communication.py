@@ -1,0 +1,161 @@
+"""Communication callbacks: simulate on a topology, fail clicked elements, overlap timelines, gloo measure."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from dash import Input, Output, State, callback, html, no_update
+
+from app.figures.studio import empty_figure
+
+
+def _err(exc: Exception) -> html.Div:
+    return html.Div(f"✗ {exc}", className="result-bad")
+
+
+def _params(kind, nodes, link, oversub, collective, algorithm, size, codec) -> dict:
+    from hcf_sim.errors import parse_size
+
+    return {"kind": kind, "nodes": int(nodes or 0), "link": None if link == "default" else link,
+            "oversub": float(oversub or 1), "collective": collective, "algorithm": algorithm,
+            "size": parse_size(size or "0"), "codec": codec}
+
+
+def _topo(p: dict, custom):
+    from app.services.comm import build
+
+    return build(p["kind"], p["nodes"], p["link"], p["oversub"], custom)
+
+
+@callback(Output("algorithm-select", "options"), Output("algorithm-select", "value"),
+          Input("collective-select", "value"), State("algorithm-select", "value"))
+def algorithms(collective, current):
+    """Algorithms of the chosen collective, plus auto (the selector)."""
+    from hcf_sim.collectives import ALGORITHMS
+
+    opts = ["auto", *ALGORITHMS.get(collective, ())]
+    return opts, current if current in opts else "auto"
+
+
+@callback(Output("comm-custom", "data"), Output("comm-upload-status", "children"),
+          Output("topology-select", "value"), Input("comm-upload", "contents"),
+          State("comm-upload", "filename"), prevent_initial_call=True)
+def upload_topology(contents, filename):
+    """Parse an uploaded topology JSON (size-capped); the simulation checks its contents."""
+    from app.services.comm import MAX_TOPOLOGY_JSON
+
+    try:
+        raw = base64.b64decode((contents or ",").split(",", 1)[1])
+        if len(raw) > MAX_TOPOLOGY_JSON:
+            raise ValueError(f"over {MAX_TOPOLOGY_JSON // 1024} KiB")
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("the top level must be an object with nodes and links")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return no_update, f"✗ {filename}: {exc}", no_update
+    return data, f"loaded {filename}: press Simulate", "custom"
+
+
+@callback(Output("comm-result", "children"), Output("link-heatmap", "figure"),
+          Output("comm-curves", "figure"), Output("comm-state", "data"),
+          Output("comm-fault", "children"),
+          Input("simulate-button", "n_clicks"), Input("fault-clear", "n_clicks"),
+          State("topology-select", "value"), State("nodes-input", "value"),
+          State("link-select", "value"), State("oversub-input", "value"),
+          State("collective-select", "value"), State("algorithm-select", "value"),
+          State("size-input", "value"), State("codec-select", "value"),
+          State("comm-custom", "data"))
+def run_simulation(_n, _clear, kind, nodes, link, oversub, collective, algorithm, size, codec,
+                   custom):
+    """Simulate the collective; time, busbw, link heat on the topology, curves with crossovers."""
+    from app.components.comm_parts import result_card
+    from app.services import comm
+    from profilers.figures.comm import algorithm_curves, topology_figure
+
+    try:
+        p = _params(kind, nodes, link, oversub, collective, algorithm, size, codec)
+        topo = _topo(p, custom)
+        res = comm.simulate(topo, p["collective"], p["size"], p["algorithm"], p["codec"])
+        curves = comm.sweep_curves(topo, p["collective"])
+    except Exception as exc:  # HcfError and bad input: said in the page, the server keeps going
+        return _err(exc), empty_figure(str(exc)), empty_figure(""), no_update, ""
+    tfig = topology_figure(topo.graph, res["utilisation"],
+                           title=f"{topo.name}: {res['algorithm']} {p['collective']}")
+    cfig = algorithm_curves(curves["sizes"], curves["times"], curves["crossovers"],
+                            (res["size"], res["time"]) if res["method"] == "analytical" else None,
+                            title=f"{p['collective']} on {len(topo.gpus)} ranks (analytical)")
+    for fig in (tfig, cfig):
+        fig.update_layout(width=None)
+    return result_card(res, curves["crossovers"]), tfig, cfig, p, ""
+
+
+@callback(Output("comm-fault", "children", allow_duplicate=True),
+          Output("link-heatmap", "figure", allow_duplicate=True),
+          Input("link-heatmap", "clickData"), State("comm-state", "data"),
+          State("comm-custom", "data"), prevent_initial_call=True)
+def fail_element(click, p, custom):
+    """Fail the clicked link or node, reroute and re-plan; the before/after and the new heat."""
+    from app.components.comm_parts import fault_card
+    from app.services import comm
+    from profilers.figures.comm import topology_figure
+
+    point = (click or {}).get("points", [{}])[0]
+    element = point.get("customdata")
+    if not p or not isinstance(element, list) or len(element) != 2:
+        return no_update, no_update
+    try:
+        topo = _topo(p, custom)
+        size = max(1.0, p["size"] * comm.wire_ratio(p["codec"], len(topo.gpus)))
+        rep = comm.fault(topo, element, p["collective"], size, p["algorithm"])
+    except Exception as exc:  # a cut that disconnects GPUs is an HcfError: show it
+        return _err(exc), no_update
+    util = {x["link"]: x["utilisation"] for x in rep["after"]["link_load"]}
+    fig = topology_figure(topo.graph, util, failed=[element[1]],
+                          title=f"{topo.name} with {rep['fault']} failed")
+    fig.update_layout(width=None)
+    return fault_card(rep), fig
+
+
+@callback(Output("overlap-timeline", "figure"), Output("overlap-summary", "children"),
+          Input("overlap-kind", "value"), Input("comm-state", "data"),
+          State("comm-custom", "data"))
+def draw_overlap(kind, p, custom):
+    """Per-rank Gantt of a DDP step or a pipeline schedule on this topology's all-reduce."""
+    from app.services import comm
+    from profilers.figures.charts import timeline_chart
+    from profilers.traces import from_rows
+
+    if not p:
+        return empty_figure("Simulate first"), ""
+    try:
+        topo = _topo(p, custom)
+        algo = p["algorithm"] if p["collective"] == "allreduce" else "auto"
+        out = comm.overlap(topo, algo, kind)
+    except Exception as exc:  # e.g. a schedule that needs divisible micro-batches
+        return empty_figure(str(exc)), _err(exc)
+    fig = timeline_chart(from_rows(out["rows"], title=out["summary"].split(":")[0]))
+    fig.update_layout(width=None)
+    return fig, out["summary"]
+
+
+@callback(Output("comm-measure-graph", "figure"), Output("comm-measure-status", "children"),
+          Input("comm-measure", "n_clicks"),
+          running=[(Output("comm-measure", "disabled"), True, False)],
+          prevent_initial_call=True)
+def measure(_n):
+    """Real gloo all-reduce (2 processes, 3 sizes) in a worker; measured over the fitted model."""
+    from app.services.comm import measure_gloo
+    from app.services.system import activity
+    from profilers.figures.comm import measured_vs_predicted
+
+    with activity("gloo measure"):
+        res = measure_gloo([1 << 12, 1 << 16, 1 << 20], ranks=2)
+    if not res.get("ok"):
+        return empty_figure(res["error"]), f"✗ {res['error']}"
+    held = [r for r in res["rows"] if r["held_out"]]
+    err = ", ".join(f"{r['error']:.0%} at {r['size']} B" for r in held) or "none held out"
+    fig = measured_vs_predicted(res["rows"], "gloo all-reduce, 2 processes: measured vs predicted")
+    fig.update_layout(width=None)
+    return fig, (f"✓ measured: alpha {res['alpha'] * 1e6:.1f} µs, "
+                 f"{1 / res['beta'] / 1e9:.2f} GB/s; held-out error {err}")

@@ -1,0 +1,153 @@
+"""Profiler callbacks: profile in the worker, draw flame / hotspots / timeline / roofline, compare runs."""
+
+from __future__ import annotations
+
+from dash import Input, Output, State, callback, no_update
+
+from app.components.source_view import annotated_html, register_painter
+from app.figures.studio import empty_figure
+
+register_painter("line-hotspots")
+register_painter("odl-hotspots")
+MAX_TIMELINE_EVENTS = 400  # a torch trace has hundreds of tiny ops; the first ones tell the story
+
+
+@callback(Output("profile-current", "data"), Output("profile-status", "children"),
+          Input("profile-run", "n_clicks"), State("profile-op", "value"),
+          State("profile-sizes", "value"), State("current-target", "data"),
+          running=[(Output("profile-run", "disabled"), True, False)],
+          prevent_initial_call=True)
+def run_profile(_n, op, sizes, target):
+    """Profile one op in the worker (the server never runs the kernel); errors shown in the page."""
+    from app.services.profiling import profile_op
+    from app.services.system import activity
+    from uol_core.runtime.shapes import parse_shape_spec
+
+    try:
+        with activity(f"profile {op}"):
+            res = profile_op(op, parse_shape_spec(sizes or ""), target or "host")
+    except Exception as exc:  # bad sizes and the like
+        return no_update, f"✗ {exc}"
+    if not res.get("ok"):
+        return no_update, f"✗ {res.get('error')}"
+    rep = res["report"]
+    k = rep["runs"]["kernel"]
+    ok = "verified" if rep["verification"]["ok"] else "WRONG RESULT"
+    return ({"id": res["id"], "has_last": True},
+            f"✓ run #{res['id']}: {rep['op']['name']} {ok}, {k['median_s'] * 1e6:.1f} µs, "
+            f"{k['gflops'] or 0:.3g} GFLOP/s ({rep['comparison']['verdict']})")
+
+
+def _report(current: dict | None) -> dict | None:
+    from app.services.profiling import load_profile
+
+    if not current or not (current.get("id") or current.get("has_last")):
+        return None
+    return load_profile(current.get("id"))
+
+
+@callback(Output("flame-graph", "figure"), Output("flame-matches", "children"),
+          Input("profile-current", "data"), Input("flame-source", "value"),
+          Input("flame-search", "value"))
+def draw_flame(current, source, search):
+    """Icicle of compile + run (or of the kernel's lines); frames matching the search in red."""
+    from profilers.figures.charts import flame_icicle
+    from profilers.flame import FlameNode
+    from profilers.hotspots import HotspotReport
+
+    rep = _report(current)
+    if not rep:
+        return empty_figure("Profile an operator to see where the time goes"), ""
+    if source == "kernel":
+        if not rep.get("hotspots"):
+            return empty_figure("no callgrind profile (is valgrind installed?)"), ""
+        tree = HotspotReport.from_dict(rep["hotspots"]).tree()
+        title = f"{rep['op']['name']}: kernel instructions by ODL line and C line"
+    else:
+        tree = FlameNode.from_dict(rep["flame"])
+        title = f"{rep['op']['name']}: compile + first run (pyinstrument)"
+    fig = flame_icicle(tree, title=title)
+    fig.update_layout(width=None)
+    if not search:
+        return fig, ""
+    labels = list(fig.data[0].labels)
+    hit = [search.lower() in (lab or "").lower() for lab in labels]
+    fig.data[0].marker.colors = ["#d62728" if h else "#c7d4e8" for h in hit]
+    return fig, f"{sum(hit)} frame(s) match '{search}'"
+
+
+@callback(Output("line-hotspots-html", "data"), Output("odl-hotspots-html", "data"),
+          Output("hotspot-summary", "children"), Output("profile-timeline", "figure"),
+          Input("profile-current", "data"))
+def draw_hotspots(current):
+    """Heat-coloured C source and ODL lines (share of Ir), and the reference timeline."""
+    from profilers.figures.charts import timeline_chart
+    from profilers.traces import Timeline
+
+    rep = _report(current)
+    if not rep:
+        note = {"note": "Profile an operator to see per-line costs."}
+        return note, note, "", empty_figure("timeline of the torch reference")
+    hot = rep.get("hotspots")
+    if rep.get("timeline"):
+        tl = Timeline.from_dict(rep["timeline"])
+        tl.events = tl.events[:MAX_TIMELINE_EVENTS]
+        tfig = timeline_chart(tl)
+        tfig.update_layout(width=None)
+    else:
+        tfig = empty_figure("no timeline: " + "; ".join(rep.get("notes", [])[-1:]))
+    if not hot:
+        note = {"note": "no callgrind profile: " + "; ".join(rep.get("notes", []))}
+        return note, note, "", tfig
+    total = hot["total"].get("Ir") or 1
+    blobs = []
+    for rows, text, pane in ((hot["odl_lines"], rep["op"]["odl"], "hodl"),
+                             (hot["kernel_lines"], rep.get("kernel_source", ""), "hc")):
+        share = {r["line"]: r["costs"].get("Ir", 0) / total for r in rows if r["line"]}
+        top = max(share.values(), default=0) or 1
+        heat = {line: s / top for line, s in share.items()}
+        notes = {line: f"{s:.1%} of instructions" for line, s in share.items()}
+        lang = "odl" if pane == "hodl" else "c"
+        blobs.append({"html": annotated_html(text, lang, pane, heat=heat, notes=notes)}
+                     if text else {"note": "source not in the report"})
+    best = max(hot["kernel_lines"], key=lambda r: r["costs"].get("Ir", 0), default=None)
+    summary = (f"{total:,} instructions; hottest C line {best['line']} "
+               f"({best['costs'].get('Ir', 0) / total:.0%}, ODL line {best.get('odl_line')})"
+               if best else "")
+    return blobs[1], blobs[0], summary, tfig
+
+
+@callback(Output("profile-roofline", "figure"), Output("compare-a", "options"),
+          Output("compare-b", "options"), Output("compare-a", "value"),
+          Output("compare-b", "value"), Input("profile-current", "data"))
+def list_runs(_current):
+    """Roofline of every measured run; the two newest preselected for the comparison."""
+    from app.services.profiling import measured_runs, roofline_figure
+
+    rows = measured_runs()
+    if not rows:
+        return empty_figure("no measured runs yet"), [], [], None, None
+    fig = roofline_figure(rows)
+    fig.update_layout(width=None)
+    opts = [{"label": f"#{r['id']} {r['kind']} {r['op']} {r['backend']} "
+                      f"{r['median_s'] * 1e6:.1f} µs", "value": r["id"]} for r in rows]
+    a = rows[1]["id"] if len(rows) > 1 else rows[0]["id"]
+    return fig, opts, opts, a, rows[0]["id"]
+
+
+@callback(Output("compare-graph", "figure"), Output("compare-text", "children"),
+          Input("compare-a", "value"), Input("compare-b", "value"), prevent_initial_call=True)
+def compare_runs(a, b):
+    """Side-by-side time, GFLOP/s and per-ODL-line share of two runs."""
+    from app.services import history
+    from app.services.profiling import run_of
+    from profilers.compare import compare
+    from profilers.figures.charts import comparison_bars
+
+    ra, rb = (history.get(a) if a else None), (history.get(b) if b else None)
+    if not ra or not rb:
+        return empty_figure("Pick two runs"), ""
+    c = compare(run_of(ra), run_of(rb))
+    fig = comparison_bars(c)
+    fig.update_layout(width=None)
+    return fig, c.verdict

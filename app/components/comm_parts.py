@@ -1,0 +1,48 @@
+"""Result cards of the Communication page (plain components, no callbacks)."""
+
+from __future__ import annotations
+
+from dash import html
+
+
+def _us(t: float) -> str:
+    return f"{t * 1e6:,.2f} µs" if t < 1e-2 else f"{t * 1e3:,.2f} ms"
+
+
+def _size(b: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= scale:
+            return f"{b / scale:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+def result_card(res: dict, crossovers: list[dict]) -> html.Div:
+    """Time, algbw, busbw, link utilisation, the selector's reason, crossovers and notes."""
+    rows = [("algorithm", f"{res['algorithm']} ({res['method']})"), ("ranks", res["ranks"]),
+            ("time", _us(res["time"])), ("algbw", f"{res['algbw'] / 1e9:.2f} GB/s"),
+            ("busbw", f"{res['busbw'] / 1e9:.2f} GB/s"),
+            ("busiest link", f"{res['max_link_utilisation']:.0%} utilised"),
+            ("on the wire", f"{_size(res['size'])} ({res['codec']}, "
+                            f"{res['wire_ratio']:.0%} of {_size(res['logical_size'])})")]
+    body = [html.Div([html.Span(k, className="muted"), html.Span(str(v), id=f"comm-{k.split()[0]}")])
+            for k, v in rows]
+    extra = []
+    if res.get("selection"):
+        extra.append(html.P(res["selection"], className="muted"))
+    if crossovers:
+        extra.append(html.P("Crossovers: " + "; ".join(
+            f"{c['frm']} → {c['to']} above {_size(c['size'])}" for c in crossovers)))
+    extra += [html.P(n, className="muted") for n in res.get("notes", [])]
+    return html.Div([html.Div(body, className="metrics metrics-2"), *extra])
+
+
+def fault_card(rep: dict) -> html.Div:
+    """Before/after of a failed element: times, slowdown, re-plan and moved routes."""
+    b, a = rep["before"], rep["after"]
+    moved = (f"{rep['rerouted_pairs']} of {rep['pairs_checked']} rank pairs changed route"
+             if rep["pairs_checked"] else "one rank fewer")
+    return html.Div([
+        html.B(f"Failed {rep['fault']}: "),
+        html.Span(f"{b['algorithm']} {_us(b['time'])} → {a['algorithm']} {_us(a['time'])} "
+                  f"({rep['slowdown']:.2f}x), {rep['replanned']}; {moved}.", id="fault-effect"),
+    ], className="finding")

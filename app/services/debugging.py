@@ -1,0 +1,118 @@
+"""Debugger service: trace a kernel in a worker process, then serve views of the saved trace."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from app.services.debug_child import MARK
+from app.services.runner import REPO_ROOT
+
+TRACE_TIMEOUT_S = 120.0
+MAX_KERNEL_BYTES = 64 * 1024  # an uploaded kernel file larger than this is refused
+EXAMPLE_KERNEL = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)  # bug: no mask, the last program reads past x
+    tl.store(y_ptr + offs, x * 2.0, mask=offs < n)
+'''
+EXAMPLE_CALL = {"function": "scale", "grid": "4", "args": "x_ptr=randn:60 y_ptr=zeros:60 n=60 BLOCK=16"}
+
+
+def _root() -> Path:
+    root = Path(os.environ.get("UOL_CACHE_DIR") or tempfile.gettempdir()) / "uol-ide-traces"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _run_child(request: dict, timeout: float) -> dict:
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "app.services.debug_child"],
+                              input=json.dumps(request), capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=str(REPO_ROOT))
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"the trace did not finish within {timeout:.0f} s; "
+                                      "the worker was stopped (try fewer programs or smaller shapes)"}
+    if MARK not in proc.stdout:
+        return {"ok": False, "error": f"the worker exited with status {proc.returncode}: "
+                                      f"{proc.stderr.strip()[-600:]}"}
+    return json.loads(proc.stdout.rsplit(MARK, 1)[1])
+
+
+def trace_library_op(op: str, sizes: dict, timeout: float = TRACE_TIMEOUT_S) -> dict:
+    """Trace a library op's Triton kernel at `sizes`; result has ok, id (trace) or error."""
+    tid = uuid.uuid4().hex[:12]
+    res = _run_child({"kind": "op", "op": op, "sizes": sizes, "out": str(_root() / tid)}, timeout)
+    return {**res, "id": tid} if res.get("ok") else res
+
+
+def trace_user_kernel(source: str, function: str, grid: str, args: str,
+                      timeout: float = TRACE_TIMEOUT_S) -> dict:
+    """Write the user's kernel to a private file and trace `function[grid](args)` in the worker."""
+    if len(source.encode()) > MAX_KERNEL_BYTES:
+        return {"ok": False, "error": f"kernel file is over {MAX_KERNEL_BYTES // 1024} KiB"}
+    if not function.isidentifier():
+        return {"ok": False, "error": f"kernel function '{function}' is not a Python name"}
+    try:
+        dims = [int(g) for g in re.split(r"[,\s]+", grid.strip()) if g]
+    except ValueError:
+        return {"ok": False, "error": f"grid '{grid}' must be 1-3 integers, e.g. 4 or 2,2"}
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        return {"ok": False, "error": f"grid '{grid}' must be 1-3 positive integers"}
+    tid = uuid.uuid4().hex[:12]
+    folder = _root() / f"src_{tid}"
+    folder.mkdir()
+    path = folder / "user_kernel.py"
+    path.write_text(source)
+    res = _run_child({"kind": "file", "path": str(path), "function": function, "grid": dims,
+                      "args": args, "out": str(_root() / tid)}, timeout)
+    return {**res, "id": tid} if res.get("ok") else res
+
+
+@functools.lru_cache(maxsize=8)
+def load(tid: str):
+    """The saved trace of id `tid` (kept in memory for the page's view changes)."""
+    from uol_core.debug.trace_io import load_trace
+
+    if not re.fullmatch(r"[0-9a-f]{12}", tid or ""):
+        raise ValueError("bad trace id")
+    return load_trace(_root() / f"{tid}.json")
+
+
+def programs(tid: str, launch: int = 0) -> list[list[int]]:
+    """Recorded program ids (grid coordinates) of one launch."""
+    tr = load(tid)
+    return [list(p) for p in tr.launches[launch].recorded] if tr.launches else []
+
+
+def tensor_view(tid: str, tensor: str, program: list[int] | None, launch: int = 0) -> dict:
+    """Load and store counts of one tensor (one program or all), its shape and OOB offsets."""
+    from uol_core.debug import heatmap, oob_findings
+
+    tr = load(tid)
+    info = tr.launches[launch].tensors[tensor]
+    prog = tuple(program) if program is not None else None
+    oob = [o for f in oob_findings(tr) if f.tensor == tensor
+           and (prog is None or tuple(prog) in [tuple(p) for p in f.programs]) for o in f.offsets]
+    return {"loads": heatmap(tr, tensor, prog, kind="load", launch=launch),
+            "stores": heatmap(tr, tensor, prog, kind="store", launch=launch),
+            "shape": list(info.shape), "oob": oob}
+
+
+def source_of(tid: str, launch: int = 0) -> str:
+    """The kernel source text of one launch ('' when the file could not be read)."""
+    tr = load(tid)
+    return tr.sources.get(tr.launches[launch].file, "") if tr.launches else ""

@@ -1,0 +1,108 @@
+"""Graph service: open a sample, an uploaded JSON or a traced example model; plan, draw data, run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from app.services.runner import REPO_ROOT
+
+SAMPLES = REPO_ROOT / "sample_graphs"
+MAX_GRAPH_JSON = 256 * 1024
+MAX_GRAPH_NODES = 200  # more nodes than this would make the drawing unreadable anyway
+RUN_TIMEOUT_S = 240.0
+# traced torch models: only the library's examples (no user code runs in the server)
+MODELS = {"MLP": ("uol_core.graph.examples:MLP", [8, 256]),
+          "ResNetBasicBlock": ("uol_core.graph.examples:ResNetBasicBlock", [1, 16, 16, 16]),
+          "TransformerBlock": ("uol_core.graph.examples:TransformerBlock", [1, 32, 512])}
+
+
+def sample_names() -> list[str]:
+    """File names in sample_graphs/."""
+    return sorted(p.name for p in SAMPLES.glob("*.json"))
+
+
+def load_graph_source(source: dict):
+    """A validated Graph from {'kind': 'sample'|'upload'|'model', ...}."""
+    from uol_core.graph import GraphError, graph_from_dict, load_graph, validate
+
+    kind = source.get("kind")
+    if kind == "sample":
+        name = source.get("name", "")
+        if name not in sample_names():
+            raise GraphError(f"no sample graph '{name}'; choose one of {sample_names()}")
+        return load_graph(SAMPLES / name)
+    if kind == "upload":
+        data = source.get("data")
+        if not isinstance(data, dict) or len(data.get("nodes") or []) > MAX_GRAPH_NODES:
+            raise GraphError(f"an uploaded graph must be a JSON object with up to "
+                             f"{MAX_GRAPH_NODES} nodes")
+        return validate(graph_from_dict(data))
+    if kind == "model":
+        import torch
+
+        from uol_core.graph.fx_import import import_module, load_module
+
+        spec, shape = MODELS[source["name"]]
+        torch.manual_seed(0)
+        return import_module(load_module(spec), torch.randn(*shape), name=source["name"])
+    raise GraphError(f"unknown graph source {kind!r}")
+
+
+def structure(graph) -> dict:
+    """What the drawing needs: edges, node labels, fusion groups and decisions (JSON-ready)."""
+    from uol_core.graph import plan_fusion, to_networkx
+
+    g = to_networkx(graph)
+    try:
+        plan = plan_fusion(graph, "c", "host")
+        groups = {n: grp.name for grp in plan.groups for n in grp.nodes}
+        decisions = [d.to_dict() for d in plan.decisions]
+    except Exception as exc:  # a plan failure still lets the user see the graph
+        groups, decisions = {}, [{"fused": False, "reason": f"no fusion plan: {exc}"}]
+    labels = {}
+    for node in graph.nodes:
+        labels[node.name] = (f"{node.op.name} ({node.source})" if node.kind == "odl"
+                             else f"torch {node.source}")
+    return {"name": graph.name, "nodes": list(g.nodes), "edges": [list(e) for e in g.edges],
+            "labels": labels, "groups": groups, "decisions": decisions}
+
+
+def run(source: dict, target: str = "host", timeout: float = RUN_TIMEOUT_S) -> dict:
+    """Run the whole graph in the worker: per-group time against torch eager, verification."""
+    from app.services.graph_child import MARK
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "app.services.graph_child"],
+                              input=json.dumps({"source": source, "target": target}),
+                              capture_output=True, text=True, timeout=timeout, env=env,
+                              cwd=str(REPO_ROOT))
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"the graph run did not finish within {timeout:.0f} s"}
+    if MARK not in proc.stdout:
+        return {"ok": False, "error": f"the worker exited with status {proc.returncode}: "
+                                      f"{proc.stderr.strip()[-600:]}"}
+    return json.loads(proc.stdout.rsplit(MARK, 1)[1])
+
+
+def open_in_studio(source: dict, node_name: str) -> int:
+    """Record the node's operator at its graph shapes as a history entry; /run/<id> opens it."""
+    from app.services import history
+    from uol_core.odl.printer import format_op
+    from uol_core.ops import list_ops, op_text
+    from uol_core.runtime.shapes import bind_sizes
+
+    graph = load_graph_source(source)
+    node = graph.node(node_name)
+    if node.kind != "odl" or node.op is None:
+        raise ValueError(f"node {node_name} runs in torch ({node.source}): no operator to open")
+    odl = op_text(node.source) if node.source in list_ops() else format_op(node.op)
+    sizes = bind_sizes(node.op, {k: graph.shapes[v].shape for k, v in node.inputs.items()})
+    return history.record("graph-node", {"odl": odl, "backend": "c", "target": "host",
+                                         "sizes": sizes, "config": {}, "op": node.op.name},
+                          {"ok": True, "op": node.op.name,
+                           "note": f"node {node_name} of graph {graph.name}"})

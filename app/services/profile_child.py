@@ -1,0 +1,42 @@
+"""Worker process of the Profiler page: profile one operator (compile + run, timings, callgrind lines).
+
+Runs as `python -m app.services.profile_child` with a JSON request on stdin; kernels never run in
+the server process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+MARK = "@@PROFILE@@"
+
+
+def profile(request: dict) -> dict:
+    """The operator report (flame, hotspots, timings, roofline) plus a torch reference timeline."""
+    from profilers.report import operator_report
+
+    report = operator_report(request["op"], request["sizes"], request.get("target", "host"),
+                             repeats=int(request.get("repeats", 3)), hotspots=True)
+    try:
+        from profilers.traces import torch_reference_timeline
+
+        report["timeline"] = torch_reference_timeline(request["op"], request["sizes"],
+                                                      repeats=2).to_dict()
+    except Exception as exc:  # the timeline is an extra; the page says why it is missing
+        report["notes"].append(f"no timeline: {type(exc).__name__}: {exc}")
+    return report
+
+
+def main() -> None:
+    """Read the request, profile, print the marked JSON report (or the error)."""
+    request = json.loads(sys.stdin.read())
+    try:
+        result = {"ok": True, "report": profile(request)}
+    except Exception as exc:  # reported in the page; the server never sees the exception
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    print(MARK + json.dumps(result, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Operator-graph figures: a layered DAG coloured and sized by measured time, and time vs eager bars."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import networkx as nx
+import plotly.graph_objects as go
+
+from profilers.figures.charts import PALETTE, WIDTH
+
+GROUP_COLOURS = ("#2457c5", "#1b7f3b", "#b3261e", "#c88c00", "#7a3cb4", "#008c96")
+
+
+def layered_positions(g: nx.DiGraph) -> dict[str, tuple[float, float]]:
+    """Left-to-right layers by topological generation (no graphviz needed)."""
+    layers = {n: i for i, gen in enumerate(nx.topological_generations(g)) for n in gen}
+    h = nx.DiGraph()
+    h.add_nodes_from((n, {"layer": layers[n]}) for n in g.nodes)
+    pos = nx.multipartite_layout(h, subset_key="layer", align="vertical")
+    return {n: (float(x), float(y)) for n, (x, y) in pos.items()}
+
+
+def operator_graph(g: nx.DiGraph, times_ms: Mapping[str, float] | None = None,
+                   groups: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
+                   selected: str | None = None, title: str = "Operator graph") -> go.Figure:
+    """The graph as layers; node colour and size follow time, fused groups get an outline."""
+    pos = layered_positions(g)
+    times = dict(times_ms or {})
+    groups = dict(groups or {})
+    labels = dict(labels or {})
+    ex: list = []
+    ey: list = []
+    for u, v in g.edges:
+        ex += [pos[u][0], pos[v][0], None]
+        ey += [pos[u][1], pos[v][1], None]
+    fig = go.Figure(go.Scatter(x=ex, y=ey, mode="lines", hoverinfo="skip", showlegend=False,
+                               line=dict(width=1.2, color="#9aa3b2")))
+    # arrow heads: one annotation per edge, short, ending at the consumer's marker
+    for u, v in g.edges:
+        fig.add_annotation(x=pos[v][0], y=pos[v][1], ax=pos[u][0], ay=pos[u][1], xref="x",
+                           yref="y", axref="x", ayref="y", showarrow=True, arrowhead=2,
+                           arrowsize=1, arrowwidth=1, arrowcolor="#9aa3b2", standoff=12, text="")
+    _outline_groups(fig, pos, groups)
+    nodes = list(g.nodes)
+    top = max(times.values(), default=0.0) or 1.0
+    ms = [times.get(n) for n in nodes]
+    fig.add_trace(go.Scatter(
+        x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes], mode="markers+text",
+        text=nodes, textposition="top center", showlegend=False,
+        customdata=[[n, labels.get(n, ""), t if t is not None else -1, groups.get(n, n)]
+                    for n, t in zip(nodes, ms, strict=True)],
+        hovertemplate=("<b>%{customdata[0]}</b> %{customdata[1]}<br>group %{customdata[3]}"
+                       "<br>%{customdata[2]:.3f} ms (-1: not run)<br>click: open in the Studio"
+                       "<extra></extra>"),
+        marker=dict(
+            size=[14 + 26 * ((t or 0.0) / top) ** 0.5 for t in ms],
+            color=[t or 0.0 for t in ms], colorscale="YlOrRd", cmin=0, cmax=top,
+            showscale=bool(times), colorbar=dict(title="ms", thickness=12),
+            line=dict(width=[3 if n == selected else 1 for n in nodes],
+                      color=["#111" if n == selected else "#555" for n in nodes]))))
+    # a graph of one row (a chain) would otherwise be stretched by the group outlines
+    ys = [y for _, y in pos.values()] or [0.0]
+    mid, half = (max(ys) + min(ys)) / 2, max((max(ys) - min(ys)) / 2 + 0.2, 0.45)
+    fig.update_yaxes(range=[mid - half, mid + half])
+    fig.update_layout(title=title, template="plotly_white", height=460, width=None,
+                      margin=dict(l=10, r=10, t=40, b=10), clickmode="event",
+                      xaxis=dict(visible=False), yaxis=dict(visible=False))
+    return fig
+
+
+def _outline_groups(fig: go.Figure, pos: Mapping, groups: Mapping[str, str]) -> None:
+    """A dashed rectangle around every group of more than one node (a fused kernel)."""
+    members: dict[str, list[str]] = {}
+    for node, group in groups.items():
+        if node in pos:
+            members.setdefault(group, []).append(node)
+    fused = [(g, ns) for g, ns in members.items() if len(ns) > 1]
+    for i, (name, ns) in enumerate(fused):
+        xs = [pos[n][0] for n in ns]
+        ys = [pos[n][1] for n in ns]
+        colour = GROUP_COLOURS[i % len(GROUP_COLOURS)]
+        fig.add_shape(type="rect", x0=min(xs) - 0.06, x1=max(xs) + 0.06, y0=min(ys) - 0.08,
+                      y1=max(ys) + 0.1, line=dict(color=colour, width=2, dash="dash"),
+                      fillcolor=colour, opacity=0.08, layer="below")
+        fig.add_annotation(x=min(xs) - 0.06, y=max(ys) + 0.1, text=f"fused: {name}",
+                           showarrow=False, xanchor="left", yanchor="bottom",
+                           font=dict(size=10, color=colour))
+
+
+def node_time_bars(rows: Sequence[Mapping], title: str = "Per-group time vs torch eager"
+                   ) -> go.Figure:
+    """Grouped bars: each group's kernel time beside the same nodes in torch eager (ms)."""
+    names = [r["group"] for r in rows]
+    fig = go.Figure([
+        go.Bar(x=names, y=[r.get("ms") or 0 for r in rows], name="UOL", marker_color=PALETTE[0],
+               customdata=[[r.get("engine", ""), r.get("speedup") or 0] for r in rows],
+               hovertemplate="%{x}: %{y:.3f} ms (%{customdata[0]})<br>%{customdata[1]:.2f}x "
+                             "vs eager<extra></extra>"),
+        go.Bar(x=names, y=[r.get("torch_ms") or 0 for r in rows], name="torch eager",
+               marker_color=PALETTE[1]),
+    ])
+    fig.update_layout(barmode="group", title=title, template="plotly_white", height=340,
+                      width=WIDTH, margin=dict(l=60, r=20, t=50, b=80), yaxis_title="ms")
+    return fig
