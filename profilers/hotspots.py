@@ -90,11 +90,16 @@ class HotspotReport:
                    dict(data.get("config", {})), dict(data.get("meta", {})))
 
 
-def driver_source(src: KernelSource, shapes: Mapping[str, Sequence[int]]) -> str:
+def driver_source(src: KernelSource, shapes: Mapping[str, Sequence[int]],
+                  exact_allocation: bool = False) -> str:
     """A C main() that allocates every kernel argument (contiguous), fills it and calls the entry.
 
     `argv[1]` is the number of calls; inputs are filled with a fixed LCG, so counts repeat exactly.
+    `exact_allocation` allocates exactly the tensor's bytes (no rounding to 64), so a sanitizer
+    sees a read one element past the end.
     """
+    alloc = ("malloc((size_t)(numel[i] * 4))" if exact_allocation
+             else "aligned_alloc(64, (size_t)((numel[i] * 4 + 63) / 64 * 64))")
     args = list(src.meta.get("args") or shapes)
     missing = [a for a in args if a not in shapes]
     if missing:
@@ -119,7 +124,7 @@ int main(int argc, char **argv)
     void *args[{len(args)}];
     uint32_t seed = 12345u;
     for (int i = 0; i < {len(args)}; ++i) {{
-        float *p = aligned_alloc(64, (size_t)((numel[i] * 4 + 63) / 64 * 64));
+        float *p = {alloc};
         for (int64_t j = 0; j < numel[i]; ++j) {{
             seed = seed * 1664525u + 1013904223u;
             p[j] = (float)(seed >> 8) / 16777216.0f - 0.5f;

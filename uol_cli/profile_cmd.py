@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
     app.command("profile", context_settings={"allow_extra_args": True,
                                               "ignore_unknown_options": True})(profile)
     app.command("hotspots")(hotspots)
+    app.command("sanitize")(sanitize)
     app.command("report")(report)
     app.command("compare")(compare_runs)
 
@@ -105,6 +106,31 @@ def hotspots(file: FileArg, shape: ShapeOpt, target: TargetOpt = "host",
         calls = f"  [calls {', '.join(r.calls)}]" if r.calls else ""
         print(f"  {r.costs['Ir'] / total * 100:5.1f}%  C {r.line:4} (ODL {r.odl_line})  "
               f"{r.text.strip()[:70]}{calls}")
+
+
+@friendly_errors
+def sanitize(file: FileArg, shape: ShapeOpt, target: TargetOpt = "host", config: ConfigOpt = None,
+             as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Run the generated C kernel under AddressSanitizer + UBSan; findings map to ODL lines.
+    Exits 1 when something is found."""
+    from profilers.sanitizer import sanitize_op
+
+    op, _, _ = read_op(file)
+    sizes = bind_sizes(op, parse_shape_spec(shape))
+    try:
+        rep = sanitize_op(file, sizes, target, config)
+    except COMPILER_ERRORS as exc:
+        raise UserError(str(exc)) from None
+    if as_json:
+        print_json(rep.to_dict())
+    elif rep.clean:
+        print(f"{rep.op_name}: clean (AddressSanitizer + UBSan found nothing)")
+    else:
+        for f in rep.findings:
+            print(f"{f.kind}: {f.message}\n  C line {f.kernel_line}: {f.kernel_text}\n"
+                  f"  ODL line {f.odl_line}")
+    if not rep.clean:
+        raise typer.Exit(1)
 
 
 @friendly_errors

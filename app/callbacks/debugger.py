@@ -140,3 +140,25 @@ def draw_heatmap(program, tensor, launch, data):
     who = "all programs" if prog is None else f"program {tuple(prog)}"
     return access_heatmap(v["loads"], v["stores"], tensor, v["shape"], v["oob"],
                           title=f"{tensor} {v['shape']}: accesses per element, {who}")
+
+
+@callback(Output("debug-sanitizer", "children"),
+          Input("debug-sanitize-button", "n_clicks"),
+          State("debug-op", "value"), State("debug-sizes", "value"),
+          running=[(Output("debug-sanitize-button", "disabled"), True, False)],
+          prevent_initial_call=True)
+def run_sanitizer(_n, op, sizes):
+    """ASan/UBSan on the C kernel (built and run in child processes); findings as a list."""
+    from app.services.system import activity
+    from profilers.sanitizer import sanitize_op
+    from uol_core.runtime.shapes import parse_shape_spec
+
+    try:
+        with activity("C sanitizer"):
+            report = sanitize_op(op, parse_shape_spec(sizes or ""))
+    except Exception as exc:  # unsupported op, bad sizes, gcc missing: say it
+        return html.P(f"✗ {exc}", className="error")
+    if report.clean:
+        return html.P(f"✓ {report.op_name}: no finding from AddressSanitizer or UBSan")
+    return html.Ul([html.Li(f"{f.kind}: {f.message} — C line {f.kernel_line}, ODL line "
+                            f"{f.odl_line}: {f.kernel_text}") for f in report.findings])

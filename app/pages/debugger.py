@@ -73,9 +73,11 @@ def layout(**_query) -> html.Div:
             html.H3("Kernel source (findings outlined in red)"),
             source_pane("debug-source", "dbg"),
             html.H3("C kernels: CPU sanitizer"),
-            html.P("The CPU sanitizer (ASan/UBSan) for generated C kernels is not available in "
-                   "this build: no uol_core function runs it yet. Triton kernels are checked "
-                   "above by the trace recorder.", id="debug-sanitizer", className="muted"),
+            html.P("Builds the library operator's C kernel with AddressSanitizer and UBSan and "
+                   "runs it once; findings point at the kernel line and the ODL line.",
+                   className="muted"),
+            html.Button("Run the C sanitizer", id="debug-sanitize-button", className="button"),
+            html.Div(id="debug-sanitizer", className="findings"),
             html.Pre(id="debug-notes", className="explanation"),
         ], className="panel"),
     ], className="two-col")
