@@ -19,7 +19,7 @@ from uol_core.runtime.inputs import random_inputs
 from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
 from uol_core.runtime.shapes import bind_sizes, parse_shape_spec
 
-app = typer.Typer(help="Check, show and evaluate ODL operators.", no_args_is_help=True)
+app = typer.Typer(help="Check, show, evaluate and differentiate ODL operators.", no_args_is_help=True)
 console = Console()
 
 FileArg = Annotated[str, typer.Argument(help="an .odl file, or a library operator name")]
