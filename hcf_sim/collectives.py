@@ -161,8 +161,14 @@ RULES: dict[tuple[str, str], Callable[[int, float, AlphaBeta], CostTerms]] = {
 }
 
 
+def canonical_collective(name: str) -> str:
+    """'all-reduce', 'all_reduce', 'AllReduce' -> 'allreduce'."""
+    return name.replace("-", "").replace("_", "").lower()
+
+
 def check_collective(collective: str, algorithm: str | None = None) -> None:
     """Raise HcfError unless the collective (and algorithm, if given) exist."""
+    collective = canonical_collective(collective)
     if collective not in ALGORITHMS:
         raise HcfError(f"unknown collective {collective!r}; choose one of {', '.join(ALGORITHMS)}")
     if algorithm is not None and algorithm not in ALGORITHMS[collective]:

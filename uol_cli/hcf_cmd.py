@@ -96,8 +96,10 @@ def simulate(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: in
              fail: str = typer.Option(None, help="fault: link:U,V | switch:NAME | node:GPU"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Simulate one collective: time, algbw, busbw (nccl-tests definitions), cost terms and the busiest links."""
+    from hcf_sim.collectives import canonical_collective
     from hcf_sim.faults import fault_scenario
     from hcf_sim.service import simulate as run
+    collective = canonical_collective(collective)
     t = _topo(topology, nodes, link, oversubscription, topology_file)
     nbytes = parse_size(size)
     if fail:
@@ -143,9 +145,11 @@ def sweep(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: int =
           topology_file: str = typer.Option(None, help="custom topology JSON"),
           as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Time every algorithm at every size; show the best per size and the crossover points."""
+    from hcf_sim.collectives import canonical_collective
     from hcf_sim.selector import candidates, crossovers
     from hcf_sim.service import sweep as run
     from hcf_sim.service import topology_params
+    collective = canonical_collective(collective)
     t = _topo(topology, nodes, link, oversubscription, topology_file)
     sz = parse_sizes(sizes)
     intra, inter, group = topology_params(t, protocol)

@@ -80,13 +80,17 @@ def list_cmd(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(rows)
         return
-    table = Table("name", "kind", "cores/SMs", "fp32 GFLOP/s", "GB/s")
-    table.add_column("description", no_wrap=True, overflow="ellipsis")
+    table = Table()
+    # The name and numbers keep their width on a narrow terminal; the description gives way.
+    for header, width in (("name", 20), ("kind", 4), ("cores", 5), ("fp32 GF/s", 9),
+                          ("GB/s", 6)):
+        table.add_column(header, no_wrap=True, min_width=width)
+    table.add_column("description", overflow="ellipsis", max_width=40)
     for row in rows:
         peak = row.get("peak_gflops", {}).get("fp32")
         table.add_row(row["name"], row["kind"], str(row.get("cores", "")),
                       f"{peak:,.0f}" if peak else "", f"{row.get('mem_bandwidth_gbps') or ''}",
-                      row["description"])
+                      _short(row["description"]))
     console.print(table)
 
 
@@ -104,6 +108,10 @@ def show(name: Annotated[str, typer.Argument(help="target name (see `uol hw list
     for field, value, prov in target.facts():
         table.add_row(field, str(value), prov.kind, prov.source)
     console.print(table)
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @app.command("probe")
