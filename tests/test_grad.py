@@ -20,8 +20,12 @@ def inputs_for(op, size):
 
 
 def backward_inputs(grad, tensors, outputs, upstream):
+    """What the backward reads: inputs, saved outputs and extras (from the forward with saves)."""
     feed = dict(tensors)
-    feed.update({name: outputs[name] for name in grad.saved})
+    if grad.saved_extra:
+        outputs = {**outputs, **as_dict(grad.forward_with_saves,
+                                        evaluate(grad.forward_with_saves, **tensors))}
+    feed.update({name: outputs[name] for name in (*grad.saved, *grad.saved_extra)})
     feed.update({grad.grad_of_output[name]: g for name, g in upstream.items()})
     return feed
 
@@ -91,10 +95,19 @@ def test_matmul_gradient_is_two_contractions():
     ]
 
 
-def test_softmax_gradient_recomputes_intermediates_and_explains():
+def test_softmax_gradient_saves_reductions_and_recomputes_maps():
     grad = derive_grad(load_op("softmax"))
-    assert any("recomputed" in note for note in grad.notes)
-    assert [s.target for s in grad.op.stmts][:2] == ["mx", "e"]
+    assert grad.saved_extra == ("mx", "z_Y")  # the row max and the row sum: passes over X
+    assert [s.target for s in grad.op.stmts][0] == "e"  # exp(X - mx): elementwise, recomputed
+    assert any("recomputed" in n for n in grad.notes) and any("saved" in n for n in grad.notes)
+    forward = grad.forward_with_saves
+    assert [d.name for d in forward.outputs] == ["Y", "mx", "z_Y"]
+
+
+def test_linear_gradient_saves_the_pre_activation():
+    grad = derive_grad(load_op("linear_bias_gelu"))
+    assert grad.saved_extra == ("z_Y",)
+    assert [s.target for s in grad.op.stmts] == ["g_Y", "dX", "dW", "db"]
 
 
 def test_integer_inputs_get_no_gradient_and_bad_wrt_is_an_error():

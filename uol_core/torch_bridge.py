@@ -31,21 +31,25 @@ class TorchOp:
         self.op = op
         self.backend = backend
         self.target = target
-        self.forward_runner = OpRunner(op, backend, target)
+        self.differentiable = differentiable_inputs(op)
+        self._grad: GradOp | None = derive_grad(op) if self.differentiable else None
+        # The forward runs the op that also writes what the backward saves (z of a linear
+        # layer, row statistics of a norm); callers see only the op's own outputs.
+        self.forward_op = self._grad.forward_with_saves if self._grad else op
+        self.forward_runner = OpRunner(self.forward_op, backend, target)
         self._variants: dict[torch.dtype, tuple[OpRunner, OpRunner | None]] = {}
         self.inputs = [d.name for d in op.inputs]
         self.outputs = [d.name for d in op.outputs]
-        self.differentiable = differentiable_inputs(op)
-        self._grad: GradOp | None = None
+        self.all_outputs = [d.name for d in self.forward_op.outputs]
         digest = hashlib.sha1(f"{format_op(op)}|{backend}|{target}".encode()).hexdigest()[:10]
         self.qualname = f"uol::{op.name}_{digest}"
         self._register(digest)
 
     @property
     def grad(self) -> GradOp:
-        """The derived backward op (built on first use)."""
+        """The derived backward op."""
         if self._grad is None:
-            self._grad = derive_grad(self.op)
+            raise TypeError(f"{self.op.name} has no float input to differentiate")
         return self._grad
 
     def runners(self, values: tuple[torch.Tensor, ...]) -> tuple[OpRunner, OpRunner]:
@@ -56,11 +60,15 @@ class TorchOp:
         if dtype not in self._variants:
             declared = TORCH_DTYPES[self.op.tensor(self.differentiable[0]).dtype] \
                 if self.differentiable else dtype
-            op = self.op if dtype == declared else retyped(self.op, _ODL_TYPES[dtype])
-            grad_op = derive_grad(op).op if self.differentiable else None
+            if dtype == declared:
+                forward, grad = self.forward_runner, self._grad
+            else:
+                op = retyped(self.op, _ODL_TYPES[dtype])
+                grad = derive_grad(op) if self.differentiable else None
+                forward = OpRunner(grad.forward_with_saves if grad else op, self.backend,
+                                   self.target)
             self._variants[dtype] = (
-                self.forward_runner if op is self.op else OpRunner(op, self.backend, self.target),
-                OpRunner(grad_op, self.backend, self.target) if grad_op is not None else None)
+                forward, OpRunner(grad.op, self.backend, self.target) if grad else None)
         return self._variants[dtype]
 
     def __call__(self, *args: torch.Tensor, **kwargs: torch.Tensor):
@@ -69,15 +77,15 @@ class TorchOp:
         missing = [n for n in self.inputs if n not in tensors]
         if missing:
             raise TypeError(f"{self.op.name} needs inputs {', '.join(missing)}")
-        result = self._op(*(tensors[n] for n in self.inputs))
+        result = self._op(*(tensors[n] for n in self.inputs))[: len(self.outputs)]
         return result[0] if len(self.outputs) == 1 else dict(zip(self.outputs, result))
 
     # ------------------------------------------------------------------ registration
     def _register(self, digest: str) -> None:
         name = f"{self.op.name}_{digest}"
         params = ", ".join(f"Tensor {n}" for n in self.inputs)
-        returns = "Tensor" if len(self.outputs) == 1 else \
-            "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
+        returns = "Tensor" if len(self.all_outputs) == 1 else \
+            "(" + ", ".join("Tensor" for _ in self.all_outputs) + ")"
         _LIBRARY.define(f"{name}({params}) -> {returns}")
         _LIBRARY.impl(name, self._forward_impl, "CompositeExplicitAutograd")
         torch.library.register_fake(self.qualname, self._fake_impl, lib=_LIBRARY)
@@ -91,17 +99,17 @@ class TorchOp:
         # A custom op may not return a view of its input (the reference can, for copies).
         storages = {v.untyped_storage().data_ptr() for v in values}
         result = tuple(outputs[n].clone() if outputs[n].untyped_storage().data_ptr() in storages
-                       else outputs[n] for n in self.outputs)
+                       else outputs[n] for n in self.all_outputs)
         return result[0] if len(result) == 1 else result
 
     def _fake_impl(self, *values: torch.Tensor):
         sizes = bind_sizes(self.op, {n: tuple(v.shape) for n, v in zip(self.inputs, values)})
-        dtypes = output_dtypes(self.op)
+        dtypes = output_dtypes(self.forward_op)
         floats = [v.dtype for n, v in zip(self.inputs, values) if n in self.differentiable]
         if floats:  # outputs follow the float type the op runs in (see `runners`)
             dtypes = {n: floats[0] if t.is_floating_point else t for n, t in dtypes.items()}
-        result = tuple(values[0].new_empty(shape_of(self.op, n, sizes), dtype=dtypes[n])
-                       for n in self.outputs)
+        result = tuple(values[0].new_empty(shape_of(self.forward_op, n, sizes), dtype=dtypes[n])
+                       for n in self.all_outputs)
         return result[0] if len(result) == 1 else result
 
     def _setup(self, ctx, inputs, output) -> None:
@@ -112,9 +120,9 @@ class TorchOp:
         grad = self.grad
         saved = ctx.saved_tensors
         values = dict(zip(self.inputs, saved[: len(self.inputs)]))
-        outs = dict(zip(self.outputs, saved[len(self.inputs):]))
+        outs = dict(zip(self.all_outputs, saved[len(self.inputs):]))
         feed = dict(values)
-        feed.update({n: outs[n] for n in grad.saved})
+        feed.update({n: outs[n] for n in (*grad.saved, *grad.saved_extra)})
         for name, up in zip(self.outputs, upstream):
             feed[grad.grad_of_output[name]] = (up if up is not None else torch.zeros_like(outs[name])).contiguous()
         result = self.runners(saved[: len(self.inputs)])[1](feed)

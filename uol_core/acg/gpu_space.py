@@ -25,6 +25,8 @@ GEMM_DOMAINS = {
     "BLOCK_K": [16, 32, 64, 128], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5],
     "GROUP_M": [1, 4, 8, 16], "SPLIT_K": [1, 2, 4, 8],
 }
+FLASH_DOMAINS = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128],
+                 "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4]}
 GENERIC_DOMAINS = {"BLOCK": [64, 128, 256, 512, 1024], "BLOCK_R": [16, 32, 64, 128],
                    "num_warps": [1, 2, 4, 8]}
 
@@ -116,6 +118,52 @@ def gemm_rules(p: dict[str, Any], target: Any) -> list[Rule]:
     ]
 
 
+def flash_problem(op: Op, sizes: dict[str, int]) -> dict[str, Any]:
+    """S, T, D, E, batch and element type when the op is the flash attention structure."""
+    from uol_core.backends.triton_attention import flash_plan
+
+    plan = flash_plan(op)
+    if plan is None:
+        return {}
+    ext, ext_o = stmt_extents(op, 0), stmt_extents(op, len(op.stmts) - 1)
+    dtype = op.tensor(plan.q.tensor).dtype
+    return {"flash": True, "S": ext.free[plan.i].evaluate(sizes),
+            "T": ext.free[plan.j].evaluate(sizes),
+            "D": ext.reductions[plan.reduce][plan.d].evaluate(sizes),
+            "E": ext_o.free[plan.o_names[-1]].evaluate(sizes),
+            "batch": math.prod(ext.free[x].evaluate(sizes) for x in plan.prefix),
+            "dtype": dtype.value, "bytes": dtype.itemsize, "causal": plan.causal is not None}
+
+
+def flash_rules(p: dict[str, Any], target: Any) -> list[Rule]:
+    """Constraints of the flash kernel: K/V blocks in shared memory, S and O tiles in registers."""
+    b = p["bytes"]
+    smem = target.smem_per_block_optin_bytes or target.smem_per_block_bytes
+    regs_max = target.registers_per_thread_max or 255
+    warp = target.warp_size or 32
+    d = max(16, 1 << max(p["D"] - 1, 0).bit_length())
+    e = max(16, 1 << max(p["E"] - 1, 0).bit_length())
+
+    def fits(block: int, dim: int) -> bool:
+        return block <= max(16, 1 << max(dim - 1, 0).bit_length())
+
+    return [
+        Rule("shared_memory", ("BLOCK_M", "BLOCK_N", "num_stages"),
+             lambda bm, bn, s: b * (bm * d + s * bn * (d + e)) <= smem,
+             f"{b} B x (BM*D + num_stages*BN*(D+E)) must fit {smem} B of shared memory"),
+        Rule("registers", ("BLOCK_M", "BLOCK_N", "num_warps"),
+             lambda bm, bn, w: math.ceil(bm * (bn + e) / (warp * w)) + 32 <= regs_max,
+             f"score and accumulator tiles per thread + 32 within {regs_max} registers"),
+        Rule("warps_per_tile", ("BLOCK_M", "BLOCK_N", "num_warps"),
+             lambda bm, bn, w: w <= max(1, bm * bn // 256) and
+             warp * w <= (target.max_threads_per_block or 1024),
+             "each warp needs at least a 16x16 piece of the score tile"),
+        Rule("problem_fit", ("BLOCK_M", "BLOCK_N"),
+             lambda bm, bn: fits(bm, p["S"]) and fits(bn, p["T"]),
+             f"blocks no larger than the next power of two of S={p['S']}, T={p['T']}"),
+    ]
+
+
 def generic_rules(target: Any) -> list[Rule]:
     """Constraints of the blocked map/reduce kernels."""
     warp = target.warp_size or 32
@@ -128,9 +176,12 @@ def generic_rules(target: Any) -> list[Rule]:
 
 def gpu_space(op: Op, sizes: dict[str, int], target: Any) -> GpuSpace:
     """Enumerate the legal configs with python-constraint2 and count what each rule removed."""
-    problem = gemm_problem(op, sizes)
-    domains = GEMM_DOMAINS if problem else GENERIC_DOMAINS
-    rules = gemm_rules(problem, target) if problem else generic_rules(target)
+    problem = flash_problem(op, sizes) or gemm_problem(op, sizes)
+    if problem.get("flash"):
+        domains, rules = FLASH_DOMAINS, flash_rules(problem, target)
+    else:
+        domains = GEMM_DOMAINS if problem else GENERIC_DOMAINS
+        rules = gemm_rules(problem, target) if problem else generic_rules(target)
     csp = constraint.Problem()
     for name, values in domains.items():
         csp.addVariable(name, values)
@@ -155,7 +206,9 @@ def gpu_space(op: Op, sizes: dict[str, int], target: Any) -> GpuSpace:
 
 
 def predict(config: dict, problem: dict, target: Any) -> dict[str, float]:
-    """Roofline time with wave quantisation for a GEMM config (seconds) and its parts."""
+    """Roofline time with wave quantisation for a GEMM (or flash) config (seconds) and its parts."""
+    if problem.get("flash"):
+        return _predict_flash(config, problem, target)
     m, n, k, batch, b = (problem[x] for x in ("M", "N", "K", "batch", "bytes"))
     peak = (target.peak_gflops or {}).get(HFL_DTYPES.get(problem["dtype"], "fp32"), 1.0) * 1e9
     bw = (target.mem_bandwidth_gbps or 1.0) * 1e9
@@ -177,6 +230,25 @@ def rank(space: GpuSpace, target: Any, top: int | None = None) -> list[tuple[dic
     if not space.problem:
         return [(c, {}) for c in space.configs][:top]
     scored = [(c, predict(c, space.problem, target)) for c in space.configs]
-    scored.sort(key=lambda cp: (cp[1]["time_s"], abs(cp[0]["GROUP_M"] - 8),
+    scored.sort(key=lambda cp: (cp[1]["time_s"], abs(cp[0].get("GROUP_M", 8) - 8),
                                 -cp[0]["num_stages"]))
     return scored[:top] if top else scored
+
+
+def _predict_flash(config: dict, problem: dict, target: Any) -> dict[str, float]:
+    """Flash attention: Q.K and P.V flops (halved when causal); K and V read once per row block."""
+    s, t, d, e, batch, b = (problem[x] for x in ("S", "T", "D", "E", "batch", "bytes"))
+    peak = (target.peak_gflops or {}).get(HFL_DTYPES.get(problem["dtype"], "fp32"), 1.0) * 1e9
+    bw = (target.mem_bandwidth_gbps or 1.0) * 1e9
+    row_blocks = math.ceil(s / config["BLOCK_M"])
+    tiles = row_blocks * batch
+    sms = target.cores or 1
+    waves = math.ceil(tiles / sms)
+    efficiency = tiles / (sms * waves)
+    part = 0.5 if problem.get("causal") else 1.0
+    flops = 2.0 * batch * s * t * (d + e) * part
+    traffic = b * batch * (s * d + part * row_blocks * t * (d + e) + s * e)
+    compute = flops / (peak * efficiency)
+    memory = traffic / bw
+    return {"time_s": max(compute, memory), "compute_s": compute, "memory_s": memory,
+            "wave_efficiency": efficiency, "tiles": tiles, "waves": waves}

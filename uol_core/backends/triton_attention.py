@@ -1,11 +1,332 @@
-"""Flash-style fused attention kernel (online softmax) recognised from multi-statement ODL."""
+"""Flash-style fused attention kernel (online softmax) recognised from multi-statement ODL.
+
+Recognised statements (any index names, any leading batch/head indices P, any element layout of
+Q, K, V, and any elementwise score expression around the Q.K sum: a scale, a `where` mask over
+index values, an additive bias read at [P, i, j]):
+    s[P, i, j] = f(sum[d](Q[.. i, d ..] * K[.. j, d ..]))   mx[P, i] = max[j](s[P, i, j])
+    p[P, i, j] = exp(s[P, i, j] - mx[P, i])                  l[P, i] = sum[j](p[P, i, j])
+    O[P, i, e] = sum[j](p[P, i, j] * V[.. j, e ..]) / l[P, i]
+One program per (P, BLOCK_M query rows): the Q tile is loaded once, BLOCK_N key blocks stream
+through with an online softmax (running max m, running sum l, rescaled accumulator), so the score
+matrix is never written. A causal mask `where(j <= i + c, ..)` (c >= 0) ends the key loop at the
+block's last visible key: fully masked blocks are skipped.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
-def flash_plan(op):
+from uol_core.backends.triton_expr import TL_DTYPES, Ctx, ExprEmitter, Writer, extent_code, safe
+from uol_core.backends.triton_generic import KernelPart, acc_dtype, store_dtype
+from uol_core.odl.check import stmt_extents
+from uol_core.odl.ir import (
+    Access,
+    Affine,
+    Binary,
+    Call,
+    Cast,
+    Const,
+    DType,
+    Op,
+    Reduce,
+    Scan,
+    Unary,
+    Var,
+    walk,
+)
+
+HALF = (DType.f16, DType.bf16)
+
+
+@dataclass(frozen=True)
+class FlashPlan:
+    """The recognised attention: operand accesses, index names and the causal bound if any."""
+
+    q: Access
+    k: Access
+    v: Access
+    out: str
+    prefix: tuple[str, ...]  # batch/head indices of the score statement
+    i: str
+    j: str
+    d: str
+    o_names: tuple[str, ...]  # indices of the output statement (prefix', i', e)
+    jj: str  # the key index of the output's sum
+    reduce: Reduce  # the Q.K sum inside the score expression
+    causal: int | None  # c of a `j <= i + c` mask (c >= 0): key blocks past the diagonal skipped
+
+
+def _pure(e, tensor: str | None, names) -> bool:
+    return (isinstance(e, Access) and e.pad is None and (tensor is None or e.tensor == tensor)
+            and tuple(f.pure_symbol for f in e.indices) == tuple(names))
+
+
+def _uses(e, names: set[str]) -> bool:
+    """Every index used by the operand is one of `names`, each once, none missing (any order)."""
+    got = [f.pure_symbol for f in e.indices]
+    return None not in got and len(set(got)) == len(got) and set(got) == names
+
+
+def flash_plan(op: Op) -> FlashPlan | None:
+    """The plan when `op` is attention as above (float tensors, intermediates not outputs)."""
+    if len(op.stmts) != 5:
+        return None
+    if not all(d.dtype.is_float for d in op.inputs + op.outputs + op.locals):
+        return None
+    s, mx, p, lsum, o = op.stmts
+    outputs = {d.name for d in op.outputs}
+    inputs = {d.name for d in op.inputs}
+    if {s.target, mx.target, p.target, lsum.target} & outputs or o.target not in outputs:
+        return None
+    if len(s.indices) < 2:
+        return None
+    *prefix, i, j = s.indices
+    n = len(prefix)
+    reds = [x for x in walk(s.expr) if isinstance(x, (Reduce, Scan))]
+    if len(reds) != 1 or not isinstance(reds[0], Reduce) or reds[0].op != "sum" \
+            or len(reds[0].indices) != 1:
+        return None
+    red, d = reds[0], reds[0].indices[0]
+    body = red.body
+    if not (isinstance(body, Binary) and body.op == "mul"):
+        return None
+    qa, ka = body.lhs, body.rhs
+    if not (isinstance(qa, Access) and isinstance(ka, Access) and qa.tensor in inputs
+            and ka.tensor in inputs and qa.pad is None and ka.pad is None):
+        return None
+    if not _uses(qa, {*prefix, i, d}):
+        qa, ka = ka, qa
+    if not (_uses(qa, {*prefix, i, d}) and _uses(ka, {*prefix, j, d})):
+        return None
+    if not _score_ok(s.expr, red, set(s.indices) | set(op.dims), inputs):
+        return None
+    # mx[P, i] = max[j](s[P, i, j])
+    e = mx.expr
+    if not (len(mx.indices) == n + 1 and isinstance(e, Reduce) and e.op == "max"
+            and len(e.indices) == 1 and _pure(e.body, s.target, (*mx.indices, e.indices[0]))):
+        return None
+    # p[P, i, j] = exp(s[P, i, j] - mx[P, i])
+    e = p.expr
+    if not (len(p.indices) == n + 2 and isinstance(e, Call) and e.fn == "exp"
+            and isinstance(e.args[0], Binary) and e.args[0].op == "sub"
+            and _pure(e.args[0].lhs, s.target, p.indices)
+            and _pure(e.args[0].rhs, mx.target, p.indices[:-1])):
+        return None
+    # l[P, i] = sum[j](p[P, i, j])
+    e = lsum.expr
+    if not (len(lsum.indices) == n + 1 and isinstance(e, Reduce) and e.op == "sum"
+            and len(e.indices) == 1 and _pure(e.body, p.target, (*lsum.indices, e.indices[0]))):
+        return None
+    # O[P, i, e] = sum[j](p[P, i, j] * V[.., j, e ..]) / l[P, i]
+    e = o.expr
+    if not (len(o.indices) == n + 2 and isinstance(e, Binary) and e.op == "div"
+            and isinstance(e.lhs, Reduce) and e.lhs.op == "sum" and len(e.lhs.indices) == 1):
+        return None
+    *pre, i2, ee = o.indices
+    jj = e.lhs.indices[0]
+    b = e.lhs.body
+    if not (isinstance(b, Binary) and b.op == "mul"):
+        return None
+    pa, va = (b.lhs, b.rhs) if isinstance(b.lhs, Access) and b.lhs.tensor == p.target \
+        else (b.rhs, b.lhs)
+    if not (_pure(pa, p.target, (*pre, i2, jj)) and isinstance(va, Access)
+            and va.tensor in inputs and va.pad is None and _uses(va, {*pre, jj, ee})
+            and _pure(e.rhs, lsum.target, (*pre, i2))):
+        return None
+    return FlashPlan(qa, ka, va, o.target, tuple(prefix), i, j, d, tuple(o.indices), jj, red,
+                     _causal(s.expr, i, j))
+
+
+def _score_ok(expr, red: Reduce, names: set[str], inputs: set[str]) -> bool:
+    """The score expression is elementwise over [P, i, j]: constants, index values, inputs."""
+    for node in walk(expr):
+        if node is red:
+            continue
+        if any(node is x for x in walk(red.body)):
+            continue
+        if isinstance(node, Var) and node.name not in names:
+            return False
+        if isinstance(node, Access):
+            syms = [f.pure_symbol for f in node.indices]
+            if node.tensor not in inputs or node.pad is not None or None in syms \
+                    or not set(syms) <= names:
+                return False
+        if not isinstance(node, (Access, Var, Const, Unary, Binary, Call, Cast, Reduce)):
+            return False
+    return True
+
+
+def _linear(e) -> dict[str, int] | None:
+    """An integer linear form over index names ('' for the constant), or None."""
+    if isinstance(e, Var):
+        return {e.name: 1}
+    if isinstance(e, Const) and float(e.value).is_integer():
+        return {"": int(e.value)}
+    if isinstance(e, Binary) and e.op in ("add", "sub"):
+        a, b = _linear(e.lhs), _linear(e.rhs)
+        if a is None or b is None:
+            return None
+        sign = 1 if e.op == "add" else -1
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + sign * v
+        return out
     return None
 
 
-def emit_flash(op, plan, cfg):
-    raise NotImplementedError
+def _causal(expr, i: str, j: str) -> int | None:
+    """c when the score is where(j <= i + c, .., const) with c >= 0 (every row sees key 0)."""
+    if not (isinstance(expr, Call) and expr.fn == "where" and isinstance(expr.args[2], Const)):
+        return None
+    cond = expr.args[0]
+    if not (isinstance(cond, Binary) and cond.op in ("le", "lt", "ge", "gt")):
+        return None
+    lhs, rhs = (cond.lhs, cond.rhs) if cond.op in ("le", "lt") else (cond.rhs, cond.lhs)
+    a, b = _linear(lhs), _linear(rhs)
+    if a is None or b is None:
+        return None
+    diff = dict(a)  # lhs - rhs (<= or < 0)
+    for k, v in b.items():
+        diff[k] = diff.get(k, 0) - v
+    diff = {k: v for k, v in diff.items() if v}
+    const = diff.pop("", 0)
+    if diff != {j: 1, i: -1}:
+        return None
+    c = -const - (1 if cond.op in ("lt", "gt") else 0)  # j <= i + c
+    return c if c >= 0 else None
+
+
+def emit_flash(op: Op, plan: FlashPlan, cfg: dict) -> KernelPart:
+    """The fused kernel: Q tile once, online softmax over key blocks, one store of O."""
+    s, mx, p, lsum, o = op.stmts
+    ext_s, ext_o = stmt_extents(op, 0), stmt_extents(op, 4)
+    free = ext_s.free
+    pre_ext = [free[x] for x in plan.prefix]
+    S, T = extent_code(free[plan.i]), extent_code(free[plan.j])
+    D = extent_code(ext_s.reductions[plan.reduce][plan.d])
+    E = extent_code(ext_o.free[plan.o_names[-1]])
+    bias = [x.tensor for x in walk(s.expr) if isinstance(x, Access)
+            and x.tensor not in (plan.q.tensor, plan.k.tensor)]
+    tensors = list(dict.fromkeys([plan.q.tensor, plan.k.tensor, plan.v.tensor, *bias, plan.out]))
+    params = [f"{safe(t)}_ptr" for t in tensors] + [safe(x) for x in op.dims]
+    consts = ["BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_E"]
+    w = Writer(set(params) | set(consts))
+    dt = acc_dtype(op)
+    em = ExprEmitter(op, w, dt)
+    em.stmt_index = 0
+    e = w.emit
+    types = {op.tensor(x).dtype for x in (plan.q.tensor, plan.k.tensor, plan.v.tensor)}
+    half = TL_DTYPES[next(iter(types))] if len(types) == 1 and types <= set(HALF) else None
+    prec = cfg.get("input_precision", "ieee")
+
+    def dot(a: str, b: str) -> str:
+        if dt == "tl.float64":  # tl.dot has no f64: a broadcast product summed over k
+            return f"tl.sum({a}[:, :, None] * {b}[None, :, :], axis=1)"
+        if half:
+            return f"tl.dot({a}, {b})"
+        return f'tl.dot({a}, {b}, input_precision="{prec}")'
+
+    def load(acc: Access, ctx: Ctx, base: str) -> str:
+        off, _ = em.offset(acc.tensor, acc.indices, ctx)
+        var = w.fresh(base)
+        conv = "" if half or op.tensor(acc.tensor).dtype not in HALF else ".to(tl.float32)"
+        e(f"{var} = tl.load({safe(acc.tensor)}_ptr + {off}, mask={ctx.mask()}, other=0.0){conv}")
+        return var
+
+    w.odl_line = s.line
+    e("# one program per (batch/head, BLOCK_M query rows); keys stream in BLOCK_N blocks")
+    pid_m, pid_b = w.fresh("pid_m"), w.fresh("pid_bh")
+    e(f"{pid_m} = tl.program_id(0)")
+    e(f"{pid_b} = tl.program_id(1)")
+    pre_vars = em.decompose(pid_b, plan.prefix, pre_ext) if plan.prefix else []
+    om, od, oe = w.fresh("offs_m"), w.fresh("offs_d"), w.fresh("offs_e")
+    mm, md, me = w.fresh("mask_m"), w.fresh("mask_d"), w.fresh("mask_e")
+    e(f"{om} = {pid_m} * BLOCK_M + tl.arange(0, BLOCK_M)")
+    e(f"{od} = tl.arange(0, BLOCK_D)")
+    e(f"{oe} = tl.arange(0, BLOCK_E)")
+    e(f"{mm} = {om} < {S}")
+    e(f"{md} = {od} < {D}")
+    e(f"{me} = {oe} < {E}")
+    base = dict(zip(plan.prefix, ((v, None) for v in pre_vars)))
+    q_ctx = Ctx(["BLOCK_M", "BLOCK_D"], {**base, plan.i: (om, 0), plan.d: (od, 1)},
+                [(mm, 0), (md, 1)])
+    e(f"# ODL line {s.line}: the {plan.q.tensor} tile is loaded once and reused for every key block")
+    q = load(plan.q, q_ctx, "q")
+    w.odl_line = mx.line
+    e(f"# ODL lines {mx.line}-{lsum.line}: online softmax state (running max, running sum)")
+    m_i, l_i = w.fresh("m_i"), w.fresh("l_i")
+    e(f"{m_i} = tl.full([BLOCK_M], float(\"-inf\"), {dt})")
+    e(f"{l_i} = tl.zeros([BLOCK_M], {dt})")
+    w.odl_line = o.line
+    acc = w.fresh("acc")
+    e(f"{acc} = tl.zeros([BLOCK_M, BLOCK_E], {dt})")
+    w.odl_line = s.line
+    hi = w.fresh("hi")
+    if plan.causal is not None:
+        e(f"# causal mask (j <= i + {plan.causal}): key blocks past this block's diagonal are "
+          "fully masked, skipped")
+        plus = f" + {plan.causal}" if plan.causal else ""
+        e(f"{hi} = tl.minimum({T}, ({pid_m} + 1) * BLOCK_M{plus})")
+    else:
+        e(f"{hi} = {T}")
+    start = w.fresh("start_n")
+    e(f"for {start} in range(0, {hi}, BLOCK_N):")
+    w.depth += 1
+    on, mn = w.fresh("offs_n"), w.fresh("mask_n")
+    e(f"{on} = {start} + tl.arange(0, BLOCK_N)")
+    e(f"{mn} = {on} < {T}")
+    e(f"# ODL line {s.line}: scores of this key block, in registers only")
+    k_ctx = Ctx(["BLOCK_D", "BLOCK_N"], {**base, plan.d: (od, 0), plan.j: (on, 1)},
+                [(md, 0), (mn, 1)])
+    kt = load(plan.k, k_ctx, "kt")
+    qk = w.fresh("qk")
+    e(f"{qk} = {dot(q, kt)}")
+    em.overrides[id(plan.reduce)] = qk
+    s_ctx = Ctx(["BLOCK_M", "BLOCK_N"], {**base, plan.i: (om, 0), plan.j: (on, 1)},
+                [(mm, 0), (mn, 1)])
+    value = em.expr(s.expr, s_ctx)
+    sv = w.fresh("s")
+    e(f"{sv} = tl.zeros([BLOCK_M, BLOCK_N], {dt}) + {value}")
+    e(f"{sv} = tl.where({mn}[None, :], {sv}, float(\"-inf\"))  # keys past the end count nothing")
+    w.odl_line = mx.line
+    e(f"# ODL line {mx.line}: running row max")
+    m_new = w.fresh("m_new")
+    e(f"{m_new} = tl.maximum({m_i}, tl.max({sv}, axis=1))")
+    w.odl_line = p.line
+    e(f"# ODL line {p.line}: exp(s - max); alpha rescales what was summed under the old max")
+    alpha, pv = w.fresh("alpha"), w.fresh("p")
+    e(f"{alpha} = tl.exp({m_i} - {m_new})")
+    e(f"{pv} = tl.exp({sv} - {m_new}[:, None])")
+    w.odl_line = lsum.line
+    e(f"# ODL line {lsum.line}: running row sum")
+    e(f"{l_i} = {l_i} * {alpha} + tl.sum({pv}, axis=1)")
+    w.odl_line = o.line
+    e(f"# ODL line {o.line}: rescaled accumulator of p @ {plan.v.tensor}")
+    pre_o = dict(zip(plan.o_names[:-2], ((v, None) for v in pre_vars)))
+    v_ctx = Ctx(["BLOCK_N", "BLOCK_E"], {**pre_o, plan.jj: (on, 0), plan.o_names[-1]: (oe, 1)},
+                [(mn, 0), (me, 1)])
+    vv = load(plan.v, v_ctx, "v")
+    pcast = f"{pv}.to({half})" if half else pv
+    e(f"{acc} = {acc} * {alpha}[:, None] + {dot(pcast, vv)}")
+    w.odl_line = mx.line
+    e(f"{m_i} = {m_new}")
+    w.depth -= 1
+    w.odl_line = o.line
+    e(f"# ODL line {o.line}: divide by the row sum and store")
+    out = w.fresh("out")
+    e(f"{out} = {acc} / {l_i}[:, None]")
+    o_ctx = Ctx(["BLOCK_M", "BLOCK_E"], {**pre_o, plan.o_names[-2]: (om, 0),
+                                          plan.o_names[-1]: (oe, 1)}, [(mm, 0), (me, 1)])
+    off, _ = em.offset(plan.out, tuple(Affine.of(x) for x in plan.o_names), o_ctx)
+    e(f"tl.store({safe(plan.out)}_ptr + {off}, {out}.to({store_dtype(op, plan.out)}), "
+      f"mask={o_ctx.mask()})")
+    lines, odl = w.text()
+    bm, bn = int(cfg.get("BLOCK_M", 32)), int(cfg.get("BLOCK_N", 32))
+    values = {"BLOCK_M": str(bm), "BLOCK_N": str(bn),
+              "BLOCK_D": f"max(16, triton.next_power_of_2({D}))",
+              "BLOCK_E": f"max(16, triton.next_power_of_2({E}))"}
+    batch = " * ".join(extent_code(x) for x in pre_ext) or "1"
+    grid = f"(triton.cdiv({S}, {bm}), {batch})"
+    return KernelPart(f"{op.name}_flash", tensors, values, grid, lines, odl, [0, 1, 2, 3, 4],
+                      "flash", launch_opts={"num_warps": str(cfg.get("num_warps", 4)),
+                                            "num_stages": str(cfg.get("num_stages", 2))})

@@ -58,6 +58,13 @@ class GradOp:
     grad_of_input: dict[str, str]  # forward input -> backward output holding its gradient
     saved: tuple[str, ...]  # forward outputs the backward reads
     notes: tuple[str, ...] = field(default=())
+    forward_op: Op | None = None  # the forward, also writing what the backward saves
+    saved_extra: tuple[str, ...] = ()  # extra outputs of forward_op the backward reads
+
+    @property
+    def forward_with_saves(self) -> Op:
+        """The op to run forward so the backward finds its saved tensors."""
+        return self.forward_op or self.forward
 
     @property
     def text(self) -> str:
@@ -81,8 +88,11 @@ def derive_grad(op: Op, wrt: Sequence[str] | None = None) -> GradOp:
     builder = _Builder(op, wrt)
     raw = builder.build()
     text = format_op(raw)
+    forward = builder.forward_with_saves()
+    forward_op = parse(format_op(forward), filename=f"{op.name}.odl") if forward is not op else None
     return GradOp(parse(text, filename=f"{op.name}_grad.odl"), op, wrt, builder.grad_out,
-                  builder.grad_in, builder.saved, tuple(builder.notes))
+                  builder.grad_in, builder.saved, tuple(builder.notes), forward_op,
+                  tuple(builder.saved_extra))
 
 
 class _Builder:
@@ -106,6 +116,11 @@ class _Builder:
         # needs the row max reads the recomputed `mx` instead of computing it again.
         self.hoisted: dict[Expr, tuple[str, tuple[str, ...]]] = {
             _alpha_normal(s.expr): (s.target, s.indices) for s in op.stmts}
+        # Forward sub-values the backward reads instead of recomputing: key -> (name, indices,
+        # statement index, value, extents); and forward locals promoted to outputs.
+        self.saves: dict[Expr, tuple[str, tuple[str, ...], int, Expr, tuple]] = {}
+        self.saved_extra: list[str] = []
+        self.current_stmt = -1
 
     def name(self, base: str) -> str:
         candidate, n = base, 0
@@ -173,6 +188,7 @@ class _Builder:
 
     def differentiate(self, index: int, incoming: str, out: list[Stmt]) -> None:
         stmt = self.op.stmts[index]
+        self.current_stmt = index
         extents = dict(stmt_extents(self.op, index).free)
         body = _Renamer(self, stmt_extents(self.op, index).reductions, extents).run(stmt.expr)
         upstream = Access(incoming, tuple(Affine.of(i) for i in stmt.indices))
@@ -238,7 +254,13 @@ class _Builder:
             used = free_indices(value)
             names = tuple(i for i in stmt.indices if i in used)
             target = self.name(f"g_{stmt.target}" if not isinstance(value, Reduce) else f"z_{stmt.target}")
-            out.append(Stmt(target, names, value, 0, tuple((n, extents[n]) for n in names)))
+            written = tuple((n, extents[n]) for n in names)
+            if isinstance(value, Reduce) and _contains(stmt.expr, key):
+                # Cost rule: a forward reduction is a whole pass over its input; saving it costs
+                # one tensor of its (smaller or equal) output. Save it, as torch saves z.
+                self.saves[key] = (target, names, self.current_stmt, value, written)
+            else:
+                out.append(Stmt(target, names, value, 0, written))
             self.hoisted[key] = (target, names)
         target, names = self.hoisted[key]
         return Access(target, tuple(Affine.of(n) for n in names))
@@ -306,35 +328,87 @@ class _Builder:
     def assemble(self, adjoint_stmts: list[Stmt]) -> Op:
         used = {n.tensor for s in adjoint_stmts for n in walk(s.expr) if isinstance(n, Access)}
         outputs = {d.name for d in self.op.outputs}
-        needed = self.recompute_closure(used - outputs)
+        needed, kept = self.recompute_closure(used - outputs)
         recomputed = [s for s in self.op.stmts if s.target in needed]
         used |= {n.tensor for s in recomputed for n in walk(s.expr) if isinstance(n, Access)}
         self.saved = tuple(d.name for d in self.op.outputs if d.name in used)
+        self.saved_extra = [s.target for s in self.op.stmts if s.target in kept] + \
+            [save[0] for save in self.saves.values()]
         if recomputed:
-            self.notes.append("recomputed (no extra memory): " + ", ".join(s.target for s in recomputed))
-        if self.saved:
-            self.notes.append("saved from the forward pass: " + ", ".join(self.saved))
+            self.notes.append("recomputed (elementwise, no extra memory): "
+                              + ", ".join(s.target for s in recomputed))
+        if self.saved or self.saved_extra:
+            self.notes.append("saved from the forward pass (a reduction or contraction would cost "
+                              "a pass to recompute): " + ", ".join([*self.saved, *self.saved_extra]))
         inputs = list(self.op.inputs)
         inputs += [d for d in self.op.outputs if d.name in self.saved]
+        inputs += [self.op.tensor(n) for n in self.saved_extra if n in kept]
+        inputs += [self.saved_decl(save) for save in self.saves.values()]
         inputs += [TensorDecl(self.grad_out[d.name], d.dtype, d.shape) for d in self.op.outputs]
         grads = [TensorDecl(self.grad_in[n], self.op.tensor(n).dtype, self.op.tensor(n).shape)
                  for n in self.wrt]
         return Op(f"{self.op.name}_grad", tuple(inputs), tuple(grads),
                   tuple(recomputed) + tuple(adjoint_stmts))
 
-    def recompute_closure(self, names: set[str]) -> set[str]:
+    def saved_decl(self, save: tuple) -> TensorDecl:
+        target, _names, index, _value, written = save
+        dtype = self.op.tensor(self.op.stmts[index].target).dtype
+        return TensorDecl(target, dtype, tuple(extent for _, extent in written))
+
+    def recompute_closure(self, names: set[str]) -> tuple[set[str], set[str]]:
+        """Locals the backward needs: elementwise ones are recomputed (with what they read),
+        reductions are kept from the forward pass."""
         locals_ = {d.name for d in self.op.locals}
-        needed: set[str] = set()
+        recompute: set[str] = set()
+        keep: set[str] = set()
         stack = [n for n in names if n in locals_]
         while stack:
             name = stack.pop()
-            if name in needed:
+            if name in recompute or name in keep:
                 continue
-            needed.add(name)
             stmt = next(s for s in self.op.stmts if s.target == name)
+            if any(isinstance(n, (Reduce, Scan)) for n in walk(stmt.expr)):
+                keep.add(name)
+                continue
+            recompute.add(name)
             stack.extend(n.tensor for n in walk(stmt.expr)
                          if isinstance(n, Access) and n.tensor in locals_)
-        return needed
+        return recompute, keep
+
+    def forward_with_saves(self) -> Op:
+        """The forward op that also writes what the backward reads instead of recomputing."""
+        if not self.saved_extra:
+            return self.op
+        kept = set(self.saved_extra)
+        by_stmt: dict[int, list[tuple]] = {}
+        for save in self.saves.values():
+            by_stmt.setdefault(save[2], []).append(save)
+        stmts: list[Stmt] = []
+        extra: list[TensorDecl] = []
+        for index, stmt in enumerate(self.op.stmts):
+            expr = stmt.expr
+            for target, names, _, value, written in by_stmt.get(index, []):
+                stmts.append(Stmt(target, names, value, stmt.line, written))
+                expr = _replace(expr, _alpha_normal(value), Access(
+                    target, tuple(Affine.of(n) for n in names)))
+                extra.append(self.saved_decl((target, names, index, value, written)))
+            stmts.append(Stmt(stmt.target, stmt.indices, expr, stmt.line, stmt.extents))
+        promoted = [d for d in self.op.locals if d.name in kept]
+        return Op(self.op.name, self.op.inputs, self.op.outputs + tuple(promoted) + tuple(extra),
+                  tuple(stmts), line=self.op.line)
+
+
+def _contains(expr: Expr, key: Expr) -> bool:
+    """Whether a sub-expression of `expr` equals `key` up to reduction-index names."""
+    return any(_alpha_normal(node) == key for node in walk(expr) if isinstance(node, Reduce))
+
+
+def _replace(expr: Expr, key: Expr, by: Expr) -> Expr:
+    if isinstance(expr, Reduce) and _alpha_normal(expr) == key:
+        return by
+    from uol_core.odl.derivatives import rebuild
+
+    return rebuild(expr, lambda child: _replace(child, key, by))
 
 
 def _alpha_normal(expr: Expr) -> Expr:

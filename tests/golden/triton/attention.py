@@ -6,142 +6,51 @@ import triton.language as tl
 
 
 @triton.jit
-def attention_s(Q_ptr, K_ptr, s_ptr, S, D, T, E, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_R: tl.constexpr):
-    """matmul kernel for ODL statement(s) s."""
-    pid = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    pid_b = tl.program_id(2)
-    num_pid_m = tl.cdiv(S, BLOCK_M)
-    num_pid_n = tl.cdiv(T, BLOCK_N)
-    # GROUP_M swizzle: GROUP_M row-tiles run together so their B tiles stay in L2
-    group_size = GROUP_M * num_pid_n
-    group_id = pid // group_size
-    first_m = group_id * GROUP_M
-    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group_size) % rows
-    pid_n = (pid % group_size) // rows
+def attention_flash(Q_ptr, K_ptr, V_ptr, O_ptr, S, D, T, E, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr):
+    """flash kernel for ODL statement(s) s, mx, p, l, O."""
+    # one program per (batch/head, BLOCK_M query rows); keys stream in BLOCK_N blocks
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_e = tl.arange(0, BLOCK_E)
     mask_m = offs_m < S
-    mask_n = offs_n < T
-    i = offs_m
-    j = offs_n
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    # split-K: program pid_k takes every SPLIT_K-th BLOCK_K slice of the reduction
-    for k_start in range(pid_k * BLOCK_K, D, BLOCK_K * SPLIT_K):
-        offs_k = k_start + tl.arange(0, BLOCK_K)
-        mask_k = offs_k < D
-        d = offs_k
-        q = tl.load(Q_ptr + i[:, None] * D + d[None, :], mask=mask_m[:, None] & mask_k[None, :])
-        k = tl.load(K_ptr + j[None, :] * D + d[:, None], mask=mask_k[:, None] & mask_n[None, :])
-        acc = tl.dot(q, k, acc, input_precision="ieee")
-    # fused epilogue of ODL line 3
-    result = ((acc * 0.125)).to(tl.float32)
-    tl.store(s_ptr + i[:, None] * T + j[None, :], result, mask=mask_m[:, None] & mask_n[None, :])
-
-@triton.jit
-def attention_mx(s_ptr, mx_ptr, S, D, T, E, BLOCK: tl.constexpr, BLOCK_R: tl.constexpr):
-    """generic kernel for ODL statement(s) mx."""
-    # each program computes BLOCK elements of the flattened output space
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < S
-    # ODL line 4: mx[i]
-    i = offs
-    max_acc = tl.full([BLOCK], float("-inf"), tl.float32)
-    for r_start in range(0, T, BLOCK_R):
-        r_offs = r_start + tl.arange(0, BLOCK_R)
-        r_mask = r_offs < T
-        j = r_offs
-        sv = tl.load(s_ptr + i[:, None] * T + j[None, :], mask=mask[:, None] & r_mask[None, :])
-        val = tl.where(mask[:, None] & r_mask[None, :], tl.zeros([BLOCK, BLOCK_R], tl.float32) + sv, float("-inf"))
-        max_acc = tl.maximum(max_acc, tl.max(val, axis=1))
-    mxv = tl.zeros([BLOCK], tl.float32) + max_acc
-    tl.store(mx_ptr + offs, mxv.to(tl.float32), mask=mask)
-
-@triton.jit
-def attention_p(s_ptr, mx_ptr, p_ptr, S, D, T, E, BLOCK: tl.constexpr, BLOCK_R: tl.constexpr):
-    """generic kernel for ODL statement(s) p."""
-    # each program computes BLOCK elements of the flattened output space
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < S * T
-    # ODL line 5: p[i, j]
-    i = (offs // T)
-    j = offs % T
-    sv = tl.load(s_ptr + i * T + j, mask=mask)
-    mxv = tl.load(mx_ptr + i, mask=mask)
-    t = (sv - mxv)
-    pv = tl.zeros([BLOCK], tl.float32) + tl.exp(t)
-    tl.store(p_ptr + offs, pv.to(tl.float32), mask=mask)
-
-@triton.jit
-def attention_l(p_ptr, l_ptr, S, D, T, E, BLOCK: tl.constexpr, BLOCK_R: tl.constexpr):
-    """generic kernel for ODL statement(s) l."""
-    # each program computes BLOCK elements of the flattened output space
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < S
-    # ODL line 6: l[i]
-    i = offs
-    sum_acc = tl.full([BLOCK], 0.0, tl.float32)
-    for r_start in range(0, T, BLOCK_R):
-        r_offs = r_start + tl.arange(0, BLOCK_R)
-        r_mask = r_offs < T
-        j = r_offs
-        pv = tl.load(p_ptr + i[:, None] * T + j[None, :], mask=mask[:, None] & r_mask[None, :])
-        val = tl.where(mask[:, None] & r_mask[None, :], tl.zeros([BLOCK, BLOCK_R], tl.float32) + pv, 0.0)
-        sum_acc = sum_acc + tl.sum(val, axis=1)
-    lv = tl.zeros([BLOCK], tl.float32) + sum_acc
-    tl.store(l_ptr + offs, lv.to(tl.float32), mask=mask)
-
-@triton.jit
-def attention_O(p_ptr, V_ptr, l_ptr, O_ptr, S, D, T, E, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_R: tl.constexpr):
-    """matmul kernel for ODL statement(s) O."""
-    pid = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    pid_b = tl.program_id(2)
-    num_pid_m = tl.cdiv(S, BLOCK_M)
-    num_pid_n = tl.cdiv(E, BLOCK_N)
-    # GROUP_M swizzle: GROUP_M row-tiles run together so their B tiles stay in L2
-    group_size = GROUP_M * num_pid_n
-    group_id = pid // group_size
-    first_m = group_id * GROUP_M
-    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group_size) % rows
-    pid_n = (pid % group_size) // rows
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_m = offs_m < S
-    mask_n = offs_n < E
-    i = offs_m
-    e = offs_n
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    # split-K: program pid_k takes every SPLIT_K-th BLOCK_K slice of the reduction
-    for k_start in range(pid_k * BLOCK_K, T, BLOCK_K * SPLIT_K):
-        offs_k = k_start + tl.arange(0, BLOCK_K)
-        mask_k = offs_k < T
-        j = offs_k
-        pv = tl.load(p_ptr + i[:, None] * T + j[None, :], mask=mask_m[:, None] & mask_k[None, :])
-        v = tl.load(V_ptr + j[:, None] * E + e[None, :], mask=mask_k[:, None] & mask_n[None, :])
-        acc = tl.dot(pv, v, acc, input_precision="ieee")
-    # fused epilogue of ODL line 7
-    lv = tl.load(l_ptr + i[:, None], mask=mask_m[:, None] & mask_n[None, :])
-    result = ((acc / lv)).to(tl.float32)
-    tl.store(O_ptr + i[:, None] * E + e[None, :], result, mask=mask_m[:, None] & mask_n[None, :])
+    mask_d = offs_d < D
+    mask_e = offs_e < E
+    # ODL line 3: the Q tile is loaded once and reused for every key block
+    q = tl.load(Q_ptr + offs_m[:, None] * D + offs_d[None, :], mask=mask_m[:, None] & mask_d[None, :], other=0.0)
+    # ODL lines 4-6: online softmax state (running max, running sum)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
+    hi = T
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < T
+        # ODL line 3: scores of this key block, in registers only
+        kt = tl.load(K_ptr + offs_n[None, :] * D + offs_d[:, None], mask=mask_d[:, None] & mask_n[None, :], other=0.0)
+        qk = tl.dot(q, kt, input_precision="ieee")
+        s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32) + (qk * 0.125)
+        s = tl.where(mask_n[None, :], s, float("-inf"))  # keys past the end count nothing
+        # ODL line 4: running row max
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # ODL line 5: exp(s - max); alpha rescales what was summed under the old max
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        # ODL line 6: running row sum
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        # ODL line 7: rescaled accumulator of p @ V
+        v = tl.load(V_ptr + offs_n[:, None] * E + offs_e[None, :], mask=mask_n[:, None] & mask_e[None, :], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+    # ODL line 7: divide by the row sum and store
+    out = acc / l_i[:, None]
+    tl.store(O_ptr + offs_m[:, None] * E + offs_e[None, :], out.to(tl.float32), mask=mask_m[:, None] & mask_e[None, :])
 
 
 def launch(Q, K, V, *, S, D, T, E):
     """Allocate outputs and intermediates, run the kernels in order, return the outputs."""
     device = Q.device
-    s = torch.empty((S, T), device=device, dtype=torch.float32)
-    attention_s[(triton.cdiv(S, 32) * triton.cdiv(T, 32), 1, 1)](Q, K, s, S, D, T, E, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=8, SPLIT_K=1, BLOCK_R=32, num_warps=4, num_stages=2)
-    mx = torch.empty((S,), device=device, dtype=torch.float32)
-    attention_mx[(triton.cdiv(S, 128),)](s, mx, S, D, T, E, BLOCK=128, BLOCK_R=32, num_warps=4)
-    p = torch.empty((S, T), device=device, dtype=torch.float32)
-    attention_p[(triton.cdiv(S * T, 128),)](s, mx, p, S, D, T, E, BLOCK=128, BLOCK_R=32, num_warps=4)
-    l = torch.empty((S,), device=device, dtype=torch.float32)
-    attention_l[(triton.cdiv(S, 128),)](p, l, S, D, T, E, BLOCK=128, BLOCK_R=32, num_warps=4)
     O = torch.empty((S, E), device=device, dtype=torch.float32)
-    attention_O[(triton.cdiv(S, 32) * triton.cdiv(E, 32), 1, 1)](p, V, l, O, S, D, T, E, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=8, SPLIT_K=1, BLOCK_R=32, num_warps=4, num_stages=2)
+    attention_flash[(triton.cdiv(S, 32), 1)](Q, K, V, O, S, D, T, E, BLOCK_M=32, BLOCK_N=32, BLOCK_D=max(16, triton.next_power_of_2(D)), BLOCK_E=max(16, triton.next_power_of_2(E)), num_warps=4, num_stages=2)
     return {"O": O}

@@ -6,33 +6,72 @@ import triton.language as tl
 
 
 @triton.jit
-def layernorm_rows(X_ptr, gamma_ptr, beta_ptr, Y_ptr, R, C, BLOCK_C: tl.constexpr):
+def layernorm_rows(X_ptr, gamma_ptr, beta_ptr, Y_ptr, R, C, BLOCK_C: tl.constexpr, LOOPED: tl.constexpr):
     """row kernel for ODL statement(s) mu, var, Y."""
-    # one program per row; the whole row lives in one BLOCK_C tile
     row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_C)
-    col_mask = cols < C
-    c = cols
-    r = row
-    # ODL line 3: mu[r]
-    x = tl.load(X_ptr + r * C + c, mask=col_mask)
-    val = tl.where(col_mask, tl.zeros([BLOCK_C], tl.float32) + x, 0.0)
-    muv = (tl.sum(val, axis=0) / (C))
-    # ODL line 4: var[r]
-    t = (x - muv)
-    val_2 = tl.where(col_mask, tl.zeros([BLOCK_C], tl.float32) + (t * t), 0.0)
-    varv = (tl.sum(val_2, axis=0) / (C))
-    # ODL line 5: Y[r, c]
-    t_2 = (varv + 1e-05)
-    gammav = tl.load(gamma_ptr + c, mask=col_mask)
-    betav = tl.load(beta_ptr + c, mask=col_mask)
-    y = tl.zeros([BLOCK_C], tl.float32) + ((((x - muv) * tl.rsqrt(t_2)) * gammav) + betav)
-    tl.store(Y_ptr + r * C + c, y.to(tl.float32), mask=col_mask)
+    if LOOPED:
+        # one program per row; the row is longer than one tile: BLOCK_C chunks, one pass per reduction
+        r = row
+        # ODL line 3: mu[r]
+        mean_acc = tl.full([BLOCK_C], 0.0, tl.float32)
+        for c_start in range(0, C, BLOCK_C):
+            cols = c_start + tl.arange(0, BLOCK_C)
+            col_mask = cols < C
+            c = cols
+            x = tl.load(X_ptr + r * C + c, mask=col_mask)
+            val = tl.where(col_mask, tl.zeros([BLOCK_C], tl.float32) + x, 0.0)
+            mean_acc = mean_acc + val
+        mean_row = (tl.sum(mean_acc, axis=0) / (C))
+        muv = mean_row
+        # ODL line 4: var[r]
+        mean_acc_2 = tl.full([BLOCK_C], 0.0, tl.float32)
+        for c_start_2 in range(0, C, BLOCK_C):
+            cols_2 = c_start_2 + tl.arange(0, BLOCK_C)
+            col_mask_2 = cols_2 < C
+            c_2 = cols_2
+            x_2 = tl.load(X_ptr + r * C + c_2, mask=col_mask_2)
+            t = (x_2 - muv)
+            val_2 = tl.where(col_mask_2, tl.zeros([BLOCK_C], tl.float32) + (t * t), 0.0)
+            mean_acc_2 = mean_acc_2 + val_2
+        mean_row_2 = (tl.sum(mean_acc_2, axis=0) / (C))
+        varv = mean_row_2
+        # ODL line 5: Y[r, c]
+        # last pass: the wide outputs, chunk by chunk
+        for c_start_3 in range(0, C, BLOCK_C):
+            cols_3 = c_start_3 + tl.arange(0, BLOCK_C)
+            col_mask_3 = cols_3 < C
+            c_3 = cols_3
+            x_3 = tl.load(X_ptr + r * C + c_3, mask=col_mask_3)
+            t_2 = (varv + 1e-05)
+            gammav = tl.load(gamma_ptr + c_3, mask=col_mask_3)
+            betav = tl.load(beta_ptr + c_3, mask=col_mask_3)
+            y = tl.zeros([BLOCK_C], tl.float32) + ((((x_3 - muv) * tl.rsqrt(t_2)) * gammav) + betav)
+            tl.store(Y_ptr + r * C + c_3, y.to(tl.float32), mask=col_mask_3)
+    else:
+        # one program per row; the whole row lives in one BLOCK_C tile
+        cols_4 = tl.arange(0, BLOCK_C)
+        col_mask_4 = cols_4 < C
+        c_4 = cols_4
+        r_2 = row
+        # ODL line 3: mu[r]
+        x_4 = tl.load(X_ptr + r_2 * C + c_4, mask=col_mask_4)
+        val_3 = tl.where(col_mask_4, tl.zeros([BLOCK_C], tl.float32) + x_4, 0.0)
+        muv_2 = (tl.sum(val_3, axis=0) / (C))
+        # ODL line 4: var[r]
+        t_3 = (x_4 - muv_2)
+        val_4 = tl.where(col_mask_4, tl.zeros([BLOCK_C], tl.float32) + (t_3 * t_3), 0.0)
+        varv_2 = (tl.sum(val_4, axis=0) / (C))
+        # ODL line 5: Y[r, c]
+        t_4 = (varv_2 + 1e-05)
+        gammav_2 = tl.load(gamma_ptr + c_4, mask=col_mask_4)
+        betav_2 = tl.load(beta_ptr + c_4, mask=col_mask_4)
+        y_2 = tl.zeros([BLOCK_C], tl.float32) + ((((x_4 - muv_2) * tl.rsqrt(t_4)) * gammav_2) + betav_2)
+        tl.store(Y_ptr + r_2 * C + c_4, y_2.to(tl.float32), mask=col_mask_4)
 
 
 def launch(X, gamma, beta, *, R, C):
     """Allocate outputs and intermediates, run the kernels in order, return the outputs."""
     device = X.device
     Y = torch.empty((R, C), device=device, dtype=torch.float32)
-    layernorm_rows[(R,)](X, gamma, beta, Y, R, C, BLOCK_C=triton.next_power_of_2(C), num_warps=4)
+    layernorm_rows[(R,)](X, gamma, beta, Y, R, C, BLOCK_C=min(triton.next_power_of_2(C), 4096), LOOPED=triton.next_power_of_2(C) > 4096, num_warps=4)
     return {"Y": Y}

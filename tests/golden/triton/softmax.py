@@ -6,30 +6,68 @@ import triton.language as tl
 
 
 @triton.jit
-def softmax_rows(X_ptr, Y_ptr, R, C, BLOCK_C: tl.constexpr):
+def softmax_rows(X_ptr, Y_ptr, R, C, BLOCK_C: tl.constexpr, LOOPED: tl.constexpr):
     """row kernel for ODL statement(s) mx, e, Y."""
-    # one program per row; the whole row lives in one BLOCK_C tile
     row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_C)
-    col_mask = cols < C
-    c = cols
-    r = row
-    # ODL line 3: mx[r]
-    x = tl.load(X_ptr + r * C + c, mask=col_mask)
-    val = tl.where(col_mask, tl.zeros([BLOCK_C], tl.float32) + x, float("-inf"))
-    mxv = tl.max(val, axis=0)
-    # ODL line 4: e[r, c]
-    t = (x - mxv)
-    ev = tl.zeros([BLOCK_C], tl.float32) + tl.exp(t)
-    # ODL line 5: Y[r, c]
-    val_2 = tl.where(col_mask, tl.zeros([BLOCK_C], tl.float32) + ev, 0.0)
-    y = tl.zeros([BLOCK_C], tl.float32) + (ev / tl.sum(val_2, axis=0))
-    tl.store(Y_ptr + r * C + c, y.to(tl.float32), mask=col_mask)
+    if LOOPED:
+        # one program per row; the row is longer than one tile: BLOCK_C chunks, one pass per reduction
+        r = row
+        # ODL line 3: mx[r]
+        max_acc = tl.full([BLOCK_C], float("-inf"), tl.float32)
+        for c_start in range(0, C, BLOCK_C):
+            cols = c_start + tl.arange(0, BLOCK_C)
+            col_mask = cols < C
+            c = cols
+            x = tl.load(X_ptr + r * C + c, mask=col_mask)
+            val = tl.where(col_mask, tl.zeros([BLOCK_C], tl.float32) + x, float("-inf"))
+            max_acc = tl.maximum(max_acc, val)
+        max_row = tl.max(max_acc, axis=0)
+        mxv = max_row
+        # ODL line 4: e[r, c]
+        # ODL line 5: Y[r, c]
+        sum_acc = tl.full([BLOCK_C], 0.0, tl.float32)
+        for c_start_2 in range(0, C, BLOCK_C):
+            cols_2 = c_start_2 + tl.arange(0, BLOCK_C)
+            col_mask_2 = cols_2 < C
+            c_2 = cols_2
+            x_2 = tl.load(X_ptr + r * C + c_2, mask=col_mask_2)
+            t = (x_2 - mxv)
+            ev = tl.zeros([BLOCK_C], tl.float32) + tl.exp(t)
+            val_2 = tl.where(col_mask_2, tl.zeros([BLOCK_C], tl.float32) + ev, 0.0)
+            sum_acc = sum_acc + val_2
+        sum_row = tl.sum(sum_acc, axis=0)
+        # last pass: the wide outputs, chunk by chunk
+        for c_start_3 in range(0, C, BLOCK_C):
+            cols_3 = c_start_3 + tl.arange(0, BLOCK_C)
+            col_mask_3 = cols_3 < C
+            c_3 = cols_3
+            x_3 = tl.load(X_ptr + r * C + c_3, mask=col_mask_3)
+            t_2 = (x_3 - mxv)
+            ev_2 = tl.zeros([BLOCK_C], tl.float32) + tl.exp(t_2)
+            y = tl.zeros([BLOCK_C], tl.float32) + (ev_2 / sum_row)
+            tl.store(Y_ptr + r * C + c_3, y.to(tl.float32), mask=col_mask_3)
+    else:
+        # one program per row; the whole row lives in one BLOCK_C tile
+        cols_4 = tl.arange(0, BLOCK_C)
+        col_mask_4 = cols_4 < C
+        c_4 = cols_4
+        r_2 = row
+        # ODL line 3: mx[r]
+        x_4 = tl.load(X_ptr + r_2 * C + c_4, mask=col_mask_4)
+        val_3 = tl.where(col_mask_4, tl.zeros([BLOCK_C], tl.float32) + x_4, float("-inf"))
+        mxv_2 = tl.max(val_3, axis=0)
+        # ODL line 4: e[r, c]
+        t_3 = (x_4 - mxv_2)
+        ev_3 = tl.zeros([BLOCK_C], tl.float32) + tl.exp(t_3)
+        # ODL line 5: Y[r, c]
+        val_4 = tl.where(col_mask_4, tl.zeros([BLOCK_C], tl.float32) + ev_3, 0.0)
+        y_2 = tl.zeros([BLOCK_C], tl.float32) + (ev_3 / tl.sum(val_4, axis=0))
+        tl.store(Y_ptr + r_2 * C + c_4, y_2.to(tl.float32), mask=col_mask_4)
 
 
 def launch(X, *, R, C):
     """Allocate outputs and intermediates, run the kernels in order, return the outputs."""
     device = X.device
     Y = torch.empty((R, C), device=device, dtype=torch.float32)
-    softmax_rows[(R,)](X, Y, R, C, BLOCK_C=triton.next_power_of_2(C), num_warps=4)
+    softmax_rows[(R,)](X, Y, R, C, BLOCK_C=min(triton.next_power_of_2(C), 4096), LOOPED=triton.next_power_of_2(C) > 4096, num_warps=4)
     return {"Y": Y}
