@@ -98,7 +98,7 @@ def test_matmul_gradient_is_two_contractions():
 def test_softmax_gradient_saves_reductions_and_recomputes_maps():
     grad = derive_grad(load_op("softmax"))
     assert grad.saved_extra == ("mx", "z_Y")  # the row max and the row sum: passes over X
-    assert [s.target for s in grad.op.stmts][0] == "e"  # exp(X - mx): elementwise, recomputed
+    assert grad.op.stmts[0].target == "e"  # exp(X - mx): elementwise, recomputed
     assert any("recomputed" in n for n in grad.notes) and any("saved" in n for n in grad.notes)
     forward = grad.forward_with_saves
     assert [d.name for d in forward.outputs] == ["Y", "mx", "z_Y"]
