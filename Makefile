@@ -27,8 +27,13 @@ test: install lint
 	$(VENV)/bin/python -m pytest tests -x -q -p no:cacheprovider
 	@if ls ui_tests/test_*.py >/dev/null 2>&1; then $(VENV)/bin/python -m pytest ui_tests -q -p no:cacheprovider; fi
 
+CPU_BENCHES := cpu_gemm cpu_ops graph_bench hcf_bench ide_latency
+
 bench: install
-	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in $(CPU_BENCHES); do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || exit 1; done
+	@if $(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
+		bash benchmarks/gpu_check.sh; else echo "== no GPU: benchmarks/gpu_check.sh skipped"; fi
+	@echo "load test (a server, 20 users): $(PY) benchmarks/load_test.py"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
