@@ -5,6 +5,7 @@ UOL_LONG=1 turns on the long fuzz, kill and load runs; the default run stays sho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -98,3 +99,99 @@ def post(base: str, body: dict, timeout: float = 180.0, **kw) -> requests.Respon
 def response_text(resp: requests.Response) -> str:
     """The callback's answer as one string (component trees flattened into JSON)."""
     return json.dumps(resp.json())
+
+
+# --- durability (kill -9) helpers -------------------------------------------------------------
+
+def read_rows(db: str | Path, table: str, columns: str = "*") -> list[tuple]:
+    """Every committed row of `table`, from a second, read-only connection ([] before it exists)."""
+    import sqlite3
+
+    if not Path(db).exists():
+        return []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return conn.execute(f"SELECT {columns} FROM {table} ORDER BY id").fetchall()
+    except sqlite3.OperationalError as exc:  # the table is not created yet
+        if "no such table" in str(exc):
+            return []
+        raise
+    finally:
+        conn.close()
+
+
+def integrity(db: str | Path) -> str:
+    """`PRAGMA integrity_check` of a database file after a crash ('ok' when sound)."""
+    import sqlite3
+
+    conn = sqlite3.connect(str(db), timeout=30)
+    try:
+        return "; ".join(r[0] for r in conn.execute("PRAGMA integrity_check").fetchall())
+    finally:
+        conn.close()
+
+
+def kill9(proc: subprocess.Popen) -> None:
+    """SIGKILL a process started with start_new_session=True, and its group (workers, jobs)."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def wait_rows(db: str | Path, table: str, at_least: int, proc: subprocess.Popen | None = None,
+              timeout: float = 120.0) -> int:
+    """Poll (read-only) until `table` holds `at_least` committed rows; returns the count."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        n = len(read_rows(db, table, "id"))
+        if n >= at_least:
+            return n
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {at_least} rows")
+        time.sleep(0.1)
+    raise TimeoutError(f"{db}: fewer than {at_least} rows after {timeout:.0f} s")
+
+
+# A tuner run of `matmul` 16x16x16 that does not stop on flat gains; about a third of the configs
+# get a planted wrong result (real failures, which a restarted tuner must never retry).
+TUNER_SCRIPT = r'''
+import json, sys, time
+sys.path.insert(0, sys.argv[4])
+
+def main():
+    db_path, budget, target = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    import uol_core.acg.tuner as tuner
+    from test_faults import plant
+    from uol_core import parse
+    from uol_core.ops import op_text
+    from uol_core.runtime.tuningdb import TuningDB
+
+    def emit(op, cfg, tgt, sizes, real_emit=tuner.emit):
+        src = real_emit(op, cfg, tgt, sizes)
+        return plant(src, "wrong") if sum(cfg.key().encode()) % 3 == 0 else src
+
+    tuner.emit = emit
+    session = tuner.TuningSession(parse(op_text("matmul")), {"M": 16, "N": 16, "K": 16}, target,
+                                  db=TuningDB(db_path), min_seconds=0.01)
+    def show(trial, n):
+        print(json.dumps({"n": n, "config": trial.config.key(), "from_db": trial.from_db,
+                          "status": trial.result.get("status")}), flush=True)
+    try:
+        res = session.tune(budget=budget, top=budget, patience=10**6, progress=show)
+    finally:
+        session.close()
+    print(json.dumps({"done": res.stopped, "trials": len(res.trials)}), flush=True)
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def start_tuner(script: Path, db: Path, budget: int, env: dict) -> subprocess.Popen:
+    """The tuner script in its own process group (kill9 takes its worker process too)."""
+    return subprocess.Popen([sys.executable, str(script), str(db), str(budget), target_name(),
+                             str(Path(__file__).parent)], cwd=REPO, env={**os.environ, **env},
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from rel_helpers import REPO, post, response_text, run_body, studio_state, target_name
+from rel_helpers import LONG, REPO, post, response_text, run_body, studio_state, target_name
 
 from uol_core.ops import op_text
 
@@ -51,33 +51,49 @@ def crash_cc(tmp_path_factory):
     return str(path)
 
 
-def test_cli_compiler_faults_and_huge_sizes(crash_cc):
-    shape = ",".join(f"{k}={v}" for k, v in SIZES.items())
-    cases = [({"UOL_CC": crash_cc}, shape, "crashed (SIGSEGV)"),
-             ({"UOL_CC": "/nonexistent/gcc"}, shape, "not usable"),
-             ({}, "M=100000,N=100000,K=100000", "over the budget")]
-    for env, sizes, says in cases:
-        res = _uol("run", "matmul", "--shape", sizes, "--target", target_name(), env=env)
-        assert res.returncode == 2 and says in res.stderr, (env, res.stderr[-600:])
-        assert "Traceback" not in res.stderr
+LONG_ONLY = pytest.mark.skipif(not LONG, reason="UOL_LONG=1 runs every repetition")
+# The default run keeps one real case of every fault kind (CLI, worker or IDE); UOL_LONG=1 runs
+# every fault through every path.
+CLI_CASES = [pytest.param("crash_cc", None, "crashed (SIGSEGV)", id="compiler-crash"),
+             pytest.param("/nonexistent/gcc", None, "not usable", id="gcc-missing",
+                          marks=LONG_ONLY),
+             pytest.param(None, "M=100000,N=100000,K=100000", "over the budget",
+                          id="huge-sizes", marks=LONG_ONLY)]
 
 
-def test_worker_survives_every_planted_kernel_fault():
-    """What `uol run` and the tuner use: each fault is a result with its cause, then a good run."""
+@pytest.mark.parametrize("cc, sizes, says", CLI_CASES)
+def test_cli_compiler_faults_and_huge_sizes(crash_cc, cc, sizes, says):
+    env = {"UOL_CC": crash_cc if cc == "crash_cc" else cc} if cc else {}
+    sizes = sizes or ",".join(f"{k}={v}" for k, v in SIZES.items())
+    res = _uol("run", "matmul", "--shape", sizes, "--target", target_name(), env=env)
+    assert res.returncode == 2 and says in res.stderr, (env, res.stderr[-600:])
+    assert "Traceback" not in res.stderr
+
+
+@pytest.fixture(scope="module")
+def worker_kernel():
     import uol_core
-    from uol_core.runtime.worker import Worker, make_job
+    from uol_core.runtime.worker import Worker
 
     odl = op_text("matmul")
     k = uol_core.compile(uol_core.parse(odl), shapes=SIZES, target=target_name())
     with Worker(timeout_s=60) as worker:
-        for fault, says in EXPECT.items():
-            job = make_job(plant(k.kernel_source, fault), odl, "matmul.odl", SIZES,
-                           min_seconds=0.01)
-            res = worker.run(job, 4.0 if fault == "hang" else 60.0)
-            assert res["status"] != "ok" and says in res["reason"], (fault, res)
-            good = worker.run(make_job(k.kernel_source, odl, "matmul.odl", SIZES,
-                                       min_seconds=0.01))
-            assert good["status"] == "ok", (fault, good)
+        yield worker, k.kernel_source, odl
+
+
+@pytest.mark.parametrize("fault", [
+    pytest.param("segfault", marks=LONG_ONLY), "hang", "huge_alloc",
+    pytest.param("wrong", marks=LONG_ONLY)])
+def test_worker_survives_every_planted_kernel_fault(worker_kernel, fault):
+    """What `uol run` and the tuner use: each fault is a result with its cause, then a good run."""
+    from uol_core.runtime.worker import make_job
+
+    worker, source, odl = worker_kernel
+    job = make_job(plant(source, fault), odl, "matmul.odl", SIZES, min_seconds=0.01)
+    res = worker.run(job, 4.0 if fault == "hang" else 60.0)
+    assert res["status"] != "ok" and EXPECT[fault] in res["reason"], (fault, res)
+    good = worker.run(make_job(source, odl, "matmul.odl", SIZES, min_seconds=0.01))
+    assert good["status"] == "ok", (fault, good)
 
 
 def _ide_run(base: str, state: dict) -> str:
@@ -86,43 +102,74 @@ def _ide_run(base: str, state: dict) -> str:
     return response_text(resp)
 
 
-def test_ide_reports_each_fault_and_keeps_serving(ide, monkeypatch, crash_cc):
+def _ide_ok(base: str, state: dict) -> None:
+    """The next normal Run works (no fault message, verified)."""
+    text = _ide_run(base, state)
+    assert "wrong result" not in text and "\\u2713 correct" in text, text[:800]
+
+
+@pytest.fixture(scope="module")
+def ide_state(ide):
+    state = studio_state(op_text("matmul"), SIZES)
+    _ide_ok(ide, state)
+    return state
+
+
+@pytest.mark.parametrize("fault", [
+    "segfault", pytest.param("hang", marks=LONG_ONLY),
+    pytest.param("huge_alloc", marks=LONG_ONLY), "wrong"])
+def test_ide_reports_kernel_fault_and_keeps_serving(ide, ide_state, monkeypatch, fault):
     from app.services import kernels, runner
 
-    state = studio_state(op_text("matmul"), SIZES)
-    assert "✓" in _ide_run(ide, state) or "ok" in _ide_run(ide, state).lower()
     real_emit, real_worker = kernels.emit, runner._c_worker
-    # a short timeout for the planted hang (the page's default is minutes)
-    monkeypatch.setattr(runner, "_c_worker", lambda req, _t: real_worker(req, 5.0))
-    for fault, says in EXPECT.items():
-        def planted(*a, _fault=fault, **kw):
-            op, sizes, src, knobs, text = real_emit(*a, **kw)
-            return op, sizes, plant(src, _fault), knobs, text
+    # a short timeout for the planted hang only (the page's default is minutes)
+    timeout = 5.0 if fault == "hang" else 60.0
+    monkeypatch.setattr(runner, "_c_worker", lambda req, _t: real_worker(req, timeout))
 
-        monkeypatch.setattr(kernels, "emit", planted)
-        text = _ide_run(ide, state)
-        assert says in text, (fault, text[:800])
-        monkeypatch.setattr(kernels, "emit", real_emit)
-        assert "wrong result" not in _ide_run(ide, state)  # the next run works
-    for env, says in (({"UOL_CC": crash_cc}, "crashed (SIGSEGV)"),
-                      ({"UOL_CC": "/nonexistent/gcc"}, "not usable")):
-        _restart_worker(runner)
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("UOL_CACHE_DIR", str(REPO / "tests" / "reliability" / ".cc-cache"))
-        text = _ide_run(ide, state)
-        assert says in text, (env, text[:800])
+    def planted(*a, **kw):
+        op, sizes, src, knobs, text = real_emit(*a, **kw)
+        return op, sizes, plant(src, fault), knobs, text
+
+    monkeypatch.setattr(kernels, "emit", planted)
+    text = _ide_run(ide, ide_state)
+    assert EXPECT[fault] in text, (fault, text[:800])
+    monkeypatch.undo()
+    _ide_ok(ide, ide_state)  # the next run works
+
+
+@pytest.mark.parametrize("cc, says", [
+    pytest.param("/nonexistent/gcc", "not usable", id="gcc-missing"),
+    pytest.param("crash_cc", "crashed (SIGSEGV)", id="compiler-crash", marks=LONG_ONLY)])
+def test_ide_reports_compiler_fault(ide, ide_state, monkeypatch, crash_cc, cc, says):
+    from app.services import runner
+
+    _restart_worker(runner)
+    monkeypatch.setenv("UOL_CC", crash_cc if cc == "crash_cc" else cc)
+    monkeypatch.setenv("UOL_CACHE_DIR", str(REPO / "tests" / "reliability" / ".cc-cache"))
+    try:
+        text = _ide_run(ide, ide_state)
+        assert says in text, (cc, text[:800])
+    finally:
         monkeypatch.undo()
-        monkeypatch.setattr(runner, "_c_worker", lambda req, _t: real_worker(req, 60.0))
         _restart_worker(runner)
-    huge = dict(state, sizes={"M": 100000, "N": 100000, "K": 100000})
+    _ide_ok(ide, ide_state)
+
+
+def test_ide_reports_huge_sizes(ide, ide_state):
+    huge = dict(ide_state, sizes={"M": 100000, "N": 100000, "K": 100000})
     assert "over the budget" in _ide_run(ide, huge)
-    for fault, says in (("segfault", "SIGSEGV"), ("hang", "timeout")):  # run_child's hook
-        monkeypatch.setenv("UOL_FAULT_INJECT", fault)
-        monkeypatch.setattr(runner, "_worker", lambda req, _t, w=runner._worker: w(req, 20.0))
-        assert says in _ide_run(ide, state), fault
-        monkeypatch.undo()
-    assert "wrong result" not in _ide_run(ide, state)
+
+
+@pytest.mark.parametrize("fault, says", [
+    ("segfault", "SIGSEGV"), pytest.param("hang", "timeout", marks=LONG_ONLY)])
+def test_ide_run_child_fault_hook(ide, ide_state, monkeypatch, fault, says):
+    from app.services import runner
+
+    monkeypatch.setenv("UOL_FAULT_INJECT", fault)
+    monkeypatch.setattr(runner, "_worker", lambda req, _t, w=runner._worker: w(req, 20.0))
+    assert says in _ide_run(ide, ide_state), fault
+    monkeypatch.undo()
+    _ide_ok(ide, ide_state)
 
 
 def _restart_worker(runner) -> None:
