@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from uol_cli import odl_cmd, ops_cmd
+from uol_cli import (
+    debug_cmd,
+    graph_cmd,
+    hcf_cmd,
+    hw_cmd,
+    kernel_cmd,
+    odl_cmd,
+    ops_cmd,
+    profile_cmd,
+    serve_cmd,
+    train_cmd,
+)
 
 app = typer.Typer(
     name="uol",
@@ -17,6 +28,14 @@ app = typer.Typer(
 # Each command group lives in its own module; register it here with one line.
 app.add_typer(odl_cmd.app, name="odl")
 app.add_typer(ops_cmd.app, name="ops")
+kernel_cmd.register(app)
+app.add_typer(hcf_cmd.app, name="hcf")
+app.add_typer(hw_cmd.app, name="hw")
+debug_cmd.register(app)
+profile_cmd.register(app)
+serve_cmd.register(app)
+train_cmd.register(app)
+app.add_typer(graph_cmd.app, name="graph")
 
 
 def main() -> None:

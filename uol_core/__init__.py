@@ -6,6 +6,7 @@
     'scale'
 """
 
+from uol_core.api import compile
 from uol_core.odl import OdlError, parse, parse_module
 from uol_core.odl.cost import op_cost
 from uol_core.odl.patterns import classify
@@ -14,6 +15,6 @@ from uol_core.runtime.reference import evaluate
 from uol_core.runtime.shapes import ShapeError
 
 __all__ = [
-    "OdlError", "ShapeError", "classify", "evaluate", "list_ops", "load_op", "op_cost", "parse",
+    "OdlError", "ShapeError", "classify", "compile", "evaluate", "list_ops", "load_op", "op_cost", "parse",
     "parse_module",
 ]

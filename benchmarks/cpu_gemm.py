@@ -1,0 +1,327 @@
+"""CPU GEMM benchmark: UOL's C kernels vs torch.matmul (MKL), numpy (OpenBLAS) and torch.compile.
+
+Run: `make bench` or `.venv/bin/python benchmarks/cpu_gemm.py [--quick]`.
+Writes docs/benchmarks/cpu_gemm.json and the "CPU GEMM" section of docs/benchmarks.md.
+Everything is measured in one run, on the same number of threads (the target's cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from uol_core.acg.tuner import TuningSession  # noqa: E402
+from uol_core.api import compile as uol_compile  # noqa: E402
+from uol_core.backends.base import KernelSource  # noqa: E402
+from uol_core.hfl import load_target  # noqa: E402
+from uol_core.ops import load_op  # noqa: E402
+from uol_core.runtime.build import build, compiler_version  # noqa: E402
+from uol_core.runtime.tuningdb import TuningDB  # noqa: E402
+
+MIN_S = 0.4  # seconds of samples per measurement
+
+
+def gflops(flops: float, seconds: float) -> float:
+    return flops / seconds / 1e9
+
+
+def interleaved(fns: dict, flops: float, min_seconds: float = MIN_S * 3) -> dict:
+    """Time several callables in alternation (A, B, C, A, B, C, ...) so that a busy machine
+    slows them alike; returns per name the median GFLOP/s, ms and relative IQR."""
+    import statistics
+    for fn in fns.values():
+        fn()
+        fn()
+    samples = {name: [] for name in fns}
+    start = time.perf_counter()
+    while time.perf_counter() - start < min_seconds or min(map(len, samples.values())) < 7:
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    out = {}
+    for name, values in samples.items():
+        q1, med, q3 = statistics.quantiles(values, n=4)
+        out[name] = {"gflops": gflops(flops, med), "ms": med * 1e3, "spread": (q3 - q1) / med,
+                     "repeats": len(values)}
+    return out
+
+
+NUMPY_CHILD = r"""
+import json, sys, time, statistics
+import numpy as np
+from threadpoolctl import threadpool_info
+m, n, k = map(int, sys.argv[1:4])
+a = np.random.rand(m, k).astype(np.float32); b = np.random.rand(k, n).astype(np.float32)
+for _ in range(2): a @ b
+s = []; t0 = time.perf_counter()
+while len(s) < 7 or time.perf_counter() - t0 < float(sys.argv[4]):
+    t = time.perf_counter(); a @ b; s.append(time.perf_counter() - t)
+info = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+print(json.dumps({"median_s": statistics.median(s), "blas": info}))
+"""
+
+
+def numpy_matmul(m: int, n: int, k: int, threads: int, ours, rounds: int = 3) -> dict:
+    """numpy in its own process (OpenBLAS picks its native kernel: no core-type overrides; one
+    BLAS thread pool only), alternated round by round with our kernel in this process."""
+    import statistics
+    env = {key: v for key, v in os.environ.items()
+           if key not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    env["OPENBLAS_NUM_THREADS"] = str(threads)
+    theirs, mine, blas = [], [], {}
+    for _ in range(rounds):
+        out = subprocess.run([sys.executable, "-c", NUMPY_CHILD, str(m), str(n), str(k),
+                              str(MIN_S)], capture_output=True, text=True, env=env, timeout=600)
+        data = json.loads(out.stdout.strip().splitlines()[-1])
+        blas = data["blas"][0] if data["blas"] else {}
+        theirs.append(data["median_s"])
+        mine.append(interleaved({"ours": ours}, 2 * m * n * k, MIN_S)["ours"]["ms"] / 1e3)
+    med, own = statistics.median(theirs), statistics.median(mine)
+    return {"gflops": gflops(2 * m * n * k, med), "ms": med * 1e3,
+            "ours_same_time_gflops": gflops(2 * m * n * k, own),
+            "kernel": f"{blas.get('internal_api')} {blas.get('version')} "
+                      f"{blas.get('architecture')}", "threads": blas.get("num_threads")}
+
+
+FMA_PEAK_C = r"""
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+/* 12 independent FMA chains per thread: enough to cover 2 units x 4+ cycles of latency. */
+void uol_fma_peak(void **args, const int64_t *strides)
+{
+    const int64_t iters = strides[0];
+    float *out = (float *)args[0];
+#pragma omp parallel num_threads(THREADS)
+    {
+        __m256 c[12];
+        for (int i = 0; i < 12; ++i) c[i] = _mm256_set1_ps((float)i);
+        const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+        for (int64_t t = 0; t < iters; ++t)
+            for (int i = 0; i < 12; ++i) c[i] = _mm256_fmadd_ps(c[i], a, b);
+        __m256 s = c[0];
+        for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, c[i]);
+        float tmp[8]; _mm256_storeu_ps(tmp, s);
+        out[omp_get_thread_num()] = tmp[0];
+    }
+}
+"""
+
+
+def probe_fma_peak(threads: int) -> float:
+    """GFLOP/s of an AVX2 FMA loop on `threads` threads (the ceiling a GEMM can reach here)."""
+    import ctypes
+    src = KernelSource(FMA_PEAK_C.replace("THREADS", str(threads)), "c", "uol_fma_peak",
+                       "fma_peak", {"isa": "avx2"})
+    fn = ctypes.CDLL(str(build(src))).uol_fma_peak
+    out = torch.zeros(64)
+    iters = 20_000_000
+    ptrs = (ctypes.c_void_p * 1)(out.data_ptr())
+    arg = (ctypes.c_int64 * 1)(iters)
+    best = 0.0
+    for _ in range(5):
+        t0 = time.perf_counter()
+        fn(ptrs, arg)
+        best = max(best, threads * iters * 12 * 8 * 2 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def tuned_kernel(op, sizes, target, db, budget):
+    session = TuningSession(op, sizes, target, db=db, min_seconds=0.2)
+    try:
+        result = session.tune(budget=budget)
+        top1 = session.ranked()[0][0]
+    finally:
+        session.close()
+    best = result.best or top1
+    return best, top1, result
+
+
+def run_gemm(name, sizes, target, db, threads, budget, compile_torch=True):
+    op = load_op(name)
+    m, n, k = sizes["M"], sizes["N"], sizes["K"]
+    batch = sizes.get("B", 1)
+    flops = 2 * batch * m * n * k
+    best, _, tune = tuned_kernel(op, sizes, target, db, budget)
+    kern = uol_compile(op, shapes=sizes, target=target, config=best.to_dict())
+    gen = torch.Generator().manual_seed(0)
+    ins = {d.name: torch.randn(*[f.evaluate(sizes) for f in d.shape], generator=gen)
+           for d in op.inputs}
+    out = kern(**ins)
+    row = {"op": name, "sizes": sizes, "flops": flops, "config": best.key(),
+           "tune_measurements": tune.measurements}
+    fns = {"ours": lambda: kern(out=out, **ins)}
+    if name == "bmm":
+        a, w = ins["A"], ins["W"]
+        fns["torch"] = lambda: torch.bmm(a, w)
+        ref = torch.bmm(a, w)
+    elif name == "linear_bias_gelu":
+        x, w, b = ins["X"], ins["W"], ins["b"]
+        def eager():
+            return torch.nn.functional.gelu(torch.addmm(b, x, w))
+        fns["torch"] = eager
+        ref = eager()
+        if compile_torch:
+            comp = torch.compile(lambda x, w, b: torch.nn.functional.gelu(x @ w + b))
+            comp(x, w, b)
+            fns["torch_compile"] = lambda: comp(x, w, b)
+    else:
+        a, b = ins["A"], ins["B"]
+        fns["torch"] = lambda: torch.matmul(a, b)
+        ref = a @ b
+        if compile_torch:
+            comp = torch.compile(lambda a, b: torch.matmul(a, b))
+            comp(a, b)
+            fns["torch_compile"] = lambda: comp(a, b)
+    row.update(interleaved(fns, flops))
+    if name == "matmul":
+        row["numpy_openblas"] = numpy_matmul(m, n, k, threads, fns["ours"])
+    row["max_abs_err_vs_torch"] = float((out - ref).abs().max())
+    return row
+
+
+def tuner_efficiency(target, db, threads, exhaustive_limit: int) -> dict:
+    """Measurements the tuner needs to reach 90% of the best of an exhaustive run."""
+    op, sizes = load_op("matmul"), {"M": 192, "N": 192, "K": 192}
+    session = TuningSession(op, sizes, target, db=db, min_seconds=0.1)
+    try:
+        ranked = [c for c, _ in session.ranked()
+                  if c.threads == threads and c.ku == 4 and c.pf == 0]
+        if exhaustive_limit:
+            ranked = ranked[:exhaustive_limit]
+        results = {}
+        for cfg in ranked:
+            results[cfg] = session.measure(cfg).result.get("gflops") or 0.0
+        best = max(results.values())
+        top1 = results[ranked[0]]
+        # A fresh tuning run over the same database: configs the exhaustive run measured are
+        # answered from it (same numbers), any other config is measured now.
+        live = TuningSession(op, sizes, target, db=db, min_seconds=0.1)
+        try:
+            run = live.tune(budget=10)
+        finally:
+            live.close()
+        reached = next((i + 1 for i, t in enumerate(run.trials)
+                        if (t.result.get("gflops") or 0) >= 0.9 * best), None)
+    finally:
+        session.close()
+    return {"sizes": sizes, "exhaustive_configs": len(results),
+            "exhaustive_subspace": f"every legal config with threads={threads}, ku=4, pf=0"
+                                   + (f", model's top {exhaustive_limit}" if exhaustive_limit
+                                      else ""), "exhaustive_best_gflops": best,
+            "untuned_top1_gflops": top1, "top1_fraction_of_best": top1 / best,
+            "tuner_measurements_to_90pct": reached,
+            "tuner_best_fraction": run.best_gflops / best if best else 0.0}
+
+
+def write_docs(report: dict, cmd: str, section_name: str = "CPU GEMM") -> None:
+    slug = re.sub(r"\W+", "_", section_name.lower()).strip("_")
+    out_json = ROOT / "docs" / "benchmarks" / f"{slug}.json"
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(report, indent=2))
+    lines = [f"## {section_name}", "", f"Command: `{cmd}` ({report['date']}, {report['machine']}, "
+             f"{report['threads']} threads, {report['compiler']}).", "",
+             f"Probed FMA peak (AVX2, {report['threads']} threads): "
+             f"{report['fma_peak_gflops']:.0f} GFLOP/s; HFL host target fp32 peak: "
+             f"{report['hfl_peak_gflops']:.0f} GFLOP/s.", "",
+             "| case | ours GF/s | torch GF/s | numpy (OpenBLAS) GF/s | torch.compile GF/s | "
+             "ours/torch | ours/numpy | ours/compile | % FMA peak |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in report["cases"]:
+        s = r["sizes"]
+        case = f"{r['op']} " + "x".join(str(s[k]) for k in ("B", "M", "N", "K") if k in s)
+        ours, tor = r["ours"]["gflops"], r["torch"]["gflops"]
+        npy = r.get("numpy_openblas", {}).get("gflops")
+        # against numpy, the ratio uses our rounds alternated with numpy's processes
+        vs_np = r["numpy_openblas"]["ours_same_time_gflops"] / npy if npy else None
+        comp = r.get("torch_compile", {}).get("gflops")
+        lines.append(
+            f"| {case} | {ours:.0f} | {tor:.0f} | {f'{npy:.0f}' if npy else '-'} | "
+            f"{f'{comp:.0f}' if comp else '-'} | {ours / tor:.2f} | "
+            f"{f'{vs_np:.2f}' if npy else '-'} | {f'{ours / comp:.2f}' if comp else '-'} | "
+            f"{100 * ours / report['fma_peak_gflops']:.0f}% |")
+    numpy_kernel = next((r["numpy_openblas"]["kernel"] for r in report["cases"]
+                         if "numpy_openblas" in r), "-")
+    lines += ["", f"numpy BLAS kernel (threadpoolctl): {numpy_kernel}. Each row alternates the "
+                  "contenders call by call (ours, torch, torch.compile; numpy runs in its own "
+                  "process, alternated round by round with ours), so that load from other "
+                  "processes hits them alike."]
+    te = report.get("tuner")
+    if te:
+        lines += ["", f"Tuner (matmul {te['sizes']}): exhaustive run over "
+                      f"{te['exhaustive_configs']} configs ({te['exhaustive_subspace']}), best {te['exhaustive_best_gflops']:.0f}"
+                      f" GFLOP/s; the tuner reached 90% of it after "
+                      f"{te['tuner_measurements_to_90pct']} measurements; the untuned model "
+                      f"top-1 gets {100 * te['top1_fraction_of_best']:.0f}% of it."]
+    lines += ["", "Configs chosen: " + "; ".join(f"{r['op']}: {r['config']}"
+                                                 for r in report["cases"]), ""]
+    section = "\n".join(lines)
+    md = ROOT / "docs" / "benchmarks.md"
+    text = md.read_text() if md.exists() else "# Benchmarks\n\n"
+    pattern = re.compile(rf"## {re.escape(section_name)}\n.*?(?=\n## |\Z)", re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else \
+        text.rstrip("\n") + "\n\n" + section
+    md.write_text(text.rstrip("\n") + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, no torch.compile")
+    parser.add_argument("--budget", type=int, default=10, help="tuner measurements per case")
+    parser.add_argument("--exhaustive", type=int, default=0,
+                        help="cap on the configs of the exhaustive run (0: every config with "
+                             "ku=4, pf=0 on all threads)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads for every contender (default: the target's cores)")
+    parser.add_argument("--no-tuner-check", action="store_true",
+                        help="skip the exhaustive tuner-efficiency run")
+    parser.add_argument("--section", default="CPU GEMM", help="docs/benchmarks.md section")
+    args = parser.parse_args()
+    target = load_target("host")
+    threads = args.threads or target.cores
+    if threads != target.cores:  # the same target with fewer cores: kernels use `threads`
+        import copy
+        target = copy.copy(target)
+        target.cores = threads
+    torch.set_num_threads(threads)
+    db = TuningDB(Path(tempfile.gettempdir()) / "uol-bench-tuning.sqlite")
+    cases = [("matmul", {"M": s, "N": s, "K": s}) for s in (512, 1024, 2048)]
+    cases += [("matmul", {"M": 1000, "N": 777, "K": 513}),
+              ("linear_bias_gelu", {"M": 1024, "N": 1024, "K": 1024}),
+              ("bmm", {"B": 8, "M": 256, "N": 256, "K": 256})]
+    if args.quick:
+        cases = [("matmul", {"M": 256, "N": 256, "K": 256}),
+                 ("linear_bias_gelu", {"M": 128, "N": 128, "K": 128})]
+    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": platform.processor()
+              or platform.machine(), "threads": threads, "compiler": compiler_version(),
+              "torch": torch.__version__, "hfl_peak_gflops": target.peak_gflops["fp32"],
+              "fma_peak_gflops": probe_fma_peak(threads), "cases": []}
+    for name, sizes in cases:
+        row = run_gemm(name, sizes, target, db, threads, args.budget, not args.quick)
+        report["cases"].append(row)
+        print(json.dumps({k: row[k] for k in ("op", "sizes", "ours", "torch")}
+                         | {k: row[k]["gflops"] for k in ("numpy_openblas", "torch_compile")
+                            if k in row}), flush=True)
+    if not args.quick and not args.no_tuner_check:
+        report["tuner"] = tuner_efficiency(target, db, threads, args.exhaustive)
+        print(json.dumps(report["tuner"]), flush=True)
+    cmd = "python " + " ".join(["benchmarks/cpu_gemm.py", *sys.argv[1:]])
+    write_docs(report, cmd, args.section)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""CPU operator benchmark: UOL's non-GEMM C kernels vs torch eager and torch.compile, one run.
+
+Run: `.venv/bin/python benchmarks/cpu_ops.py [--quick] [--no-compile]`.
+Writes docs/benchmarks/cpu_ops.json and the "CPU operators" section of docs/benchmarks.md.
+GB/s counts each input and output once; fractions are of the HFL STREAM figure and of a
+torch copy measured in the same run, on the target's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from uol_core.acg.space_patterns import choose_pattern_config  # noqa: E402
+from uol_core.backends.c_native import compile_c  # noqa: E402
+from uol_core.hfl import load_target  # noqa: E402
+from uol_core.ops import load_op  # noqa: E402
+from uol_core.runtime.build import compiler_version  # noqa: E402
+from uol_core.runtime.inputs import random_inputs  # noqa: E402
+from uol_core.runtime.measure import time_call  # noqa: E402
+from uol_core.runtime.reference import evaluate_all  # noqa: E402
+from uol_core.runtime.verify import compare  # noqa: E402
+
+
+def _rms(X, gamma):
+    return X * torch.rsqrt((X * X).mean(-1, keepdim=True) + 1e-6) * gamma
+
+
+def _chain(X, b, G):
+    return torch.relu(torch.tanh(X * 1.5 + b) * G - 0.1)
+
+
+# (label, library op, sizes, quick sizes, torch function over the op's inputs by name)
+CASES = [
+    ("softmax 4096x4096", "softmax", {"R": 4096, "C": 4096}, {"R": 512, "C": 512},
+     lambda X: torch.softmax(X, -1)),
+    ("layernorm 8192x1024", "layernorm", {"R": 8192, "C": 1024}, {"R": 512, "C": 256},
+     lambda X, gamma, beta: F.layer_norm(X, (X.shape[-1],), gamma, beta)),
+    ("rmsnorm 8192x1024", "rmsnorm", {"R": 8192, "C": 1024}, {"R": 512, "C": 256}, _rms),
+    ("elementwise chain of 6, 4096x4096", "elementwise_chain6", {"M": 4096, "N": 4096},
+     {"M": 512, "N": 512}, _chain),
+    ("attention B=1 H=8 S=1024 D=64 (vs SDPA)", "attention_batched",
+     {"B": 1, "NH": 8, "S": 1024, "T": 1024, "D": 64},
+     {"B": 1, "NH": 2, "S": 128, "T": 128, "D": 64},
+     lambda Q, K, V: F.scaled_dot_product_attention(Q, K, V, scale=0.125)),
+    ("conv2d 3x3 pad 1, N=8 64->64 56x56", "conv2d_pad1",
+     {"N": 8, "C": 64, "H": 56, "W": 56, "K": 64}, {"N": 1, "C": 16, "H": 14, "W": 14, "K": 16},
+     lambda X, F_: F.conv2d(X, F_, padding=1)),
+]
+
+
+def seconds(fn, slow: bool) -> float:
+    """Median seconds per call (fewer repeats for the slow generic kernels)."""
+    if slow:
+        return time_call(fn, warmup=1, repeats=3, min_seconds=0.0).median_s
+    return time_call(fn, warmup=2, repeats=7, min_seconds=0.3).median_s
+
+
+def copy_gbps(threads: int) -> float:
+    """Bandwidth of a plain 256 MiB torch copy (read + write), this run."""
+    src = torch.randn(1 << 26)
+    dst = torch.empty_like(src)
+    t = seconds(lambda: dst.copy_(src), slow=False)
+    return 2 * src.numel() * 4 / t / 1e9
+
+
+def run_case(label, name, sizes, torch_fn, target, use_compile: bool) -> dict:
+    op = load_op(name)
+    ins = random_inputs(op, sizes, seed=0)
+    cfg, _ = choose_pattern_config(op, sizes, target)
+    kernel = compile_c(op, sizes, target, cfg)
+    out = kernel.outputs_like()
+    kernel.run(ins, out)
+    args = [ins[d.name] for d in op.inputs]
+    small = {k: v for k, v in ins.items()}
+    ok = compare(out, {d.name: torch_fn(*args).reshape(out[d.name].shape) for d in op.outputs},
+                 kernel.src.meta["reduction_length"]).ok if name != "conv2d_pad1" else \
+        compare(out, evaluate_all(op, small), kernel.src.meta["reduction_length"]).ok
+    nbytes = sum(t.numel() * t.element_size() for t in list(ins.values()) + list(out.values()))
+    slow = name in ("attention_batched", "conv2d_pad1")
+    row = {"case": label, "op": name, "sizes": sizes, "config": cfg, "verified": ok,
+           "bytes": nbytes, "uol_ms": seconds(lambda: kernel.run(ins, out), slow) * 1e3,
+           "eager_ms": seconds(lambda: torch_fn(*args), slow) * 1e3,
+           "fusion": kernel.src.meta.get("fusion", "")}
+    if use_compile:
+        try:
+            compiled = torch.compile(torch_fn)
+            compiled(*args)
+            row["compile_ms"] = seconds(lambda: compiled(*args), slow) * 1e3
+        except Exception as exc:  # torch.compile needs a working C++ toolchain; say why not
+            row["compile_error"] = str(exc).splitlines()[0][:200]
+    for key in ("uol", "eager", "compile"):
+        if f"{key}_ms" in row:
+            row[f"{key}_gbps"] = nbytes / (row[f"{key}_ms"] / 1e3) / 1e9
+    best_torch = min(row["eager_ms"], row.get("compile_ms", float("inf")))
+    row["speedup_vs_best_torch"] = best_torch / row["uol_ms"]
+    row["speedup_vs_eager"] = row["eager_ms"] / row["uol_ms"]
+    if "compile_ms" in row:
+        row["speedup_vs_compile"] = row["compile_ms"] / row["uol_ms"]
+    return row
+
+
+def write_markdown(report: dict) -> None:
+    """Replace (or append) the "CPU operators" section of docs/benchmarks.md."""
+    lines = ["## CPU operators", "",
+             f"Command: `{report['command']}` ({report['date']}, {report['machine']}, "
+             f"{report['threads']} threads, {report['compiler']}, torch {report['torch']}).",
+             f"Bandwidth references: STREAM (HFL host target) {report['stream_gbps']:.1f} GB/s, "
+             f"torch copy in this run {report['copy_gbps']:.1f} GB/s. Other jobs shared the "
+             "cores: compare the ratios, which were measured in one run.", "",
+             "| case | UOL ms | eager ms | compile ms | UOL GB/s | x best torch | x eager "
+             "| % of copy | verified |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in report["cases"]:
+        comp = f"{r['compile_ms']:.2f}" if "compile_ms" in r else "-"
+        lines.append(f"| {r['case']} | {r['uol_ms']:.2f} | {r['eager_ms']:.2f} | {comp} | "
+                     f"{r['uol_gbps']:.1f} | {r['speedup_vs_best_torch']:.2f} | "
+                     f"{r['speedup_vs_eager']:.2f} | {100 * r['uol_gbps'] / report['copy_gbps']:.0f}% "
+                     f"| {'yes' if r['verified'] else 'NO'} |")
+    lines += ["", "Attention and conv2d run on the generic fused loop-nest path (no flash or "
+              "implicit-GEMM template yet), so they trail torch by a wide margin.", ""]
+    md = ROOT / "docs" / "benchmarks.md"
+    text = md.read_text() if md.exists() else "# Benchmarks\n\n"
+    section = "\n".join(lines)
+    pattern = re.compile(r"## CPU operators\n.*?(?=\n## |\Z)", re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else \
+        text.rstrip("\n") + "\n\n" + section
+    md.write_text(text.rstrip("\n") + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--only", default="", help="comma-separated op names to run")
+    args = parser.parse_args()
+    target = load_target("host")
+    threads = int(target.cores or 1)
+    torch.set_num_threads(threads)
+    report = {"command": "python benchmarks/cpu_ops.py " + " ".join(sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d %H:%M"),
+              "machine": platform.processor() or platform.machine(), "threads": threads,
+              "compiler": compiler_version(), "torch": torch.__version__,
+              "stream_gbps": float(target.mem_bandwidth_gbps or 0), "copy_gbps": copy_gbps(threads),
+              "cases": []}
+    for label, name, sizes, quick, fn in CASES:
+        if args.only and name not in args.only.split(","):
+            continue
+        row = run_case(label, name, quick if args.quick else sizes, fn, target, not args.no_compile)
+        row["fraction_of_copy"] = row["uol_gbps"] / report["copy_gbps"]
+        row["fraction_of_stream"] = row["uol_gbps"] / max(report["stream_gbps"], 1e-9)
+        print(f"{label}: UOL {row['uol_ms']:.2f} ms ({row['uol_gbps']:.1f} GB/s), "
+              f"x{row['speedup_vs_best_torch']:.2f} best torch, verified={row['verified']}",
+              flush=True)
+        report["cases"].append(row)
+    out = ROOT / "docs" / "benchmarks" / "cpu_ops.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    write_markdown(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The constraint space: named readable constraints, HFL numbers, counts, speed; model and explain."""
+
+import time
+
+from uol_core.acg.config import TileConfig
+from uol_core.acg.cost_model import CostModel
+from uol_core.acg.explain import explain
+from uol_core.acg.fixtures import fixed_target
+from uol_core.acg.lower import lower_contraction
+from uol_core.acg.space import build_space
+from uol_core.ops import load_op
+
+AVX2 = fixed_target()
+AVX512 = fixed_target("test-avx512", isa=("avx512f", "avx2", "fma"), vector_bits=512, registers=32)
+
+
+def _space(sizes, target=AVX2, op="matmul"):
+    return build_space(lower_contraction(load_op(op), sizes), target)
+
+
+def test_gemm_space_is_fast_and_every_config_is_legal():
+    start = time.perf_counter()
+    space = _space({"M": 2048, "N": 2048, "K": 2048})
+    assert time.perf_counter() - start < 1.5  # tens of ms on an idle machine
+    assert len(space.configs) > 100
+    for cfg in space.configs[::97]:
+        assert not space.violated(cfg)
+        nv = cfg.nr // 8
+        assert cfg.mr * nv + nv + 1 <= AVX2.vector_registers
+        assert cfg.mc % cfg.mr == 0
+
+
+def test_constraints_are_named_formulas_with_hfl_numbers_and_counts():
+    space = _space({"M": 512, "N": 512, "K": 512})
+    names = {c.name for c in space.constraints}
+    assert {"register file", "latency hiding", "L1 capacity", "L2 capacity", "problem fit",
+            "divisibility", "parallel split", "prefetch budget", "unroll"} <= names
+    by_name = {c.name: c for c in space.constraints}
+    assert "<= 16" in by_name["register file"].formula
+    assert str(AVX2.l1d_bytes) in by_name["L1 capacity"].formula
+    assert ">= 8" in by_name["latency hiding"].formula  # 2 FMA units x 4 cycles
+    assert by_name["register file"].removed > 0
+    assert all(r["of"] == space.product_size for r in space.report())
+
+
+def test_avx512_targets_get_wider_tiles():
+    space = _space({"M": 1024, "N": 1024, "K": 1024}, AVX512)
+    best = CostModel(space.plan, AVX512).rank(space.configs)[0][0]
+    assert best.isa == "avx512" and best.nr % 16 == 0
+    assert best.mr * (best.nr // 16) >= 8
+
+
+def test_tiny_and_prime_problems_still_have_configs():
+    for sizes in ({"M": 1, "N": 1, "K": 1}, {"M": 7, "N": 13, "K": 3}):
+        space = _space(sizes)
+        assert space.configs
+        assert all(c.kc == 64 for c in space.configs)  # no deeper k block than needed
+
+
+def test_user_config_violations_are_named():
+    space = _space({"M": 256, "N": 256, "K": 256})
+    bad = TileConfig(mr=14, nr=32, kc=256, mc=96, threads=2)
+    assert {c.name for c in space.violated(bad)} >= {"register file"}
+
+
+def test_explanation_names_binding_constraints_roofline_and_provenance():
+    space = _space({"M": 1024, "N": 1024, "K": 1024})
+    model = CostModel(space.plan, AVX2)
+    cfg = model.rank(space.configs)[0][0]
+    exp = explain(space, model, cfg, measured={"gflops": 100.0, "median_s": 0.02})
+    text = exp.render()
+    assert "% of L2" in text and "% of L1d" in text and "vector registers" in text
+    assert exp.roofline["bound"] in ("compute", "memory") and exp.model_rank == 1
+    assert 0 < exp.measured["fraction_of_roofline"] <= 1
+    assert any(f["field"] == "l2_bytes" and "assumed" in f["provenance"] for f in exp.hfl_facts)
+    assert "micro-tile" in exp.picture
+
+
+def test_model_calibration_learns_a_correction():
+    space = _space({"M": 512, "N": 512, "K": 512})
+    model = CostModel(space.plan, AVX2)
+    top = [c for c, _ in model.rank(space.configs)[:3]]
+    before = model.estimate(top[0]).gflops
+    model.calibrate([(c, model.estimate(c).gflops * 0.5) for c in top])
+    assert abs(model.estimate(top[0]).gflops - before * 0.5) < 1e-6 * before

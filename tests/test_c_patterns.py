@@ -1,0 +1,191 @@
+"""C backend beyond GEMM: fusion decisions, ops that match no template, knobs, the pattern space,
+and golden files of one kernel per pattern (update with `pytest --update-golden`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from uol_core.acg.fixtures import fixed_target
+from uol_core.acg.fusion import plan_fusion
+from uol_core.acg.space_patterns import build_pattern_space, choose_pattern_config
+from uol_core.backends import c_generic
+from uol_core.backends.c_native import compile_c
+from uol_core.odl import parse
+from uol_core.ops import load_op
+from uol_core.runtime.inputs import random_inputs
+from uol_core.runtime.reference import evaluate_all
+from uol_core.runtime.verify import compare
+
+GOLDEN = Path(__file__).parent / "golden" / "c"
+TARGET = fixed_target()
+
+
+def check(op, sizes, config=None):
+    """Build, run and compare with the reference; returns the kernel."""
+    kernel = compile_c(op, sizes, TARGET, config)
+    inputs = random_inputs(op, kernel.sizes, seed=3)
+    def ints(d):  # verify.compare cannot subtract booleans
+        return {k: v.int() if v.dtype == torch.bool else v for k, v in d.items()}
+    verdict = compare(ints(kernel.run(inputs)), ints(evaluate_all(op, inputs)),
+                      kernel.src.meta["reduction_length"])
+    assert verdict.ok, f"{op.name}: {verdict}\n{kernel.src.text}"
+    return kernel
+
+
+ODD_OPS = {
+    "index_compare": ("op tri(X: f32[N, N]) -> Y: f32[N, N]:\n"
+                      "    Y[i, j] = where(j <= i and i - j < 3, X[i, j], 0.0)\n", {"N": 9}),
+    "non_product_reduce": ("op lse2(X: f32[R, C]) -> Y: f32[R]:\n"
+                           "    Y[r] = log(sum[c](exp(X[r, c]) + X[r, c] * X[r, c]))\n",
+                           {"R": 5, "C": 11}),
+    "written_extent": ("op head3(X: f32[R + 3, C]) -> Y: f32[C]:\n"
+                       "    Y[c] = sum[r: 3](X[r, c])\n", {"R": 4, "C": 5}),
+    "casts_and_ints": ("op bucket(X: f32[N], T: i32[N]) -> (Y: i32[N], Z: f32[N]):\n"
+                       "    Y[i] = i32(X[i] * 4.0) + T[i] * 2\n"
+                       "    Z[i] = f32(Y[i]) / 3\n", {"N": 13}),
+    "pad_2d": ("op blur(X: f32[H, W]) -> Y: f32[H, W]:\n"
+               "    Y[i, j] = (pad(X[i - 1, j], 0) + pad(X[i, j + 1], 0) + X[i, j]) / 3.0\n",
+               {"H": 6, "W": 7}),
+    "two_contractions_one_map": (
+        "op gated(X: f32[M, K], A: f32[K, N], B: f32[K, N]) -> Y: f32[M, N]:\n"
+        "    Y[m, n] = sum[k](X[m, k] * A[k, n]) * sigmoid(sum[k](X[m, k] * B[k, n]))\n",
+        {"M": 5, "K": 7, "N": 3}),
+    "bool_output_and_scan": ("op runs(X: f32[R, C]) -> (P: bool[R, C], S: f32[R, C]):\n"
+                             "    P[r, c] = X[r, c] > 0.0\n"
+                             "    S[r, c] = cumsum[c](where(P[r, c], X[r, c], 0.0))\n",
+                             {"R": 4, "C": 9}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_OPS))
+def test_ops_matching_no_template_compile_and_verify(case):
+    text, sizes = ODD_OPS[case]
+    check(parse(text), sizes)
+
+
+def test_softmax_is_one_pass_with_private_row_buffers():
+    op = load_op("softmax")
+    plan = plan_fusion(op, {"R": 64, "C": 100})
+    assert len(plan.groups) == 1 and plan.groups[0].private == ["mx", "e"]
+    src = check(op, {"R": 64, "C": 100}).src
+    assert "#pragma omp parallel" in src.text and "#pragma omp simd reduction(max:" in src.text
+    assert "malloc(sizeof(float) * 100)" in src.text  # one row of e per thread, not R x C
+
+
+def test_attention_never_materialises_the_score_matrix():
+    op = load_op("attention")
+    sizes = {"S": 96, "T": 80, "D": 16, "E": 8}
+    plan = plan_fusion(op, sizes)
+    assert len(plan.groups) == 1 and set(plan.groups[0].private) == {"s", "mx", "p", "l"}
+    src = check(op, sizes, {"generic": 1}).src  # the fused loop-nest path, not the flash template
+    assert "malloc(sizeof(float) * 80)" in src.text and "* 7680)" not in src.text
+    assert "private per thread: s, mx, p, l" in src.meta["fusion"]
+
+
+def test_fusion_explains_a_refused_statement():
+    op = parse("op rev(X: f32[N]) -> Y: f32[N]:\n    t[i] = X[i] * 2.0 + 1.0\n"
+               "    Y[i] = t[N - 1 - i] + sum[j](t[j])\n")
+    plan = plan_fusion(op, {"N": 10})
+    assert len(plan.groups) == 2
+    assert any("new pass" in r for r in plan.reasons)
+    check(op, {"N": 10})
+
+
+def test_fuse_off_gives_same_result_and_more_passes():
+    op = load_op("layernorm")
+    on = check(op, {"R": 7, "C": 33})
+    off = check(op, {"R": 7, "C": 33}, {"fuse": 0})
+    assert on.src.meta["groups"] == 1 and off.src.meta["groups"] == 3
+
+
+@pytest.mark.parametrize("config", [{"chunk": 4}, {"vec": 16}, {"threads": 1}, {"simd": 0}])
+def test_knobs_change_the_kernel_not_the_result(config):
+    base = c_generic.emit(load_op("elementwise_chain6"), {"M": 9, "N": 37}, TARGET).text
+    kernel = check(load_op("elementwise_chain6"), {"M": 9, "N": 37}, config)
+    assert kernel.src.text != base
+
+
+def test_f64_and_integer_labels():
+    from uol_core.odl.ir import DType, retyped
+    check(retyped(load_op("cross_entropy"), DType.f64), {"R": 6, "C": 10})
+    check(load_op("cross_entropy_mean"), {"R": 17, "C": 5})
+
+
+def test_pattern_space_names_constraints_with_target_numbers():
+    op = load_op("softmax")
+    space = build_pattern_space(op, {"R": 3, "C": 1000}, TARGET)
+    names = {c.name for c in space.constraints}
+    assert {"cores", "work per thread", "vector width", "private slices fit L2"} <= names
+    assert any(c.removed > 0 for c in space.constraints)
+    assert all(not space.violated(c) for c in space.configs)
+    assert "1048576" in next(c.formula for c in space.constraints if "L2" in c.name)
+    cfg, _ = choose_pattern_config(op, {"R": 3, "C": 1000}, TARGET, {"chunk": 1})
+    assert cfg["chunk"] == 1
+
+
+def test_line_map_points_at_statements():
+    op = load_op("layernorm")
+    src = c_generic.emit(op, {"R": 4, "C": 8}, TARGET)
+    mapped = set(src.line_map.values())
+    assert {s.line for s in op.stmts} <= mapped
+
+
+GOLDEN_CASES = {
+    "map_elementwise_chain6": ("elementwise_chain6", {"M": 16, "N": 40}),
+    "row_softmax": ("softmax", {"R": 32, "C": 100}),
+    "fused_layernorm": ("layernorm", {"R": 8, "C": 64}),
+    "fused_attention": ("attention", {"S": 32, "T": 48, "D": 16, "E": 16}),
+    "stencil_stencil5": ("stencil5", {"H": 10, "W": 12}),
+    "conv_depthwise_conv2d": ("depthwise_conv2d", {"N": 1, "C": 4, "H": 8, "W": 8, "R": 3, "S": 3}),
+    "scan_cumsum": ("cumsum", {"R": 4, "C": 50}),
+    "generic_cross_entropy_mean": ("cross_entropy_mean", {"R": 8, "C": 10}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_emitted_c_matches_golden(case, request):
+    name, sizes = GOLDEN_CASES[case]
+    text = c_generic.emit(load_op(name), sizes, TARGET, {"threads": 2}).text
+    path = GOLDEN / f"pattern_{case}.c"
+    if request.config.getoption("--update-golden", default=False) or not path.exists():
+        path.write_text(text)
+    assert text == path.read_text(), f"{path.name} changed: rerun with --update-golden and review"
+
+
+def test_outputs_are_written_in_their_declared_dtype():
+    op = parse("op sgn(X: f32[N]) -> Y: i32[N]:\n    Y[i] = where(X[i] > 0.0, 1, 0 - 1)\n")
+    kernel = check(op, {"N": 8})
+    x = torch.tensor([1.0, -2.0, 3.0, 0.5, -1.0, 2.0, -3.0, 4.0])
+    assert kernel.run({"X": x})["Y"].tolist() == [1, -1, 1, 1, -1, 1, -1, 1]
+
+
+@pytest.mark.parametrize("name", ["attention", "causal_attention", "attention_batched"])
+def test_naive_attention_compiles_to_flash_tiles(name):
+    op = load_op(name)
+    sizes = {"attention": {"S": 70, "T": 45, "D": 8, "E": 5}, "causal_attention": {"S": 37, "D": 8},
+             "attention_batched": {"B": 2, "NH": 3, "S": 33, "T": 20, "D": 8}}[name]
+    kernel = check(op, sizes, {"bq": 8, "bk": 16})
+    assert kernel.src.meta["generator"] == "uol-c-flash-1"
+    assert "malloc" not in kernel.src.text  # scores live in per-thread tiles only
+
+
+def test_flash_golden(request):
+    from uol_core.backends.c_route import emit_any
+    text = emit_any(load_op("causal_attention"), {"S": 40, "D": 16}, TARGET, {"threads": 2}).text
+    path = GOLDEN / "pattern_flash_causal_attention.c"
+    if request.config.getoption("--update-golden", default=False) or not path.exists():
+        path.write_text(text)
+    assert text == path.read_text(), f"{path.name} changed: rerun with --update-golden and review"
+
+
+@pytest.mark.parametrize("scan", ["cumsum", "cummax", "cumprod"])
+def test_long_scans_run_in_parallel(scan):
+    from uol_core.backends import c_scan
+    factor = " * 0.001 + 1.0" if scan == "cumprod" else ""
+    op = parse(f"op s(X: f32[N]) -> Y: f32[N]:\n    Y[i] = {scan}[i](X[i]{factor})\n")
+    n = c_scan.SCAN_PARALLEL_MIN * 2 + 17
+    kernel = check(op, {"N": n}, {"threads": 2})
+    assert kernel.src.meta["generator"] == "uol-c-scan-1" and "#pragma omp barrier" in kernel.src.text

@@ -1,0 +1,195 @@
+"""`uol compile | run | tune | explain`: generate, verify, measure and explain C kernels."""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import wraps
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from uol_cli.common import UserError, friendly_errors, print_json, read_op
+
+FileArg = Annotated[str, typer.Argument(help="an .odl file, or a library operator name")]
+ShapeOpt = Annotated[str | None, typer.Option("--shape", help="sizes, e.g. M=64,N=32,K=16")]
+TargetOpt = Annotated[str, typer.Option("--target", help="HFL target name (see `uol hw list`)")]
+BackendOpt = Annotated[str, typer.Option("--backend", help="code generator backend")]
+ConfigOpt = Annotated[str | None, typer.Option("--config", help="k=v,... over the model's "
+                                                                "choice, or 'tuned'")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+DEFAULT_SIZE = 256
+
+
+def user_errors(func):
+    """Compiler, build and HFL errors become one-line user errors (exit 2), never a traceback."""
+    from uol_core.acg.lower import UnsupportedOp
+    from uol_core.hfl import HflError
+    from uol_core.runtime.build import BuildError
+
+    @wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (UnsupportedOp, BuildError, HflError, ValueError, FileNotFoundError) as err:
+            if type(err).__name__ in ("OdlError", "ShapeError"):
+                raise
+            raise UserError(str(err).strip()) from None
+    return friendly_errors(wrapper)
+
+
+def _sizes(op, shape: str | None) -> dict[str, int]:
+    from uol_core.runtime.shapes import bind_sizes, parse_shape_spec
+    given = parse_shape_spec(shape) if shape else {}
+    return bind_sizes(op, {d: given.get(d, DEFAULT_SIZE) for d in op.dims} | given)
+
+
+def _kernel(file: str, shape, target: str, backend: str, config):
+    import uol_core
+    op, _, _ = read_op(file)
+    sizes = _sizes(op, shape)
+    return op, sizes, uol_core.compile(op, shapes=sizes, target=target, backend=backend,
+                                       config=config)
+
+
+def compile_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
+                backend: BackendOpt = "c", config: ConfigOpt = None,
+                show: Annotated[bool, typer.Option("--show", help="print the C source")] = False,
+                as_json: JsonOpt = False) -> None:
+    """Generate and build a kernel; print its config (and source with --show)."""
+    from uol_core.runtime.build import build
+    op, sizes, k = _kernel(file, shape, target, backend, config)
+    path = build(k.kernel_source)
+    if as_json:
+        print_json({"op": op.name, "sizes": sizes, "config": k.config, "library": str(path),
+                    "entry": k.kernel_source.entry, **({"source": k.source} if show else {})})
+        return
+    print(f"built {op.name} at {', '.join(f'{a}={b}' for a, b in sizes.items())}: {path}")
+    print("config: " + ", ".join(f"{a}={b}" for a, b in k.config.items()))
+    if show:
+        print(k.source)
+
+
+def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
+            backend: BackendOpt = "c", config: ConfigOpt = None,
+            check: Annotated[bool, typer.Option("--check", help="verify only, no timing")] = False,
+            inputs: Annotated[str | None, typer.Option("--inputs", help="torch.save dict")] = None,
+            out: Annotated[str | None, typer.Option("--out", help="write outputs (torch.save)")]
+            = None, as_json: JsonOpt = False) -> None:
+    """Build, verify against the reference, and measure a kernel (in a worker process)."""
+    import torch
+
+    from uol_core.runtime.measure import time_call
+    from uol_core.runtime.reference import evaluate_all
+    from uol_core.runtime.verify import compare
+    from uol_core.runtime.worker import Worker, make_job
+    op, text, name = read_op(file)
+    if inputs:
+        try:
+            given = torch.load(inputs, map_location="cpu", weights_only=True)
+        except Exception as err:
+            raise UserError(f"cannot read inputs {inputs}: {err}") from None
+        if not isinstance(given, dict):
+            raise UserError(f"{inputs} must hold a dict of named tensors")
+        sizes = _sizes(op, shape) if shape else None
+        import uol_core
+        k = uol_core.compile(op, shapes=sizes or {n: tuple(t.shape) for n, t in given.items()},
+                             target=target, backend=backend, config=config)
+        given = {n: t.float() for n, t in given.items()}
+        outs = k(**given)
+        outs = outs if isinstance(outs, dict) else {op.outputs[0].name: outs}
+        verdict = compare(outs, evaluate_all(op, given), int(k.kernel_source.meta["reduction_length"]))
+        result = {"status": "ok" if verdict.ok else "mismatch", **verdict.to_dict()}
+        if verdict.ok and not check:
+            timing = time_call(lambda: k(**given), min_seconds=0.2)
+            result.update(median_s=timing.median_s, iqr_s=timing.iqr_s,
+                          gflops=k.kernel_source.meta["flops"] / timing.median_s / 1e9)
+        if out:
+            torch.save(outs, out)
+        sizes, cfg = k.sizes, k.config
+    else:
+        _, sizes, k = _kernel(file, shape, target, backend, config)
+        cfg = k.config
+        with Worker() as worker:
+            result = worker.run(make_job(k.kernel_source, text, Path(name).name, sizes,
+                                         check_only=check))
+    ok = result.get("status") == "ok"
+    report = {"op": op.name, "sizes": sizes, "config": cfg, "ok": ok,
+              "status": result.get("status"), "reason": result.get("reason", ""),
+              "max_abs_err": result.get("max_abs_err"), "max_rel_err": result.get("max_rel_err"),
+              "gflops": result.get("gflops"),
+              "ms": result["median_s"] * 1e3 if result.get("median_s") else None,
+              "iqr_ms": result["iqr_s"] * 1e3 if result.get("iqr_s") is not None else None}
+    if as_json:
+        print_json(report)
+    else:
+        line = f"{op.name}: {report['status']}"
+        if report["max_abs_err"] is not None:
+            line += f", max abs err {report['max_abs_err']:.3g}"
+        if report["gflops"]:
+            line += f", {report['ms']:.3f} ms (IQR {report['iqr_ms']:.3f}), " \
+                    f"{report['gflops']:.1f} GFLOP/s"
+        print(line + (f" ({report['reason']})" if report["reason"] else ""))
+    if not ok:
+        raise typer.Exit(1)
+
+
+def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
+             budget: Annotated[int, typer.Option("--budget", help="max measurements")] = 12,
+             seconds: Annotated[float | None, typer.Option("--seconds", help="time budget")]
+             = None,
+             replay: Annotated[bool, typer.Option("--replay", help="answer from the database "
+                                                                   "only")] = False,
+             db: Annotated[str | None, typer.Option("--db", help="tuning database file")] = None,
+             as_json: JsonOpt = False) -> None:
+    """Tune a kernel: rank with the model, measure the best few, search around the best."""
+    from rich.progress import Progress
+
+    from uol_core.acg.tuner import TuningSession
+    from uol_core.runtime.tuningdb import TuningDB
+    op, _, _ = read_op(file)
+    sizes = _sizes(op, shape)
+    session = TuningSession(op, sizes, target, db=TuningDB(db) if db else None, replay=replay)
+    try:
+        with Progress(transient=True, disable=as_json or not sys.stderr.isatty()) as bar:
+            task = bar.add_task(f"tuning {op.name}", total=budget)
+            result = session.tune(budget=budget, seconds=seconds,
+                                  progress=lambda t, n: bar.update(task, completed=n))
+    finally:
+        session.close()
+    trials = [{"config": t.config.key(), "status": t.result.get("status"),
+               "gflops": t.result.get("gflops"), "predicted_gflops": t.predicted_gflops,
+               "model_rank": t.model_rank, "from_db": t.from_db,
+               "reason": t.result.get("reason", "")} for t in result.trials]
+    report = {"op": op.name, "sizes": sizes, "best": result.best.to_dict() if result.best else None,
+              "best_gflops": result.best_gflops, "measurements": result.measurements,
+              "stopped": result.stopped, "trials": trials}
+    if as_json:
+        print_json(report)
+        return
+    for t in trials:
+        print(f"  {t['status']:>11}  {t['gflops'] or 0:7.1f} GF/s  (model #{t['model_rank']}, "
+              f"{t['predicted_gflops']:.1f})  {t['config']}")
+    print(f"best: {report['best_gflops']:.1f} GFLOP/s after {result.measurements} measurements "
+          f"({result.stopped})")
+
+
+def explain_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
+                backend: BackendOpt = "c", config: ConfigOpt = None,
+                as_json: JsonOpt = False) -> None:
+    """Explain the chosen kernel: binding constraints, roofline, HFL facts, tile picture."""
+    _, _, k = _kernel(file, shape, target, backend, config)
+    exp = k.explain()
+    if as_json:
+        print(json.dumps(exp.to_dict(), indent=2, default=str))
+    else:
+        print(exp.render())
+
+
+def register(app: typer.Typer) -> None:
+    """Add the kernel commands to the top-level `uol` app."""
+    app.command("compile")(user_errors(compile_cmd))
+    app.command("run")(user_errors(run_cmd))
+    app.command("tune")(user_errors(tune_cmd))
+    app.command("explain")(user_errors(explain_cmd))

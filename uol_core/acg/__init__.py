@@ -1,0 +1,1 @@
+"""ACG, the automatic code generator: constraint space, cost model, tuner and explanations."""

@@ -1,0 +1,100 @@
+"""TileConfig: one point of the GEMM search space, plus parsing `k=v,...` and resolving targets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+# The vector instruction sets the C backend knows, best first; "vecext" is GCC vector extensions.
+ISA_ORDER = ("avx512", "avx2", "vecext")
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """BLIS-style blocking of one GEMM: register tile MR x NR, cache blocks MC x KC x NC, and knobs."""
+
+    isa: str = "avx2"
+    mr: int = 6  # rows of the register tile
+    nr: int = 16  # columns of the register tile (a multiple of the vector lanes)
+    kc: int = 256  # depth of a packed panel (the k block)
+    mc: int = 96  # rows of the packed A block (a multiple of mr)
+    nc: int = 2048  # columns of the packed B block (a multiple of nr)
+    ku: int = 4  # k-loop unroll of the micro-kernel
+    pf: int = 0  # software prefetch distance in k steps (0: off)
+    par: str = "jr"  # the OpenMP loop: jr (N micro-panels), ir (M micro-panels), batch
+    threads: int = 1
+
+    def to_dict(self) -> dict:
+        return {f: getattr(self, f) for f in FIELD_NAMES}
+
+    def key(self) -> str:
+        """Stable text key (database column, cache names)."""
+        return ",".join(f"{k}={v}" for k, v in self.to_dict().items())
+
+    def replace(self, **changes) -> TileConfig:
+        data = self.to_dict()
+        data.update(changes)
+        return TileConfig(**data)
+
+
+FIELD_NAMES = tuple(f.name for f in fields(TileConfig))
+FIELD_TYPES = {f.name: (str if f.type in ("str", str) else int) for f in fields(TileConfig)}
+
+
+def parse_config(text: str | dict, base: TileConfig) -> TileConfig:
+    """Apply 'mr=6,nr=16' (or a dict) on top of `base`; unknown keys raise ValueError naming them."""
+    items = text.items() if isinstance(text, dict) else (
+        part.split("=", 1) for part in text.replace(" ", ",").split(",") if part)
+    changes = {}
+    for item in items:
+        if len(item) != 2:
+            raise ValueError(f"bad config item '{item[0]}': write key=value, e.g. mr=6")
+        key, value = item
+        key = str(key).strip()
+        if key not in FIELD_TYPES:
+            raise ValueError(f"unknown config key '{key}'; known: {', '.join(FIELD_TYPES)}")
+        try:
+            changes[key] = FIELD_TYPES[key](value)
+        except ValueError:
+            raise ValueError(f"config {key} must be an integer, got '{value}'") from None
+    cfg = base.replace(**changes)
+    for key, kind in FIELD_TYPES.items():
+        value = getattr(cfg, key)
+        if kind is int and (value < 0 or (value == 0 and key != "pf")):
+            raise ValueError(f"config {key} must be a positive integer, got {value}")
+    if cfg.isa not in ISA_ORDER:
+        raise ValueError(f"config isa must be one of {', '.join(ISA_ORDER)}, got '{cfg.isa}'")
+    if cfg.par not in ("jr", "ir", "batch"):
+        raise ValueError(f"config par must be jr, ir or batch, got '{cfg.par}'")
+    return cfg
+
+
+def resolve_target(target):
+    """An HFL Target object from a name ('host', 'amd-epyc-turin') or a Target itself."""
+    if isinstance(target, str):
+        from uol_core.hfl import load_target
+        return load_target(target)
+    return target
+
+
+def target_isas(target) -> list[str]:
+    """The C backend's instruction sets usable on `target`, best first (from the HFL ISA list)."""
+    isa = {name.lower() for name in (target.isa or [])}
+    usable = []
+    if "avx512f" in isa:
+        usable.append("avx512")
+    if "avx2" in isa and "fma" in isa:
+        usable.append("avx2")
+    usable.append("vecext")
+    return usable
+
+
+def lanes(isa: str, target) -> int:
+    """f32 lanes of one vector register for `isa`; vecext uses the target's vector width."""
+    bits = {"avx512": 512, "avx2": 256}.get(isa, target.vector_bits or 128)
+    return bits // 32
+
+
+def vector_registers(isa: str, target) -> int:
+    """Architectural vector registers for `isa`: AVX2 sees the lower 16 even on AVX-512 parts."""
+    regs = target.vector_registers
+    return min(regs, 16) if isa == "avx2" else regs

@@ -1,0 +1,120 @@
+"""Analytical cost model for GEMM configs: roofline bound from the HFL, times micro-kernel,
+packing, cache-fit and parallel-balance terms; a per-target correction learned from measurements.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from uol_core.acg.config import TileConfig, lanes, target_isas
+from uol_core.acg.lower import GemmPlan
+
+F32 = 4
+# Modelling constants (not hardware facts): the calibration below learns what they miss.
+LOOP_OVERHEAD_CYCLES = 1.0  # pointer bumps and branch per (unrolled) k step
+L1_SHARE = 0.6  # micro-panels may fill this share of L1 before they evict each other
+BARRIER_CYCLES = 3000.0  # one OpenMP fork/join, order of magnitude
+
+
+def roofline_gflops(flops: float, bytes_moved: float, target) -> tuple[float, str]:
+    """Attainable GFLOP/s and the bound ('compute' or 'memory'), from the HFL roofline."""
+    try:
+        from uol_core.hfl.roofline import roofline
+        r = roofline(flops, bytes_moved, target, dtype="fp32")
+        return r.attainable_gflops, r.bound
+    except ImportError:  # the HFL roofline module not there yet: the same formula
+        peak, bw = target.peak_gflops["fp32"], target.mem_bandwidth_gbps
+        mem = bw * flops / max(bytes_moved, 1.0)
+        return (peak, "compute") if peak <= mem else (mem, "memory")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted performance of one config, with the factors that produced it."""
+
+    gflops: float
+    seconds: float
+    terms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class CostModel:
+    """Ranks legal configs; `calibrate` fits a correction per register tile from measurements."""
+
+    plan: GemmPlan
+    target: object
+    correction: dict[str, float] = field(default_factory=dict)
+
+    def estimate(self, cfg: TileConfig) -> Estimate:
+        """Predicted GFLOP/s of `cfg` (higher is better)."""
+        p, t = self.plan, self.target
+        M, N, K, B = p.M, p.N, p.K, p.batch_count
+        flops = p.flops
+        min_bytes = F32 * B * (M * K + K * N + M * N)
+        bound, _ = roofline_gflops(flops, min_bytes, t)
+        cores = t.cores or 1
+        per_thread = bound / cores
+        nv = cfg.nr // lanes(cfg.isa, t)
+        fma_units, latency = t.fma_units or 1, t.fma_latency_cycles or 1
+        # Micro-kernel: FMA cycles per k step vs. accumulators needed to hide FMA latency.
+        fma_cycles = cfg.mr * nv / fma_units
+        latency_eff = min(1.0, cfg.mr * nv / (fma_units * latency))
+        loop_eff = fma_cycles / (fma_cycles + LOOP_OVERHEAD_CYCLES / cfg.ku)
+        load_eff = min(1.0, 2.0 * cfg.mr * nv / (cfg.mr + nv) / fma_units)  # broadcast + loads
+        # The HFL peak is for the widest vector ISA; a narrower one reaches its share of it.
+        widest = max(lanes(isa, t) for isa in target_isas(t))
+        width = lanes(cfg.isa, t) / widest
+        micro = latency_eff * loop_eff * load_eff * width
+        # Edge waste: padded tiles compute zeros.
+        edge = (M * N) / (math.ceil(M / cfg.mr) * cfg.mr * math.ceil(N / cfg.nr) * cfg.nr)
+        # Cache fit (soft): the B micro-panel and A micro-panel stream through L1; A block in L2.
+        l1_use = (cfg.mr + cfg.nr) * cfg.kc * F32 / t.l1d_bytes
+        l2_use = cfg.mc * cfg.kc * F32 / t.l2_bytes
+        l1_fit = 1.0 / (1.0 + max(0.0, l1_use - L1_SHARE))
+        l2_fit = 1.0 / (1.0 + max(0.0, l2_use - 0.6)) * min(1.0, 0.25 + l2_use / 0.25 * 0.75)
+        # Parallel balance: each thread owns a contiguous share of the split loop's panels.
+        threads = cfg.threads
+        units = {"batch": B, "ir": math.ceil(M / cfg.mr)}.get(cfg.par, math.ceil(N / cfg.nc))
+        balance = (units / threads) / math.ceil(units / threads)
+        compute_s = flops / (per_thread * threads * 1e9 * micro * edge * l1_fit * l2_fit
+                             * balance)
+        # Packing and C traffic at memory bandwidth. Threads pack privately (no barriers), so
+        # the operand they share is packed once per thread: B for an ir split, A for jr.
+        a_packs = math.ceil(N / cfg.nc)  # A is packed once per NC chunk
+        b_packs = threads if cfg.par == "ir" else 1
+        bw = t.mem_bandwidth_gbps * 1e9
+        pack_bytes = 2 * F32 * B * (M * K * a_packs + K * N * b_packs)
+        c_bytes = 2 * F32 * B * M * N * math.ceil(K / cfg.kc)
+        memory_s = (pack_bytes + c_bytes) / bw / threads
+        sync_s = (BARRIER_CYCLES if threads > 1 else 0.0) / ((t.clock_ghz or 1.0) * 1e9)
+        seconds = compute_s + memory_s + sync_s
+        gflops = flops / seconds / 1e9 * self.correction.get(_group(cfg),
+                                                             self.correction.get("*", 1.0))
+        terms = {"roofline_gflops": bound, "micro_kernel": micro, "vector_width": width, "edge": edge,
+                 "l1_use": l1_use, "l2_use": l2_use, "l1_fit": l1_fit, "l2_fit": l2_fit,
+                 "balance": balance, "compute_s": compute_s, "memory_s": memory_s,
+                 "sync_s": sync_s}
+        return Estimate(gflops, seconds, terms)
+
+    def rank(self, configs: list[TileConfig]) -> list[tuple[TileConfig, float]]:
+        """Configs with predicted GFLOP/s, best first."""
+        scored = [(c, self.estimate(c).gflops) for c in configs]
+        scored.sort(key=lambda cs: -cs[1])
+        return scored
+
+    def calibrate(self, measured: list[tuple[TileConfig, float]]) -> None:
+        """Learn measured/predicted ratios: per register tile and overall (median)."""
+        self.correction = {}
+        ratios: dict[str, list[float]] = {}
+        for cfg, gflops in measured:
+            if gflops and gflops > 0:
+                ratio = gflops / self.estimate(cfg).gflops
+                ratios.setdefault(_group(cfg), []).append(ratio)
+                ratios.setdefault("*", []).append(ratio)
+        self.correction = {k: statistics.median(v) for k, v in ratios.items()}
+
+
+def _group(cfg: TileConfig) -> str:
+    return f"{cfg.isa}:{cfg.mr}x{cfg.nr}"

@@ -1,0 +1,130 @@
+"""Explanations of a chosen kernel: binding constraints, roofline bound and fraction achieved,
+model vs measured rank, the HFL facts used (with provenance), and a picture of the tiles."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from uol_core.acg.config import TileConfig, lanes
+from uol_core.acg.cost_model import F32, CostModel, roofline_gflops
+from uol_core.acg.space import Space
+
+HFL_FIELDS = ("isa", "vector_bits", "vector_registers", "fma_units", "fma_latency_cycles",
+              "cores", "clock_ghz", "l1d_bytes", "l2_bytes", "l3_bytes", "peak_gflops.fp32",
+              "mem_bandwidth_gbps")
+
+
+@dataclass
+class Explanation:
+    """Everything a user needs to see why this kernel is what it is."""
+
+    op: str
+    sizes: dict
+    config: dict
+    binding: list[str] = field(default_factory=list)  # constraints and resources near their limit
+    violated: list[str] = field(default_factory=list)
+    roofline: dict = field(default_factory=dict)
+    model_rank: int | None = None
+    legal_configs: int = 0
+    measured: dict = field(default_factory=dict)
+    hfl_facts: list[dict] = field(default_factory=list)
+    constraints: list[dict] = field(default_factory=list)
+    picture: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def render(self) -> str:
+        """Plain-text report (the CLI prints this; the IDE draws its own)."""
+        lines = [f"{self.op} at {', '.join(f'{k}={v}' for k, v in self.sizes.items())}",
+                 "config: " + ", ".join(f"{k}={v}" for k, v in self.config.items()),
+                 f"model rank: {self.model_rank} of {self.legal_configs} legal configs"]
+        lines.append("binding constraints:")
+        lines += [f"  - {b}" for b in self.binding] or ["  (none near its limit)"]
+        if self.violated:
+            lines.append("violated (config given by hand):")
+            lines += [f"  - {v}" for v in self.violated]
+        r = self.roofline
+        lines.append(f"roofline: {r.get('attainable_gflops', 0):.1f} GFLOP/s ({r.get('bound')}"
+                     f" bound), model predicts {r.get('predicted_gflops', 0):.1f}")
+        if self.measured:
+            m = self.measured
+            lines.append(f"measured: {m.get('gflops', 0):.1f} GFLOP/s = "
+                         f"{100 * m.get('fraction_of_roofline', 0):.0f}% of roofline"
+                         + (f", measured rank {m['measured_rank']}" if "measured_rank" in m else ""))
+        lines.append("HFL facts used:")
+        lines += [f"  {f['field']} = {f['value']}  [{f['provenance']}]" for f in self.hfl_facts]
+        lines.append("constraints (assignments removed of the full product):")
+        lines += [f"  {c['name']}: {c['formula']}  -> removed {c['removed']}"
+                  for c in self.constraints]
+        lines.append(self.picture)
+        return "\n".join(lines)
+
+
+def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | None = None,
+            measured_rank: int | None = None) -> Explanation:
+    """The explanation of `cfg` in `space` under `model` (with a measurement when there is one)."""
+    plan, t = space.plan, space.target
+    est = model.estimate(cfg)
+    nv = cfg.nr // lanes(cfg.isa, t)
+    regs = cfg.mr * nv + nv + 1
+    from uol_core.acg.config import vector_registers
+    binding = [
+        f"register file: {regs} of {vector_registers(cfg.isa, t)} vector registers "
+        f"({cfg.mr}x{nv} accumulators + {nv} B vectors + 1 broadcast)",
+        f"latency hiding: {cfg.mr * nv} independent FMA chains for "
+        f"{t.fma_units} units x {t.fma_latency_cycles} cycles = {t.fma_units * t.fma_latency_cycles}",
+        f"L1: A+B micro-panels ({cfg.mr}+{cfg.nr}) x {cfg.kc} x 4 B = "
+        f"{(cfg.mr + cfg.nr) * cfg.kc * F32 // 1024} KiB = {100 * est.terms['l1_use']:.0f}% of L1d",
+        f"L2: A block {cfg.mc} x {cfg.kc} x 4 B = {cfg.mc * cfg.kc * F32 // 1024} KiB = "
+        f"{100 * est.terms['l2_use']:.0f}% of L2",
+        f"L3: B block {cfg.kc} x {cfg.nc} x 4 B = {cfg.kc * cfg.nc * F32 // 1024} KiB = "
+        f"{100 * cfg.kc * cfg.nc * F32 / (t.l3_bytes or t.l2_bytes):.0f}% of L3 (nc derived)",
+        f"parallel split over {cfg.par} with {cfg.threads} threads: balance "
+        f"{100 * est.terms['balance']:.0f}%",
+    ]
+    rows = [c for c in space.constraints if c.isa == cfg.isa]
+    violated = [f"{c.name}: {c.formula}" for c in rows if not c.holds(cfg)]
+    bytes_min = F32 * plan.batch_count * (plan.M * plan.K + plan.K * plan.N + plan.M * plan.N)
+    attainable, bound = roofline_gflops(plan.flops, bytes_min, t)
+    roof = {"attainable_gflops": attainable, "bound": bound, "flops": plan.flops,
+            "min_bytes": bytes_min, "predicted_gflops": est.gflops, "terms": est.terms}
+    meas = {}
+    if measured and measured.get("gflops"):
+        meas = {"gflops": measured["gflops"], "median_s": measured.get("median_s"),
+                "fraction_of_roofline": measured["gflops"] / attainable}
+        if measured_rank is not None:
+            meas["measured_rank"] = measured_rank
+    ranked = model.rank(space.configs)
+    rank = next((i + 1 for i, (c, _) in enumerate(ranked) if c == cfg), None)
+    facts = []
+    for name in HFL_FIELDS:
+        base, _, sub = name.partition(".")
+        value = getattr(t, base, None)
+        value = value.get(sub) if sub and isinstance(value, dict) else value
+        try:
+            prov = str(t.provenance(name))
+        except KeyError:
+            prov = "absent"
+        facts.append({"field": name, "value": value, "provenance": prov})
+    return Explanation(plan.op.name, dict(plan.sizes), cfg.to_dict(), binding, violated, roof,
+                       rank, len(space.configs), meas, facts,
+                       [{"name": c.name, "formula": c.formula, "removed": c.removed}
+                        for c in rows], tile_picture(cfg, plan))
+
+
+def tile_picture(cfg: TileConfig, plan) -> str:
+    """ASCII picture of the tile hierarchy: C blocks, the packed panels, the register tile."""
+    return "\n".join([
+        "tile hierarchy (C = A x B):",
+        f"  C {plan.M} x {plan.N}" + (f"  (x{plan.batch_count} batch)" if plan.batch_count > 1
+                                      else ""),
+        f"  +-- jc block: all rows x NC={cfg.nc} cols   (B block KC x NC packed, L3)",
+        f"  |   +-- pc: KC={cfg.kc} deep",
+        f"  |       +-- ic block: MC={cfg.mc} rows      (A block MC x KC packed, L2)",
+        f"  |           +-- micro-tile MR x NR = {cfg.mr} x {cfg.nr}  (registers, {cfg.isa})",
+        "  |",
+        "  micro-tile:  " + " ".join(["[" + "#" * max(1, cfg.nr // 8) + "]"] * 1),
+        *["               " + "#" * (cfg.nr // 2) for _ in range(min(cfg.mr, 8))],
+        f"  split over {cfg.par} across {cfg.threads} thread(s)",
+    ])

@@ -1,0 +1,146 @@
+"""Statement fusion: group consecutive statements into as few passes over memory as dependencies allow.
+
+A group shares its `depth` outermost loops: statement s joins the group when, for each of
+those positions, its extent equals the group's and every read of a tensor written earlier in
+the group uses exactly s's own index there (the value was produced in the same iteration).
+Intermediates used only inside their group never reach memory as whole tensors: each thread
+keeps one slice (the axes past `depth`) in a private buffer. Every decision has a reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from uol_core.odl.check import stmt_extents
+from uol_core.odl.ir import Access, Expr, Op, Reduce, Scan, children, walk
+
+
+@dataclass
+class FusionGroup:
+    """Statements run inside one loop nest of `depth` shared outer loops."""
+
+    stmts: list[int]
+    depth: int
+    extents: list[int]  # concrete extents of the shared loops
+    private: list[str] = field(default_factory=list)  # intermediates kept per thread (a slice)
+
+
+@dataclass
+class FusionPlan:
+    """The groups in order, plus one sentence per statement boundary saying why."""
+
+    groups: list[FusionGroup]
+    reasons: list[str]
+
+    def explain(self, op: Op) -> str:
+        """Plain text: which statements were fused, which intermediates stay private, and why."""
+        lines = []
+        for n, g in enumerate(self.groups):
+            names = ", ".join(f"{op.stmts[i].target} (line {op.stmts[i].line})" for i in g.stmts)
+            lines.append(f"pass {n + 1}: {names}; {g.depth} shared loop(s) {g.extents}"
+                         + (f"; private per thread: {', '.join(g.private)}" if g.private else ""))
+        return "\n".join(lines + [f"  - {r}" for r in self.reasons])
+
+
+def _reads(expr: Expr, bound: frozenset[str] = frozenset()):
+    """(access, indices rebound by enclosing reductions) for every tensor read."""
+    if isinstance(expr, Access):
+        yield expr, bound
+    inner = bound | set(expr.indices) if isinstance(expr, Reduce) else bound
+    for child in children(expr):
+        yield from _reads(child, inner)
+
+
+def _scan_position(op: Op, i: int) -> int | None:
+    stmt = op.stmts[i]
+    for node in walk(stmt.expr):
+        if isinstance(node, Scan):
+            return stmt.indices.index(node.index)
+    return None
+
+
+def _max_depth(op: Op, i: int, sizes: Mapping[str, int], starting: bool = False) -> int:
+    """Loops statement i can share at most: its free indices before any scan index; a map that
+    starts a pass keeps its innermost loop to itself (the vectorised one)."""
+    stmt = op.stmts[i]
+    scan = _scan_position(op, i)
+    if scan is not None:
+        return scan
+    pure_map = not any(isinstance(n, Reduce) for n in walk(stmt.expr))
+    keep_inner = starting and stmt.indices and (pure_map or _contiguous_in(stmt, stmt.indices[-1]))
+    return len(stmt.indices) - 1 if keep_inner else len(stmt.indices)
+
+
+def _contiguous_in(stmt, index: str) -> bool:
+    """Some read inside a reduction walks its last axis with `index` (stride 1): the C path
+    then vectorises the reduction over that index, so it stays an inner loop."""
+    for red in (n for n in walk(stmt.expr) if isinstance(n, Reduce)):
+        for node in walk(red.body):
+            if isinstance(node, Access) and node.indices and dict(node.indices[-1].terms).get(index) == 1:
+                return True
+    return False
+
+
+def _legal_depth(op: Op, i: int, group: FusionGroup, sizes: Mapping[str, int]) -> tuple[int, str]:
+    """How many of the group's shared loops statement i can join, and what limits it."""
+    stmt = op.stmts[i]
+    free = stmt_extents(op, i).free
+    depth, why = min(group.depth, _max_depth(op, i, sizes)), ""
+    if depth < group.depth:
+        why = f"{stmt.target} has only {depth} loop(s) before its scan or its end"
+    for p in range(depth):
+        if free[stmt.indices[p]].evaluate(dict(sizes)) != group.extents[p]:
+            return p, f"loop {p + 1} of {stmt.target} has a different extent"
+    written = {op.stmts[j].target for j in group.stmts}
+    for access, rebound in _reads(stmt.expr):
+        if access.tensor not in written:
+            continue
+        for p in range(depth):
+            same = access.indices[p].pure_symbol == stmt.indices[p] and stmt.indices[p] not in rebound
+            if not same:
+                return p, (f"{stmt.target} reads {access.tensor} at another position of loop "
+                           f"{p + 1} (it needs the whole of {access.tensor} first)")
+    return depth, why
+
+
+def plan_fusion(op: Op, sizes: Mapping[str, int], enabled: bool = True) -> FusionPlan:
+    """Greedy fusion of consecutive statements (statement order is a legal schedule already)."""
+    groups: list[FusionGroup] = []
+    reasons: list[str] = []
+    for i, stmt in enumerate(op.stmts):
+        free = stmt_extents(op, i).free
+        depth = _max_depth(op, i, sizes, starting=True)
+        extents = [free[n].evaluate(dict(sizes)) for n in stmt.indices[:depth]]
+        if groups and enabled:
+            group = groups[-1]
+            joined, why = _legal_depth(op, i, group, sizes)
+            if joined >= 1 and group.depth >= 1:
+                group.stmts.append(i)
+                group.depth, group.extents = joined, group.extents[:joined]
+                reasons.append(f"{stmt.target} fused into the pass of "
+                               f"{op.stmts[group.stmts[0]].target}: it reads earlier results "
+                               f"only at the current iteration of {joined} shared loop(s)")
+                continue
+            reasons.append(f"{stmt.target} starts a new pass: " + (why or "no shared loop"))
+        elif groups:
+            reasons.append(f"{stmt.target} starts a new pass: fusion disabled by the config")
+        groups.append(FusionGroup([i], depth, extents))
+    _mark_private(op, groups)
+    return FusionPlan(groups, reasons)
+
+
+def _mark_private(op: Op, groups: list[FusionGroup]) -> None:
+    """Intermediates read only inside their own group (and not outputs) stay per thread."""
+    outputs = {d.name for d in op.outputs}
+    for n, g in enumerate(groups):
+        if g.depth == 0:
+            continue
+        later = [op.stmts[i] for h in groups[n + 1:] for i in h.stmts]
+        for i in g.stmts:
+            target = op.stmts[i].target
+            if target in outputs:
+                continue
+            if any(a.tensor == target for s in later for a in walk(s.expr) if isinstance(a, Access)):
+                continue
+            g.private.append(target)

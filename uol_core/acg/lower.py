@@ -1,0 +1,134 @@
+"""Lower a contraction op to a GemmPlan: index roles, extents, operand accesses and the fused epilogue.
+
+The plan is the one fact sheet that the constraint space, the cost model and the C
+renderer read; it holds IR nodes (never text), so every stage stays on the one IR.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from uol_core.odl.check import stmt_extents
+from uol_core.odl.ir import Access, DType, Expr, Op, Reduce, Stmt, children, walk
+from uol_core.odl.patterns import classify
+from uol_core.runtime.shapes import shape_of
+
+
+class UnsupportedOp(ValueError):
+    """The op is outside what this backend path generates (says what is missing and why)."""
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """C[batch, m, n] = epilogue(sum[k](A[.., m, k] * B[.., k, n]), other reads) with sizes bound."""
+
+    op: Op
+    sizes: dict[str, int]
+    main: int  # index of the contraction statement
+    lhs: Access  # the A access (rows m, depth k)
+    rhs: Access  # the B access (depth k, columns n)
+    m: str
+    n: str
+    k: str
+    batch: tuple[str, ...]
+    reduce: Reduce
+    stmts: tuple[Stmt, ...]  # main statement then fused map statements, in order
+    stores: tuple[str, ...]  # targets written to memory (outputs), in statement order
+    dtype: DType = DType.f32
+    extents: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def M(self) -> int:
+        return self.extents[self.m]
+
+    @property
+    def N(self) -> int:
+        return self.extents[self.n]
+
+    @property
+    def K(self) -> int:
+        return self.extents[self.k]
+
+    @property
+    def batch_count(self) -> int:
+        count = 1
+        for name in self.batch:
+            count *= self.extents[name]
+        return count
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch_count * self.M * self.N * self.K
+
+    @property
+    def epilogue_ops(self) -> tuple[str, ...]:
+        return classify(self.op).main_statement.epilogue
+
+    def tensor_shape(self, name: str) -> tuple[int, ...]:
+        return shape_of(self.op, name, self.sizes)
+
+
+def lower_contraction(op: Op, sizes: Mapping[str, int]) -> GemmPlan:
+    """The GemmPlan of a contraction op, or UnsupportedOp naming what the C path cannot do yet."""
+    pattern = classify(op)
+    if pattern.kind != "contraction":
+        raise UnsupportedOp(f"{op.name} is a {pattern.kind}; the C GEMM path needs a contraction")
+    main = pattern.main
+    roles = pattern.main_statement.contraction
+    stmt = op.stmts[main]
+    if roles.windowed:
+        raise UnsupportedOp(f"line {stmt.line}: windowed operands (convolution) are not a GEMM yet")
+    if len(roles.m) != 1 or len(roles.n) != 1 or len(roles.k) != 1:
+        raise UnsupportedOp(f"line {stmt.line}: the GEMM path needs exactly one m, n and k index "
+                            f"(got m={roles.m}, n={roles.n}, k={roles.k})")
+    reduces = [x for x in walk(stmt.expr) if isinstance(x, Reduce)]
+    if len(reduces) != 1:
+        raise UnsupportedOp(f"line {stmt.line}: one reduction per GEMM statement")
+    reduce = reduces[0]
+    accesses = [a for a in walk(reduce.body) if isinstance(a, Access)]
+    lhs = next(a for a in accesses if a.tensor == roles.lhs)
+    rhs = next(a for a in accesses if a.tensor == roles.rhs)
+    for acc in (lhs, rhs):
+        if any(f.pure_symbol is None for f in acc.indices):
+            raise UnsupportedOp(f"line {stmt.line}: {acc.tensor} must be indexed by plain names")
+    dtypes = {d.dtype for d in op.inputs + op.outputs + op.locals}
+    if dtypes != {DType.f32}:
+        raise UnsupportedOp(f"{op.name}: the C GEMM path is f32 only (found "
+                            f"{', '.join(sorted(d.value for d in dtypes))})")
+    stmts = [stmt]
+    free = set(stmt.indices)
+    for i in pattern.epilogues:
+        later = op.stmts[i]
+        if set(later.indices) != free or any(isinstance(x, Reduce) for x in walk(later.expr)):
+            raise UnsupportedOp(f"line {later.line}: a fused statement must be a map over "
+                                f"{', '.join(stmt.indices)}")
+        stmts.append(later)
+    if len(stmts) != len(op.stmts) - main or main != 0:
+        raise UnsupportedOp(f"{op.name}: only one contraction followed by maps fuses into one kernel")
+    extents = {name: form.evaluate(dict(sizes))
+               for name, form in stmt_extents(op, main).free.items()}
+    extents.update({name: form.evaluate(dict(sizes))
+                    for name, form in stmt_extents(op, main).reductions[reduce].items()})
+    outputs = {d.name for d in op.outputs}
+    stores = tuple(s.target for s in stmts if s.target in outputs)
+    return GemmPlan(op, dict(sizes), main, lhs, rhs, roles.m[0], roles.n[0], roles.k[0],
+                    roles.batch, reduce, tuple(stmts), stores, DType.f32, extents)
+
+
+def epilogue_reads(plan: GemmPlan) -> list[Access]:
+    """Every tensor read outside the reduction (bias, residual), in order of appearance."""
+    found: list[Access] = []
+    for stmt in plan.stmts:
+        for node in _walk_outside_reduce(stmt.expr):
+            if isinstance(node, Access) and node not in found:
+                found.append(node)
+    return found
+
+
+def _walk_outside_reduce(expr: Expr):
+    if isinstance(expr, Reduce):
+        return
+    yield expr
+    for child in children(expr):
+        yield from _walk_outside_reduce(child)

@@ -1,0 +1,191 @@
+"""The GEMM search space as named constraints over tile variables, solved with python-constraint2.
+
+Every hardware number comes from the HFL target; each constraint carries a formula a person
+can read (with the numbers filled in) and how many assignments of the full product it removes.
+Cache fit is a hard *capacity* limit here (a block that cannot fit at all); how well a block
+fits is a soft term of the cost model.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import product
+
+import constraint
+
+from uol_core.acg.config import TileConfig, lanes, target_isas, vector_registers
+from uol_core.acg.lower import GemmPlan
+
+F32 = 4  # bytes per element: the C GEMM path is f32 only (lower.py checks)
+PREFETCH_SHARE = 4  # at most 1/PREFETCH_SHARE of L1 holds data prefetched ahead (a policy, not hw)
+CHUNKS_PER_THREAD = 2  # NC chunks per thread for a jr split (dynamic balance vs. A re-packing)
+UNROLL_FMAS = 256  # FMAs in one unrolled k-loop body: keeps the loop in the uop cache (a policy)
+
+
+VARIABLES = ("mr", "nr", "kc", "mc", "ku", "pf", "par", "threads")
+
+
+@dataclass(frozen=True)
+class NamedConstraint:
+    """One restriction: a name and its formula (a Python expression over the tile variables).
+
+    The formula is generated here, with the target's numbers filled in, so it is both what
+    python-constraint2 solves and what a person reads; `removed` counts the assignments of the
+    full product that this constraint alone rejects.
+    """
+
+    name: str
+    formula: str
+    isa: str = ""
+    removed: int = 0
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return _variables(self.formula)
+
+    @property
+    def predicate(self) -> Callable[..., bool]:
+        return _compiled(self.formula, self.variables)
+
+    def holds(self, cfg: TileConfig) -> bool:
+        return bool(self.predicate(*(getattr(cfg, v) for v in self.variables)))
+
+
+@lru_cache(maxsize=4096)
+def _variables(formula: str) -> tuple[str, ...]:
+    return tuple(v for v in VARIABLES if re.search(rf"\b{v}\b", formula))
+
+
+@lru_cache(maxsize=4096)
+def _compiled(formula: str, variables: tuple[str, ...]) -> Callable[..., bool]:
+    # The formula text is built by gemm_constraints from numbers, never from user input.
+    return eval(f"lambda {', '.join(variables)}: {formula}", {})
+
+
+@dataclass
+class Space:
+    """Variables with domains, the named constraints, and the legal configs that satisfy them all."""
+
+    plan: GemmPlan
+    target: object
+    domains: dict[str, list]
+    constraints: list[NamedConstraint]
+    configs: list[TileConfig] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def product_size(self) -> int:
+        return math.prod(len(d) for d in self.domains.values())
+
+    def violated(self, cfg: TileConfig) -> list[NamedConstraint]:
+        """Constraints a (user-given) config breaks."""
+        return [c for c in self.constraints if not c.holds(cfg)]
+
+    def report(self) -> list[dict]:
+        """One row per constraint: name, formula, assignments removed (of the full product)."""
+        return [{"name": c.name, "formula": c.formula, "removed": c.removed,
+                 "of": self.product_size} for c in self.constraints]
+
+
+def _upto_first_cover(values: list[int], extent: int) -> list[int]:
+    """Domain values up to the first one that covers `extent` (larger ones only add padding)."""
+    kept = []
+    for v in sorted(values):
+        kept.append(v)
+        if v >= extent:
+            break
+    return kept
+
+
+def domains_for(plan: GemmPlan, target) -> dict[str, list]:
+    """Candidate values per variable (the ISA is solved one problem per usable ISA)."""
+    threads = target.cores or 1
+    pars = ["jr", "ir"] + (["batch"] if plan.batch_count > 1 else [])
+    return {
+        "mr": list(range(1, 17)),
+        "nr": [1, 2, 3, 4],  # in vectors; scaled by the ISA's lanes
+        "kc": _upto_first_cover([64, 128, 192, 256, 320, 384, 512], plan.K),
+        "mc": _upto_first_cover([24, 48, 72, 96, 120, 144, 192, 240, 288, 384], plan.M),
+        "ku": [1, 4],
+        "pf": [0, 8],
+        "par": pars if threads > 1 else ["jr"],
+        "threads": sorted({1, threads}),
+    }
+
+
+def usable_isas(target) -> list[str]:
+    """The ISAs searched: native vector ISAs of the target, else the portable path."""
+    isas = target_isas(target)
+    return isas[:-1] if len(isas) > 1 else isas
+
+
+def gemm_constraints(plan: GemmPlan, target, isa: str) -> list[NamedConstraint]:
+    """The named restrictions of the GEMM space on `target` for one ISA, numbers filled in."""
+    regs, lane = vector_registers(isa, target), lanes(isa, target)
+    need = (target.fma_units or 1) * (target.fma_latency_cycles or 1)
+    l1, l2 = target.l1d_bytes, target.l2_bytes
+    M, N, K, batch = plan.M, plan.N, plan.K, plan.batch_count
+    nv = f"(nr // {lane})"
+    rows = [
+        ("register file", f"mr * {nv} + {nv} + 1 <= {regs}"),
+        ("latency hiding", f"mr * {nv} >= {need}"),
+        ("problem fit", f"mr <= {max(M, 4)} and nr <= {max(-(-N // lane) * lane, 2 * lane)}"),
+        ("divisibility", "mc % mr == 0 and kc % ku == 0"),
+        ("L1 capacity", f"(mr + nr) * kc * {F32} <= {l1}"),
+        ("L2 capacity", f"mc * kc * {F32} <= {l2}"),
+        ("parallel split", f"(threads == 1 and par == 'jr') or (threads > 1 and ("
+                           f"(par == 'jr' and ({N} + nr - 1) // nr >= 2 * threads) or "
+                           f"(par == 'ir' and {M} // mr >= 2 * threads) or "
+                           f"(par == 'batch' and {batch} >= threads)))"),
+        ("prefetch budget", f"pf * (mr + nr) * {F32} <= {l1 // PREFETCH_SHARE}"),
+        ("unroll", f"ku <= {max(K, 1)} and ku * mr * {nv} <= {UNROLL_FMAS}"),
+    ]
+    return [NamedConstraint(name, formula, isa) for name, formula in rows]
+
+
+def block_nc(plan: GemmPlan, target, kc: int, nr: int, par: str = "ir", threads: int = 1) -> int:
+    """NC (derived, not searched): the B block kc x nc capped at half of L3 (BLIS rule); a jr
+    split hands out NC-column chunks, CHUNKS_PER_THREAD per thread, to balance dynamically."""
+    whole = -(-plan.N // nr) * nr
+    l3 = target.l3_bytes or target.l2_bytes
+    cap = max(nr, (l3 // 2) // (kc * F32) // nr * nr)
+    if par == "jr" and threads > 1:
+        chunk = -(-plan.N // (CHUNKS_PER_THREAD * threads))
+        whole = -(-chunk // nr) * nr
+    return min(whole, cap)
+
+
+def _count_removed(c: NamedConstraint, domains: dict[str, list]) -> int:
+    """Assignments of the full product that `c` alone rejects (counted over its own variables)."""
+    sub = [domains[v] for v in c.variables]
+    pred = c.predicate
+    bad = sum(1 for values in product(*sub) if not pred(*values))
+    return bad * (math.prod(len(d) for d in domains.values()) // math.prod(len(d) for d in sub))
+
+
+def build_space(plan: GemmPlan, target) -> Space:
+    """Solve the GEMM space of `plan` on `target`: legal configs plus per-constraint statistics."""
+    start = time.perf_counter()
+    configs: list[TileConfig] = []
+    named: list[NamedConstraint] = []
+    domains: dict[str, list] = {}
+    for isa in usable_isas(target):
+        domains = domains_for(plan, target)
+        domains["nr"] = [v * lanes(isa, target) for v in domains["nr"]]
+        problem = constraint.Problem()
+        for var, dom in domains.items():
+            problem.addVariable(var, dom)
+        for c in gemm_constraints(plan, target, isa):
+            named.append(NamedConstraint(c.name, c.formula, isa, _count_removed(c, domains)))
+            problem.addConstraint(c.formula)
+        configs += [TileConfig(isa=isa, nc=block_nc(plan, target, s["kc"], s["nr"], s["par"],
+                                                    s["threads"]), **s)
+                    for s in problem.getSolutions()]
+    configs.sort(key=lambda c: (c.isa, c.mr, c.nr, c.kc, c.mc, c.ku, c.pf, c.par, c.threads))
+    domains["isa"] = usable_isas(target)
+    return Space(plan, target, domains, named, configs, time.perf_counter() - start)

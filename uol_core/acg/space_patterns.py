@@ -1,0 +1,143 @@
+"""Search space of the non-GEMM C kernels (maps, rows, stencils, scans, fused ops), as named constraints.
+
+Knobs: threads, chunk (outer iterations handed to a thread at a time: rows per thread),
+vec (simd length; 0 lets gcc choose) and fuse (statement fusion on/off). Every hardware number
+(cores, vector bits, L2 size, bandwidth) comes from the HFL target; each constraint records how
+many assignments of the full product it alone removes. The cost model is a roofline on bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import product
+
+import constraint
+
+from uol_core.acg.fusion import FusionPlan, plan_fusion
+from uol_core.odl.ir import Op
+from uol_core.runtime.shapes import shape_of
+
+VARIABLES = ("threads", "chunk", "vec", "fuse")
+
+
+@dataclass(frozen=True)
+class PatternConstraint:
+    """A named restriction: its formula (numbers filled in) and assignments it alone removes."""
+
+    name: str
+    formula: str
+    removed: int = 0
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return tuple(v for v in VARIABLES if v in self.formula)
+
+    def holds(self, cfg: Mapping) -> bool:
+        # Formulas are generated here from numbers, never from user text.
+        return bool(eval(self.formula, {}, {v: cfg[v] for v in self.variables}))
+
+
+@dataclass
+class PatternSpace:
+    """Domains, constraints and legal configs of one op at concrete sizes on one target."""
+
+    op: Op
+    sizes: dict[str, int]
+    target: object
+    domains: dict[str, list]
+    constraints: list[PatternConstraint]
+    configs: list[dict] = field(default_factory=list)
+
+    def report(self) -> list[dict]:
+        """One row per constraint: name, formula, removed (of the full product)."""
+        total = math.prod(len(d) for d in self.domains.values())
+        return [{"name": c.name, "formula": c.formula, "removed": c.removed, "of": total}
+                for c in self.constraints]
+
+    def violated(self, cfg: Mapping) -> list[PatternConstraint]:
+        return [c for c in self.constraints if not c.holds({**_defaults(), **cfg})]
+
+
+def _defaults() -> dict:
+    return {"threads": 1, "chunk": 0, "vec": 0, "fuse": 1}
+
+
+def _outer_extent(plan: FusionPlan) -> int:
+    """Iterations of the largest shared loop nest (what threads split)."""
+    return max((math.prod(g.extents) for g in plan.groups if g.depth), default=1)
+
+
+def _private_bytes(op: Op, sizes: Mapping[str, int], plan: FusionPlan) -> int:
+    """Bytes of per-thread private slices in the fused plan."""
+    total = 0
+    for g in plan.groups:
+        for name in g.private:
+            total += math.prod(shape_of(op, name, sizes)[g.depth:]) * 8
+    return total
+
+
+def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpace:
+    """Solve the space with python-constraint2; constraints carry the target's numbers."""
+    cores = int(target.cores or 1)
+    lanes = int(target.vector_bits or 128) // 32
+    fused = plan_fusion(op, sizes)
+    outer = _outer_extent(fused)
+    domains = {"threads": sorted({1, cores}), "chunk": [0, 1, 4, 16, 64],
+               "vec": [0, lanes, 2 * lanes], "fuse": [1, 0] if len(op.stmts) > 1 else [1]}
+    rows = [
+        ("cores", f"threads <= {cores}"),
+        ("work per thread", f"chunk == 0 or {outer} // chunk >= threads"),
+        ("vector width", f"vec == 0 or (vec % {lanes} == 0 and vec <= {2 * lanes})"),
+        ("private slices fit L2", f"fuse == 0 or {_private_bytes(op, sizes, fused)} <= "
+                                  f"{int(target.l2_bytes or 1 << 20)}"),
+        ("parallel pays", f"threads == 1 or {outer} >= threads * 4"),
+    ]
+    problem = constraint.Problem()
+    for var, dom in domains.items():
+        problem.addVariable(var, dom)
+    named = []
+    for name, formula in rows:
+        c = PatternConstraint(name, formula)
+        bad = sum(1 for values in product(*(domains[v] for v in c.variables))
+                  if not c.holds(dict(zip(c.variables, values))))
+        scale = math.prod(len(d) for d in domains.values()) // max(
+            1, math.prod(len(domains[v]) for v in c.variables))
+        named.append(PatternConstraint(name, formula, bad * scale))
+        problem.addConstraint(formula)
+    configs = problem.getSolutions()
+    configs.sort(key=lambda c: (c["threads"], c["chunk"], c["vec"], c["fuse"]))
+    return PatternSpace(op, dict(sizes), target, domains, named, configs)
+
+
+def traffic_bytes(op: Op, sizes: Mapping[str, int], fuse: bool) -> int:
+    """Bytes moved through memory: inputs and outputs once, plus non-private intermediates twice."""
+    plan = plan_fusion(op, sizes, enabled=fuse)
+    private = {n for g in plan.groups for n in g.private}
+    total = 0
+    for d in op.inputs + op.outputs + op.locals:
+        count = math.prod(shape_of(op, d.name, sizes)) * d.dtype.itemsize
+        if d in op.locals:
+            count = 0 if d.name in private else 2 * count
+        total += count
+    return total
+
+
+def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> float:
+    """Roofline estimate: memory traffic over bandwidth (scaled by threads), plus a per-chunk cost."""
+    bw = float(target.mem_bandwidth_gbps or 10.0) * 1e9
+    share = min(1.0, 0.5 + 0.5 * cfg["threads"] / max(1, int(target.cores or 1)))
+    seconds = traffic_bytes(op, sizes, bool(cfg["fuse"])) / (bw * share)
+    chunk_penalty = 1e-7 * (1 if cfg["chunk"] else 0)  # dynamic-size chunks cost a little
+    return seconds + chunk_penalty + (0 if cfg["vec"] == 0 else 1e-9)
+
+
+def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
+                          request: Mapping | None = None) -> tuple[dict, PatternSpace]:
+    """The model's best legal config with the user's overrides on top."""
+    space = build_pattern_space(op, sizes, target)
+    best = min(space.configs, key=lambda c: predict_seconds(op, sizes, target, c)) \
+        if space.configs else _defaults()
+    cfg = {**best, **dict(request or {})}
+    return cfg, space

@@ -1,0 +1,201 @@
+"""The tuner: rank every legal config with the cost model, measure the top few in the worker,
+then local search around the best until gains flatten or the budget runs out.
+
+Every measurement (and every failure) is written to the tuning database at once; a failure
+is never retried; `replay=True` answers only from the database (to compare strategies offline).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from uol_core.acg.config import TileConfig, parse_config, resolve_target
+from uol_core.acg.cost_model import CostModel
+from uol_core.acg.lower import GemmPlan, lower_contraction
+from uol_core.acg.space import Space, build_space
+from uol_core.backends.c import GENERATOR_VERSION, emit
+from uol_core.odl.printer import format_op
+from uol_core.runtime.build import compiler_version
+from uol_core.runtime.tuningdb import TuningDB, TuningKey, op_hash, target_fingerprint
+from uol_core.runtime.worker import Worker, make_job
+
+SEARCH_VARS = ("mr", "nr", "kc", "mc", "ku", "pf", "par", "threads", "isa")
+
+
+@dataclass
+class Trial:
+    """One config tried: the model's prediction and rank, and what the worker (or DB) said."""
+
+    config: TileConfig
+    predicted_gflops: float
+    model_rank: int
+    result: dict
+    from_db: bool = False
+
+    @property
+    def gflops(self) -> float:
+        return self.result.get("gflops") or 0.0 if self.result.get("status") == "ok" else 0.0
+
+
+@dataclass
+class TuneResult:
+    """Outcome of a tuning run: the best config and every trial, in order."""
+
+    best: TileConfig | None
+    best_gflops: float
+    trials: list[Trial] = field(default_factory=list)
+    stopped: str = ""
+
+    @property
+    def measurements(self) -> int:
+        return len(self.trials)
+
+
+class TuningSession:
+    """Tuning state for one op at bound sizes on one target."""
+
+    def __init__(self, op, sizes: dict, target="host", db: TuningDB | None = None,
+                 worker: Worker | None = None, replay: bool = False, seed: int = 0,
+                 min_seconds: float = 0.15, timeout_s: float = 120.0):
+        self.op, self.sizes = op, dict(sizes)
+        self.target = resolve_target(target)
+        self.plan: GemmPlan = lower_contraction(op, self.sizes)
+        self.space: Space = build_space(self.plan, self.target)
+        self.model = CostModel(self.plan, self.target)
+        self.db = db or TuningDB()
+        self.worker = worker
+        self.own_worker = worker is None
+        self.replay, self.seed, self.min_seconds = replay, seed, min_seconds
+        self.timeout_s = timeout_s
+        self.key = tuning_key(op, self.sizes, self.target)
+        if not replay:  # learn the per-target correction from what is already measured
+            prior = [(parse_config(r["config"], TileConfig()), r["gflops"])
+                     for r in self.db.rows(self.key) if r["status"] == "ok" and r["gflops"]]
+            if prior:
+                self.model.calibrate(prior)
+        self._ranked = self.model.rank(self.space.configs)
+        self._rank = {c: i + 1 for i, (c, _) in enumerate(self._ranked)}
+        self._legal = {_shape_key(c): c for c in self.space.configs}
+
+    def ranked(self) -> list[tuple[TileConfig, float]]:
+        return self._ranked
+
+    def model_rank(self, cfg: TileConfig) -> int | None:
+        return self._rank.get(cfg)
+
+    def measure(self, cfg: TileConfig) -> Trial:
+        """The result of `cfg`: from the database if known (failures included), else measured."""
+        predicted = self.model.estimate(cfg).gflops
+        row = self.db.lookup(self.key, cfg.key())
+        if row is not None:
+            return Trial(cfg, predicted, self._rank.get(cfg, 0), row, from_db=True)
+        if self.replay:
+            return Trial(cfg, predicted, self._rank.get(cfg, 0),
+                         {"status": "missing", "reason": "not in the database (replay mode)"},
+                         from_db=True)
+        if self.worker is None:
+            self.worker = Worker(self.timeout_s)
+        src = emit(self.op, cfg, self.target, self.sizes)
+        text = self.op.source or format_op(self.op)
+        job = make_job(src, text, f"{self.op.name}.odl", self.sizes, seed=self.seed,
+                       min_seconds=self.min_seconds)
+        result = self.worker.run(job, self.timeout_s)
+        result["predicted_gflops"] = predicted
+        result["model_rank"] = self._rank.get(cfg, 0)
+        self.db.record(self.key, cfg.key(), result)  # at once: a killed tuner loses nothing
+        return Trial(cfg, predicted, self._rank.get(cfg, 0), result)
+
+    def neighbours(self, cfg: TileConfig) -> list[TileConfig]:
+        """Legal configs one domain step away in one variable, best predicted first."""
+        found = []
+        for var in SEARCH_VARS:
+            domain = self.space.domains.get(var, [])
+            if getattr(cfg, var) not in domain:
+                continue
+            i = domain.index(getattr(cfg, var))
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(domain):
+                    other = self._legal.get(_shape_key(cfg.replace(**{var: domain[j]})))
+                    if other is not None:
+                        found.append(other)
+        found.sort(key=lambda c: self._rank.get(c, 1 << 30))
+        return found
+
+    def tune(self, budget: int | None = 12, seconds: float | None = None, top: int = 4,
+             patience: int = 4, progress: Callable[[Trial, int], None] | None = None
+             ) -> TuneResult:
+        """Model top-`top`, then local search around the best; stops on budget or flat gains."""
+        start = time.perf_counter()
+        out = TuneResult(None, 0.0)
+        tried: set[TileConfig] = set()
+        stale = 0
+
+        def run(cfg: TileConfig) -> bool:
+            nonlocal stale
+            trial = self.measure(cfg)
+            tried.add(cfg)
+            out.trials.append(trial)
+            if progress:
+                progress(trial, len(out.trials))
+            if trial.gflops > out.best_gflops * 1.01:
+                stale = 0
+            else:
+                stale += 1
+            if trial.gflops > out.best_gflops:
+                out.best, out.best_gflops = cfg, trial.gflops
+            return self._exhausted(out, budget, seconds, start)
+
+        for cfg, _ in self._ranked[:top]:
+            if run(cfg):
+                out.stopped = "budget"
+                return out
+        self.model.calibrate([(t.config, t.gflops) for t in out.trials if t.gflops])
+        while out.best is not None:
+            todo = [c for c in self.neighbours(out.best) if c not in tried]
+            if not todo:
+                out.stopped = "no untried neighbour of the best"
+                break
+            if run(todo[0]):
+                out.stopped = "budget"
+                break
+            if stale >= patience:
+                out.stopped = f"gains flat for {patience} measurements"
+                break
+        if out.best is None:
+            out.stopped = out.stopped or "every measured config failed"
+        return out
+
+    def _exhausted(self, out: TuneResult, budget, seconds, start) -> bool:
+        if budget is not None and len(out.trials) >= budget:
+            return True
+        return seconds is not None and time.perf_counter() - start >= seconds
+
+    def close(self) -> None:
+        if self.own_worker and self.worker is not None:
+            self.worker.close()
+
+
+def tuning_key(op, sizes: dict, target) -> TuningKey:
+    """The database key of an op at sizes on a target, with this compiler and generator."""
+    return TuningKey(op_hash(op), op.name, json.dumps(dict(sizes), sort_keys=True),
+                     ",".join(sorted({d.dtype.value for d in op.inputs + op.outputs})),
+                     target_fingerprint(target), compiler_version(), GENERATOR_VERSION)
+
+
+def recorded(op, sizes: dict, target, cfg: TileConfig, db: TuningDB | None = None):
+    """The recorded result of `cfg` and its rank among the verified measurements (1 = fastest)."""
+    db = db or TuningDB()
+    rows = db.rows(tuning_key(op, sizes, resolve_target(target)))
+    ok = sorted((r for r in rows if r["status"] == "ok" and r["gflops"]),
+                key=lambda r: -r["gflops"])
+    for rank, row in enumerate(ok, 1):
+        if row["config"] == cfg.key():
+            return row, rank
+    return None, None
+
+
+def _shape_key(cfg: TileConfig) -> tuple:
+    return (cfg.isa, cfg.mr, cfg.nr, cfg.kc, cfg.mc, cfg.ku, cfg.pf, cfg.par, cfg.threads)

@@ -1,0 +1,176 @@
+"""C backend: renders the operator IR to C. One table per IR node kind, one emitter per pattern.
+
+Adding a pattern (issue 5: map, reduce, stencil, scan) adds a row to `PATTERN_EMITTERS`;
+adding an IR function adds a row to `CALLS`. Identifiers in the C text come from the IR
+only (tensor `X` -> `t_X`, index `m` -> `i_m`, size `M` -> `D_M`), never from raw user text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from uol_core.backends.base import KernelSource
+from uol_core.odl.ir import (
+    Access,
+    Affine,
+    Binary,
+    Call,
+    Cast,
+    Const,
+    DType,
+    Expr,
+    Reduce,
+    Unary,
+    Var,
+)
+
+GENERATOR_VERSION = "acg-c-2"
+
+# IR function name -> C template ({0}, {1}, ... are the rendered arguments).
+CALLS: dict[str, str] = {
+    "exp": "expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})", "rsqrt": "(1.0f / sqrtf({0}))",
+    "tanh": "tanhf({0})", "sigmoid": "uol_sigmoid({0})", "relu": "uol_relu({0})",
+    "gelu": "uol_gelu({0})", "silu": "uol_silu({0})", "abs": "fabsf({0})", "erf": "erff({0})",
+    "sin": "sinf({0})", "cos": "cosf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
+    "pow": "powf({0}, {1})", "max": "fmaxf({0}, {1})", "min": "fminf({0}, {1})",
+    "where": "(({0}) ? ({1}) : ({2}))",
+}
+BINARY: dict[str, str] = {
+    "add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+    "eq": "==", "ne": "!=", "and": "&&", "or": "||",
+}
+UNARY: dict[str, str] = {"neg": "-", "not": "!"}
+C_TYPES: dict[DType, str] = {
+    DType.f32: "float", DType.f64: "double", DType.i32: "int32_t", DType.i8: "int8_t",
+    DType.bool: "uint8_t",
+}
+
+# Scalar helpers the CALLS table refers to. They use only + * / and bit moves so that gcc
+# vectorises the epilogue loop: exp is Cody-Waite reduction + the Cephes polynomial (rel. err
+# ~1e-7), erf is Abramowitz & Stegun 7.1.26 (abs. err 1.5e-7); gelu is the erf form (torch's).
+PRELUDE = """\
+static inline float uol_exp(float x)
+{
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float n = floorf(x * 1.44269504f + 0.5f);
+    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const union { int32_t i; float f; } scale = { .i = ((int32_t)n + 127) << 23 };
+    return p * scale.f;
+}
+static inline float uol_erf(float x)
+{
+    const float a = fabsf(x), t = 1.0f / (1.0f + 0.3275911f * a);
+    const float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t
+                             - 0.284496736f) * t + 0.254829592f) * t * uol_exp(-a * a);
+    return copysignf(y, x);
+}
+static inline float uol_relu(float x) { return x > 0.0f ? x : 0.0f; }
+static inline float uol_sigmoid(float x) { return 1.0f / (1.0f + uol_exp(-x)); }
+static inline float uol_silu(float x) { return x / (1.0f + uol_exp(-x)); }
+static inline float uol_gelu(float x) { return 0.5f * x * (1.0f + uol_erf(x * 0.70710678118654752f)); }"""
+
+
+def tensor_id(name: str) -> str:
+    """C identifier of an IR tensor."""
+    return f"t_{name}"
+
+
+def index_id(name: str) -> str:
+    """C identifier of an IR index variable."""
+    return f"i_{name}"
+
+
+def size_id(name: str) -> str:
+    """C identifier of an IR dimension symbol (a compile-time constant)."""
+    return f"D_{name}"
+
+
+def render_affine(form: Affine, dims: set[str]) -> str:
+    """An affine index form in C: indices are loop locals, dimension symbols are constants."""
+    parts = []
+    for name, coeff in form.terms:
+        ident = size_id(name) if name in dims else index_id(name)
+        parts.append(ident if coeff == 1 else f"{coeff} * {ident}")
+    if form.const or not parts:
+        parts.append(str(form.const))
+    return " + ".join(parts).replace("+ -", "- ")
+
+
+def render_const(value: float, is_int: bool = False) -> str:
+    """A float literal C reads exactly (9 significant digits round-trip f32)."""
+    if is_int:
+        return f"{int(value)}.0f"
+    text = f"{value:.9g}"
+    if "e" not in text and "." not in text and "inf" not in text:
+        text += ".0"
+    return text + "f"
+
+
+@dataclass
+class ExprRenderer:
+    """Renders an expression; `access` turns a tensor read into C, `reduce_value` names a reduction."""
+
+    access: Callable[[Access], str]
+    reduce_value: Callable[[Reduce], str] = field(default=lambda r: "acc")
+    dims: set[str] = field(default_factory=set)
+
+    def __call__(self, expr: Expr) -> str:
+        return RENDER[type(expr)](self, expr)
+
+
+RENDER: dict[type, Callable[[ExprRenderer, Expr], str]] = {
+    Const: lambda r, e: render_const(e.value, e.is_int),
+    Var: lambda r, e: f"(float){size_id(e.name) if e.name in r.dims else index_id(e.name)}",
+    Access: lambda r, e: r.access(e),
+    Unary: lambda r, e: f"({UNARY[e.op]}{r(e.operand)})",
+    Binary: lambda r, e: f"({r(e.lhs)} {BINARY[e.op]} {r(e.rhs)})",
+    Call: lambda r, e: CALLS[e.fn].format(*(r(a) for a in e.args)),
+    Cast: lambda r, e: f"(({C_TYPES[e.dtype]})({r(e.operand)}))",
+    Reduce: lambda r, e: r.reduce_value(e),
+}
+
+
+@dataclass
+class CodeWriter:
+    """Lines of C with, for each, the ODL line it implements (the kernel's line map)."""
+
+    lines: list[str] = field(default_factory=list)
+    odl: list[int] = field(default_factory=list)
+    default_line: int = 0
+
+    def emit(self, text: str, odl_line: int | None = None) -> None:
+        """Append one or more lines, all mapped to `odl_line` (default: the op's line)."""
+        for line in text.split("\n"):
+            self.lines.append(line)
+            self.odl.append(self.default_line if odl_line is None else odl_line)
+
+    def source(self, entry: str, op_name: str, config: dict, meta: dict) -> KernelSource:
+        line_map = {i + 1: line for i, line in enumerate(self.odl)}
+        return KernelSource("\n".join(self.lines) + "\n", "c", entry, op_name, config,
+                            line_map, meta)
+
+
+def _emit_contraction(plan, config, target) -> KernelSource:
+    from uol_core.backends.c_gemm import emit_gemm
+    return emit_gemm(plan, config, target)
+
+
+# Pattern kind -> emitter(plan, config, target) -> KernelSource.
+PATTERN_EMITTERS: dict[str, Callable] = {"contraction": _emit_contraction}
+
+
+def emit(op, config, target, sizes) -> KernelSource:
+    """The C kernel of `op` for bound `sizes` under a TileConfig on an HFL target."""
+    from uol_core.acg.lower import UnsupportedOp, lower_contraction
+    from uol_core.odl.patterns import classify
+
+    kind = classify(op).kind
+    if kind not in PATTERN_EMITTERS:
+        raise UnsupportedOp(f"{op.name}: the C backend has no emitter for '{kind}' yet")
+    plan = lower_contraction(op, sizes)
+    return PATTERN_EMITTERS[kind](plan, config, target)

@@ -1,0 +1,355 @@
+"""Typed C rendering of ODL expressions for the non-GEMM C paths: one table per IR node kind.
+
+Every value is one of three C kinds, as the reference evaluator computes it: `f` (the op's
+compute type `real`: float, or double when any tensor is f64), `i` (int64_t: index values,
+integer tensors and their sums) and `b` (0/1 truth values). Reductions are hoisted into
+accumulator loops placed before the expression that uses them (`ExprContext.pre`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from uol_core.backends.c import index_id, size_id
+from uol_core.odl.ir import (
+    COMPARISONS,
+    LOGICAL,
+    Access,
+    Affine,
+    Binary,
+    Call,
+    Cast,
+    Const,
+    DType,
+    Expr,
+    Reduce,
+    Scan,
+    Unary,
+    Var,
+)
+from uol_core.odl.ir import children as _children
+
+# Storage type of each element type in C (f16 is gcc's _Float16; bf16 is kept as raw bits).
+STORAGE: dict[DType, str] = {
+    DType.f32: "float", DType.f64: "double", DType.f16: "_Float16", DType.bf16: "uint16_t",
+    DType.i32: "int32_t", DType.i8: "int8_t", DType.bool: "uint8_t",
+}
+
+# Scalar helpers. uol_expf uses only + * and bit moves (Cody-Waite + Cephes, rel. err ~1e-7) so
+# that loops calling it vectorise without libmvec; tanh/sigmoid/silu/gelu build on it.
+PRELUDE = r"""
+static inline float uol_expf(float x)
+{
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float n = __builtin_floorf(x * 1.44269504f + 0.5f);
+    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const union { int32_t i; float f; } scale = { .i = ((int32_t)n + 127) << 23 };
+    return p * scale.f;
+}
+static inline float uol_erff(float x)
+{
+    const float a = fabsf(x), t = 1.0f / (1.0f + 0.3275911f * a);
+    const float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t
+                             - 0.284496736f) * t + 0.254829592f) * t * uol_expf(-a * a);
+    return copysignf(y, x);
+}
+static inline float uol_tanhf(float x)
+{
+    const float e = uol_expf(-2.0f * fabsf(x));
+    return copysignf((1.0f - e) / (1.0f + e), x);
+}
+static inline float uol_bf16_load(uint16_t b)
+{
+    const union { uint32_t i; float f; } v = { .i = (uint32_t)b << 16 };
+    return v.f;
+}
+static inline uint16_t uol_bf16_store(float f)
+{
+    union { float f; uint32_t i; } v = { .f = f };
+    return (uint16_t)((v.i + 0x7fffu + ((v.i >> 16) & 1u)) >> 16);
+}
+static inline double uol_maxd(double a, double b) { return a > b || a != a ? a : b; }
+static inline double uol_mind(double a, double b) { return a < b || a != a ? a : b; }
+static inline float uol_maxf(float a, float b) { return a > b || a != a ? a : b; }
+static inline float uol_minf(float a, float b) { return a < b || a != a ? a : b; }
+static inline int64_t uol_maxi(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t uol_mini(int64_t a, int64_t b) { return a < b ? a : b; }
+"""
+
+# Unary functions per compute type ({0} is the argument, already of the compute type).
+FUNCS: dict[str, dict[str, str]] = {
+    "float": {
+        "exp": "uol_expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})",
+        "rsqrt": "(1.0f / sqrtf({0}))", "tanh": "uol_tanhf({0})",
+        "sigmoid": "(1.0f / (1.0f + uol_expf(-({0}))))", "relu": "(({0}) > 0.0f ? ({0}) : 0.0f)",
+        "gelu": "(0.5f * ({0}) * (1.0f + uol_erff(({0}) * 0.70710678118654752f)))",
+        "silu": "(({0}) / (1.0f + uol_expf(-({0}))))", "abs": "fabsf({0})", "erf": "erff({0})",
+        "sin": "sinf({0})", "cos": "cosf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
+    },
+    "double": {
+        "exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "(1.0 / sqrt({0}))",
+        "tanh": "tanh({0})", "sigmoid": "(1.0 / (1.0 + exp(-({0}))))",
+        "relu": "(({0}) > 0.0 ? ({0}) : 0.0)",
+        "gelu": "(0.5 * ({0}) * (1.0 + erf(({0}) * 0.70710678118654752)))",
+        "silu": "(({0}) / (1.0 + exp(-({0}))))", "abs": "fabs({0})", "erf": "erf({0})",
+        "sin": "sin({0})", "cos": "cos({0})", "floor": "floor({0})", "ceil": "ceil({0})",
+    },
+}
+BINARY_C = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
+            "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+# Reduction: (initial value per kind, update template, OpenMP reduction operator).
+REDUCE_C: dict[str, tuple[dict[str, str], str, str]] = {
+    "sum": ({"f": "0", "i": "0"}, "{a} += {v};", "+"),
+    "mean": ({"f": "0", "i": "0"}, "{a} += {v};", "+"),
+    "prod": ({"f": "1", "i": "1"}, "{a} *= {v};", "*"),
+    "max": ({"f": "-INFINITY", "i": "INT64_MIN"}, "{a} = {v} > {a} ? {v} : {a};", "max"),
+    "min": ({"f": "INFINITY", "i": "INT64_MAX"}, "{a} = {v} < {a} ? {v} : {a};", "min"),
+}
+SCAN_C: dict[str, tuple[str, str]] = {
+    "cumsum": ("0", "{a} += {v};"), "cumprod": ("1", "{a} *= {v};"),
+    "cummax": ("-INFINITY", "{a} = {v} > {a} ? {v} : {a};"),
+}
+
+
+def kind_of_dtype(dtype: DType) -> str:
+    """The value kind (f, i, b) of an element type."""
+    return "f" if dtype.is_float else ("b" if dtype == DType.bool else "i")
+
+
+@dataclass
+class ExprContext:
+    """What rendering needs: tensor dtypes, how to index a tensor, reduction extents, names."""
+
+    real: str  # "float" or "double"
+    dtypes: dict[str, DType]
+    address: Callable[[Access], str]  # C lvalue of an access (in bounds)
+    bounds: Callable[[Access], str]  # C condition that an access is inside its tensor
+    reductions: dict[Reduce, dict[str, int]]
+    dims: set[str]
+    scans: dict[int, str] = field(default_factory=dict)  # id(Scan) -> running-state variable
+    pre: list[str] = field(default_factory=list)  # hoisted accumulator code, in order
+    counter: list[int] = field(default_factory=lambda: [0])
+    simd: bool = True
+    cache: dict[int, str] = field(default_factory=dict)  # id(Reduce) -> value, once hoisted
+
+    def fresh(self, stem: str) -> str:
+        self.counter[0] += 1
+        return f"{stem}{self.counter[0]}"
+
+    def ctype(self, kind: str) -> str:
+        return self.real if kind == "f" else "int64_t"
+
+
+def kind(expr: Expr, ctx: ExprContext) -> str:
+    """Value kind of an expression (the reference evaluator's promotion rules)."""
+    if isinstance(expr, Const):
+        return "i" if expr.is_int else "f"
+    if isinstance(expr, Var):
+        return "i"
+    if isinstance(expr, Access):
+        return kind_of_dtype(ctx.dtypes[expr.tensor])
+    if isinstance(expr, Cast):
+        return kind_of_dtype(expr.dtype)
+    if isinstance(expr, Unary):
+        return "b" if expr.op == "not" else kind(expr.operand, ctx)
+    if isinstance(expr, Binary):
+        if expr.op in COMPARISONS + LOGICAL:
+            return "b"
+        sides = {kind(expr.lhs, ctx), kind(expr.rhs, ctx)}
+        return "f" if "f" in sides or expr.op == "div" else "i"
+    if isinstance(expr, Call):
+        if expr.fn in FUNCS["float"]:
+            return "f"
+        sides = {kind(a, ctx) for a in expr.args[-2:]}
+        return "f" if "f" in sides else "i"
+    if isinstance(expr, Reduce):
+        return "f" if expr.op == "mean" or kind(expr.body, ctx) == "f" else "i"
+    if isinstance(expr, Scan):
+        return "f" if kind(expr.body, ctx) == "f" else "i"
+    raise TypeError(f"unknown IR node {type(expr).__name__}")
+
+
+def render_affine_c(form: Affine, dims: set[str]) -> str:
+    """An affine index form as a C integer expression (indices are locals, sizes #defines)."""
+    parts = []
+    for name, coeff in form.terms:
+        ident = size_id(name) if name in dims else index_id(name)
+        parts.append(ident if coeff == 1 else f"{coeff} * {ident}")
+    if form.const or not parts:
+        parts.append(str(form.const))
+    return "(" + " + ".join(parts).replace("+ -", "- ") + ")"
+
+
+def _as(ctx: ExprContext, expr: Expr, want: str) -> str:
+    text = render(expr, ctx)
+    if want == "f" and kind(expr, ctx) != "f":
+        return f"(({ctx.real})({text}))"
+    return text
+
+
+def _const(e: Const, ctx: ExprContext) -> str:
+    if e.is_int:
+        return f"INT64_C({int(e.value)})"
+    return f"(({ctx.real}){float(e.value)!r})".replace("inf)", "INFINITY)")
+
+
+def _access(e: Access, ctx: ExprContext) -> str:
+    dtype = ctx.dtypes[e.tensor]
+    load = ctx.address(e)
+    if dtype == DType.bf16:
+        load = f"uol_bf16_load({load})"
+    elif dtype == DType.f16:
+        load = f"(({ctx.real}){load})"
+    elif dtype.is_float and ctx.real == "double":
+        load = f"((double){load})"
+    if e.pad is None:
+        return load
+    pad = f"(({ctx.real}){float(e.pad)!r})" if kind_of_dtype(dtype) == "f" else str(int(e.pad))
+    inside = ctx.bounds(e)
+    return load if inside == "1" else f"({inside} ? {load} : {pad})"
+
+
+def _unary(e: Unary, ctx: ExprContext) -> str:
+    return f"(!{render(e.operand, ctx)})" if e.op == "not" else f"(-{render(e.operand, ctx)})"
+
+
+def _binary(e: Binary, ctx: ExprContext) -> str:
+    k = kind(e, ctx)
+    if e.op == "div" and isinstance(e.rhs, Reduce) and id(e.rhs) in ctx.cache:
+        # Dividing by a reduction hoisted out of this loop: one reciprocal, then multiplies.
+        return f"({_as(ctx, e.lhs, 'f')} * (({ctx.real})1 / {_as(ctx, e.rhs, 'f')}))"
+    if e.op == "div":
+        return f"({_as(ctx, e.lhs, 'f')} / {_as(ctx, e.rhs, 'f')})"
+    want = "f" if k == "f" else "?"
+    lhs = _as(ctx, e.lhs, want)
+    rhs = _as(ctx, e.rhs, want)
+    return f"({lhs} {BINARY_C[e.op]} {rhs})"
+
+
+def _pow(e: Call, ctx: ExprContext) -> str:
+    base = e.args[1]
+    if isinstance(base, Const) and float(base.value) in (1.0, 2.0, 3.0):
+        b = _as(ctx, e.args[0], "f")
+        return "(" + " * ".join([b] * int(base.value)) + ")"
+    suffix = "f" if ctx.real == "float" else ""
+    return f"pow{suffix}({_as(ctx, e.args[0], 'f')}, {_as(ctx, e.args[1], 'f')})"
+
+
+def _call(e: Call, ctx: ExprContext) -> str:
+    if e.fn == "where":
+        k = kind(e, ctx)
+        want = "f" if k == "f" else "?"
+        return (f"({render(e.args[0], ctx)} ? {_as(ctx, e.args[1], want)} : "
+                f"{_as(ctx, e.args[2], want)})")
+    if e.fn == "pow":
+        return _pow(e, ctx)
+    if e.fn in ("max", "min"):
+        k = kind(e, ctx)
+        suffix = "i" if k != "f" else ("f" if ctx.real == "float" else "d")
+        want = "f" if k == "f" else "?"
+        return f"uol_{e.fn}{suffix}({_as(ctx, e.args[0], want)}, {_as(ctx, e.args[1], want)})"
+    return FUNCS[ctx.real][e.fn].format(_as(ctx, e.args[0], "f"))
+
+
+def _cast(e: Cast, ctx: ExprContext) -> str:
+    inner = render(e.operand, ctx)
+    if e.dtype == DType.bool:
+        return f"(({inner}) != 0)"
+    if e.dtype.is_float:
+        # Round through the narrower type, then compute in `real` (the reference does the same).
+        narrow = "float" if e.dtype in (DType.f32, DType.f16, DType.bf16) else "double"
+        return f"(({ctx.real})({narrow})({inner}))"
+    return f"((int64_t)({STORAGE[e.dtype]})({inner}))"
+
+
+def _reduce(e: Reduce, ctx: ExprContext) -> str:
+    """Hoist the reduction into an accumulator loop nest; returns the accumulator's value."""
+    if id(e) in ctx.cache:
+        return ctx.cache[id(e)]
+    k = kind(e, ctx)
+    body_kind = "f" if k == "f" else "i"
+    acc = ctx.fresh("acc")
+    inits, update, omp = REDUCE_C[e.op]
+    ctx.pre.append(f"{ctx.ctype(body_kind)} {acc} = {inits[body_kind]};")
+    extents = ctx.reductions[e]
+    names = list(e.indices)
+    for depth, name in enumerate(names):
+        innermost = depth == len(names) - 1
+        if innermost:
+            mark = len(ctx.pre)
+        ctx.pre.append(f"for (int64_t {index_id(name)} = 0; {index_id(name)} < {extents[name]}; "
+                       f"++{index_id(name)}) {{")
+    value = _as(ctx, e.body, "f") if body_kind == "f" else render(e.body, ctx)
+    inner_has_loops = any(line.startswith("for ") for line in ctx.pre[mark + 1:])
+    if ctx.simd and not inner_has_loops:
+        # A reduction clause lets the compiler reassociate (vectorise) this sum without -ffast-math.
+        ctx.pre.insert(mark, f"#pragma omp simd reduction({omp}:{acc})")
+    ctx.pre.append(update.format(a=acc, v=value))
+    ctx.pre.extend("}" for _ in names)
+    if e.op == "mean":
+        count = 1
+        for name in names:
+            count *= extents[name]
+        ctx.cache[id(e)] = f"({acc} / ({ctx.real}){count})"
+    else:
+        ctx.cache[id(e)] = acc
+    return ctx.cache[id(e)]
+
+
+def _scan(e: Scan, ctx: ExprContext) -> str:
+    state = ctx.scans[id(e)]
+    value = _as(ctx, e.body, "f") if kind(e, ctx) == "f" else render(e.body, ctx)
+    ctx.pre.append(SCAN_C[e.op][1].format(a=state, v=value))
+    return state
+
+
+RENDER: dict[type, Callable[[Expr, ExprContext], str]] = {
+    Const: _const,
+    Var: lambda e, ctx: size_id(e.name) if e.name in ctx.dims else index_id(e.name),
+    Access: _access,
+    Unary: _unary,
+    Binary: _binary,
+    Call: _call,
+    Cast: _cast,
+    Reduce: _reduce,
+    Scan: _scan,
+}
+
+
+def render(expr: Expr, ctx: ExprContext) -> str:
+    """C text of `expr`; reductions and scans append their loops and updates to `ctx.pre`."""
+    return RENDER[type(expr)](expr, ctx)
+
+
+def store(dtype: DType, value: str, value_kind: str) -> str:
+    """C text converting a value to the storage type of `dtype`."""
+    if dtype == DType.bool:
+        return f"(uint8_t)(({value}) != 0)"
+    if dtype == DType.bf16:
+        return f"uol_bf16_store((float)({value}))"
+    return f"({STORAGE[dtype]})({value})"
+
+
+def free_names(expr: Expr, bound: frozenset[str] = frozenset()) -> set[str]:
+    """Index and size names an expression uses that no reduction inside it binds."""
+    if isinstance(expr, Var):
+        return set() if expr.name in bound else {expr.name}
+    if isinstance(expr, Access):
+        return {n for f in expr.indices for n in f.symbols} - bound
+    inner = bound | set(expr.indices) if isinstance(expr, Reduce) else bound
+    found: set[str] = set()
+    for child in _children(expr):
+        found |= free_names(child, inner)
+    return found
+
+
+def outer_reduces(expr: Expr) -> list[Reduce]:
+    """Reductions not nested in another reduction, in evaluation order."""
+    if isinstance(expr, Reduce):
+        return [expr]
+    return [r for child in _children(expr) for r in outer_reduces(child)]

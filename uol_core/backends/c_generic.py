@@ -1,0 +1,364 @@
+"""Generic C path: any checked ODL op as loop nests, correct for every shape (the templates' fallback).
+
+Each fusion group (acg/fusion.py) is one OpenMP-parallel loop nest over its shared outer
+loops; inside, each statement loops over its remaining free indices (a scan index last),
+reductions are accumulator loops, intermediates live in scratch buffers (whole tensors) or in
+per-thread slices (private ones). Innermost loops carry `omp simd` so gcc vectorises them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+
+from uol_core.acg.fusion import FusionGroup, FusionPlan, plan_fusion
+from uol_core.backends.base import KernelSource
+from uol_core.backends.c import CodeWriter, index_id, size_id, tensor_id
+from uol_core.backends.c_expr import (
+    PRELUDE,
+    REDUCE_C,
+    STORAGE,
+    ExprContext,
+    free_names,
+    kind,
+    outer_reduces,
+    render,
+    store,
+)
+from uol_core.backends.c_stencil import (
+    emit_halo_copies,
+    halo_address,
+    halo_margins,
+    halo_name,
+)
+from uol_core.odl.check import stmt_extents
+from uol_core.odl.ir import Access, DType, Op, Reduce, Scan, walk
+from uol_core.runtime.shapes import shape_of
+
+GENERATOR = "uol-c-generic-1"
+MAX_VECTOR_ACC = 16384  # elements of a stack accumulator row (64 KiB of f32)
+DEFAULTS = {"isa": "avx2", "threads": 0, "fuse": 1, "simd": 1, "chunk": 0, "vec": 0}
+
+
+def compute_type(op: Op) -> str:
+    """`double` when any tensor is f64 (as the reference evaluator), else `float`."""
+    types = {d.dtype for d in op.inputs + op.outputs + op.locals}
+    return "double" if DType.f64 in types else "float"
+
+
+class _Layout:
+    """Where every tensor lives and how an access addresses it (sizes are compile-time numbers)."""
+
+    def __init__(self, op: Op, sizes: Mapping[str, int], plan: FusionPlan, real: str) -> None:
+        self.op, self.sizes, self.real = op, dict(sizes), real
+        self.shapes = {d.name: shape_of(op, d.name, sizes) for d in op.inputs + op.outputs + op.locals}
+        self.private: dict[str, int] = {}  # private intermediate -> depth of its group
+        for g in plan.groups:
+            for name in g.private:
+                self.private[name] = g.depth
+        self.dims = set(op.dims)
+        self.halos = halo_margins(op, sizes)
+
+    def elem_type(self, name: str) -> str:
+        decl = self.op.tensor(name)
+        is_local = name not in {d.name for d in self.op.inputs + self.op.outputs}
+        return self.real if is_local and decl.dtype.is_float else STORAGE[decl.dtype]
+
+    def value_dtype(self, name: str) -> DType:
+        """The dtype as stored: float intermediates live in the compute type."""
+        decl = self.op.tensor(name)
+        is_local = name not in {d.name for d in self.op.inputs + self.op.outputs}
+        if is_local and decl.dtype.is_float:
+            return DType.f64 if self.real == "double" else DType.f32
+        return decl.dtype
+
+    def kept_axes(self, name: str) -> range:
+        return range(self.private.get(name, 0), len(self.shapes[name]))
+
+    def count(self, name: str) -> int:
+        return math.prod(self.shapes[name][p] for p in self.kept_axes(name))
+
+    def address(self, tensor: str, forms) -> str:
+        shape, terms, stride = self.shapes[tensor], [], 1
+        for p in reversed(self.kept_axes(tensor)):
+            text = forms[p]
+            terms.append(text if stride == 1 else f"{text} * {stride}")
+            stride *= shape[p]
+        return f"{tensor_id(tensor)}[{' + '.join(reversed(terms)) or '0'}]"
+
+    def access(self, a: Access) -> str:
+        from uol_core.backends.c_expr import render_affine_c
+        key = (a.tensor, float(a.pad)) if a.pad is not None else None
+        if key in self.halos:
+            return halo_address(a, key, list(self.halos), list(self.shapes[a.tensor]),
+                                self.halos[key], lambda f: render_affine_c(f, self.dims))
+        return self.address(a.tensor, [render_affine_c(f, self.dims) for f in a.indices])
+
+    def bounds(self, a: Access) -> str:
+        from uol_core.backends.c_expr import render_affine_c
+        if (a.tensor, float(a.pad)) in self.halos:
+            return "1"  # the halo buffer holds the pad value outside the tensor
+        parts = []
+        for form, extent in zip(a.indices, self.shapes[a.tensor]):
+            text = render_affine_c(form, self.dims)
+            parts.append(f"{text} >= 0 && {text} < {extent}")
+        return "(" + " && ".join(parts or ["1"]) + ")"
+
+
+def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None) -> KernelSource:
+    """The generic C kernel of `op` at concrete `sizes` (entry `void f(void **args, const int64_t *)`)."""
+    cfg = {**DEFAULTS, **(config or {})}
+    plan = plan_fusion(op, sizes, enabled=bool(cfg["fuse"]))
+    real = compute_type(op)
+    lay = _Layout(op, sizes, plan, real)
+    threads = int(cfg["threads"]) or int(getattr(target, "cores", 0) or os.cpu_count() or 1)
+    cfg["threads"] = threads
+    w = CodeWriter(default_line=op.line)
+    entry = f"uol_{op.name}"
+    args = [d.name for d in op.inputs] + [d.name for d in op.outputs]
+    w.emit(f"/* {op.name}: generic loop-nest kernel generated by UOL ({GENERATOR}).\n"
+           f"   sizes: {', '.join(f'{k}={v}' for k, v in sizes.items())}; compute type {real}\n"
+           + "\n".join(f"   {line}" for line in plan.explain(op).splitlines()) + " */")
+    w.emit("#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n#include <omp.h>")
+    w.emit(PRELUDE)
+    for name in op.dims:
+        w.emit(f"#define {size_id(name)} {int(sizes[name])}")
+    w.emit(f"\nvoid {entry}(void **args, const int64_t *strides)\n{{\n    (void)strides;")
+    for n, name in enumerate(args):
+        qual = "const " if n < len(op.inputs) else ""
+        w.emit(f"    {qual}{lay.elem_type(name)} *restrict {tensor_id(name)} = "
+               f"({qual}{lay.elem_type(name)} *)args[{n}];")
+    scratch = [d.name for d in op.locals if d.name not in lay.private]
+    for name in scratch:
+        w.emit(f"    {lay.elem_type(name)} *restrict {tensor_id(name)} = "
+               f"malloc(sizeof({lay.elem_type(name)}) * {lay.count(name)});",
+               op.tensor(name).line)
+    emit_halo_copies(w, op, lay.shapes, lay.elem_type, lay.halos, threads)
+    for g in plan.groups:
+        _group(w, op, lay, g, cfg, threads)
+    for name in scratch:
+        w.emit(f"    free({tensor_id(name)});")
+    for key in lay.halos:
+        w.emit(f"    free({halo_name(key, list(lay.halos))});")
+    w.emit("}")
+    meta = {"args": args, "outputs": [d.name for d in op.outputs], "threads": threads,
+            "generator": GENERATOR, "fusion": plan.explain(op), "groups": len(plan.groups),
+            "reduction_length": _reduction_length(op, sizes)}
+    return w.source(entry, op.name, {**cfg, "threads": threads}, meta)
+
+
+def _reduction_length(op: Op, sizes: Mapping[str, int]) -> int:
+    """Longest chain of summed terms behind any output element (sets the verify tolerance)."""
+    longest = 1
+    for i in range(len(op.stmts)):
+        for red in stmt_extents(op, i).reductions.values():
+            longest = max(longest, math.prod(f.evaluate(dict(sizes)) for f in red.values()))
+        for node in walk(op.stmts[i].expr):
+            if isinstance(node, Scan):
+                pos = op.stmts[i].indices.index(node.index)
+                longest = max(longest, shape_of(op, op.stmts[i].target, sizes)[pos])
+    return longest
+
+
+def _group(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, cfg: Mapping, threads: int) -> None:
+    """One pass: shared loops (OpenMP over them), then each statement's own loop nest."""
+    line = op.stmts[g.stmts[0]].line
+    pad = "    "
+    if g.depth:
+        w.emit(f"{pad}#pragma omp parallel num_threads({threads})\n{pad}{{", line)
+        for name in g.private:
+            w.emit(f"{pad}    {lay.elem_type(name)} *restrict {tensor_id(name)} = "
+                   f"malloc(sizeof({lay.elem_type(name)}) * {lay.count(name)});", line)
+        chunk = int(cfg.get("chunk") or 0)
+        sched = f"schedule(static, {chunk})" if chunk else "schedule(static)"
+        collapse = f" collapse({g.depth})" if g.depth > 1 else ""
+        w.emit(f"{pad}    #pragma omp for{collapse} {sched}", line)
+        for p, extent in enumerate(g.extents):
+            w.emit(f"{pad}    {'    ' * p}for (int64_t o{p} = 0; o{p} < {extent}; ++o{p})", line)
+        w.emit(f"{pad}    {{", line)
+        for i in g.stmts:
+            _statement(w, op, lay, i, g.depth, pad + "        ", cfg)
+        w.emit(f"{pad}    }}", line)
+        for name in g.private:
+            w.emit(f"{pad}    free({tensor_id(name)});", line)
+        w.emit(f"{pad}}}", line)
+    else:
+        for i in g.stmts:
+            _statement(w, op, lay, i, 0, pad, cfg, top=True)
+
+
+def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str, cfg: Mapping,
+               top: bool = False) -> None:
+    """Loops of statement i past the shared ones, its reductions, and the store."""
+    stmt = op.stmts[i]
+    ext = stmt_extents(op, i)
+    sizes = lay.sizes
+    free = {n: f.evaluate(dict(sizes)) for n, f in ext.free.items()}
+    reductions = {r: {n: f.evaluate(dict(sizes)) for n, f in m.items()}
+                  for r, m in ext.reductions.items()}
+    scans = [n for n in walk(stmt.expr) if isinstance(n, Scan)]
+    ctx = ExprContext(lay.real, {n: lay.value_dtype(n) for n in lay.shapes}, lay.access,
+                      lay.bounds, reductions, lay.dims, simd=bool(cfg.get("simd", 1)))
+    w.emit(f"{pad}{{ /* line {stmt.line}: {stmt.target}[{', '.join(stmt.indices)}] */", stmt.line)
+    inner = pad + "    "
+    for p in range(depth):
+        w.emit(f"{inner}const int64_t {index_id(stmt.indices[p])} = o{p};", stmt.line)
+    rest = list(stmt.indices[depth:])
+    scan_index = scans[0].index if scans else None
+    if scan_index in rest:  # the running state needs the scan index innermost
+        rest.remove(scan_index)
+        rest.append(scan_index)
+    parallel = bool(top and rest and rest[0] != scan_index and free[rest[0]] > 1)
+    # Loop-invariant code motion: a reduction is computed inside the loops it depends on only.
+    levels: dict[int, list] = {}
+    for red in outer_reduces(stmt.expr):
+        deps = free_names(red.body, frozenset(red.indices)) & set(rest)
+        level = max((rest.index(n) + 1 for n in deps), default=0)
+        levels.setdefault(level, []).append(red)
+    innermost_reduces = bool(levels.get(len(rest))) or (len(rest) == 0 and bool(levels))
+    swap = _interchangeable(levels.get(len(rest), []), rest, free, scan_index, parallel)
+    opened = 0
+    for n, name in enumerate(rest):
+        inner = _hoisted(w, ctx, levels.get(n, []), inner, stmt.line)
+        if swap is not None and n == len(rest) - 1:
+            _interchanged(w, ctx, swap, name, free[name], inner, stmt.line)
+            innermost_reduces = False
+        if name == scan_index:
+            for s in scans:
+                ctx.scans[id(s)] = ctx.fresh("run")
+                init = {"cumsum": "0", "cumprod": "1", "cummax": "-INFINITY"}[s.op]
+                w.emit(f"{inner}{ctx.ctype(kind(s, ctx))} {ctx.scans[id(s)]} = {init};", stmt.line)
+        simd = n == len(rest) - 1 and name != scan_index and ctx.simd and not innermost_reduces
+        if parallel and n == 0:
+            w.emit(f"{inner}#pragma omp parallel for{' simd' if simd else ''} "
+                   f"num_threads({w_threads(cfg)}) schedule(static)", stmt.line)
+        elif simd:
+            vec = int(cfg.get("vec") or 0)
+            w.emit(f"{inner}#pragma omp simd{f' simdlen({vec})' if vec else ''}", stmt.line)
+        w.emit(f"{inner}for (int64_t {index_id(name)} = 0; {index_id(name)} < {free[name]}; "
+               f"++{index_id(name)}) {{", stmt.line)
+        inner += "    "
+        opened += 1
+    top_reduce = top and not rest
+    value = render(stmt.expr, ctx)
+    if top_reduce:
+        # A whole-tensor reduction (a scalar result): split the outermost accumulator loop.
+        _parallel_first_reduce(ctx.pre, w_threads(cfg))
+    for text in ctx.pre:
+        if text == "}":
+            inner = inner[:-4]
+        w.emit(inner + text, stmt.line)
+        if text.endswith("{"):
+            inner += "    "
+    forms = [index_id(n) for n in stmt.indices]
+    target = lay.address(stmt.target, forms)
+    decl = op.tensor(stmt.target)
+    is_output = stmt.target in {d.name for d in op.outputs}
+    if is_output or not decl.dtype.is_float:  # float intermediates stay in the compute type
+        value = store(decl.dtype, value, kind(stmt.expr, ctx))
+    w.emit(f"{inner}{target} = {value};", stmt.line)
+    for _ in range(opened):
+        inner = inner[:-4]
+        w.emit(f"{inner}}}", stmt.line)
+    w.emit(f"{pad}}}", stmt.line)
+
+
+def _interchangeable(reds: list, rest: list[str], free: dict[str, int], scan_index,
+                     parallel: bool) -> Reduce | None:
+    """The innermost reduction to compute as a vector over the innermost free index, if it pays:
+    that index runs with stride 1 along some operand's last (contiguous) axis."""
+    if len(reds) != 1 or not rest or rest[-1] == scan_index or (parallel and len(rest) == 1):
+        return None
+    red, last = reds[0], rest[-1]
+    if red.op not in REDUCE_C or any(isinstance(x, Reduce) for x in walk(red.body) if x is not red):
+        return None
+    if free[last] > MAX_VECTOR_ACC:
+        return None
+    for node in walk(red.body):
+        if isinstance(node, Access) and node.indices:
+            form = node.indices[-1]
+            if dict(form.terms).get(last) == 1:  # contiguous in `last` (a window w + s too)
+                return red
+    return None
+
+
+def _interchanged(w: CodeWriter, ctx: ExprContext, red: Reduce, last: str, extent: int, pad: str,
+                  line: int) -> None:
+    """Reduction loops outside, the free index inside (vectorised): acc[last] += body."""
+    k = kind(red, ctx)
+    body_kind = "f" if k == "f" else "i"
+    vacc = ctx.fresh("vacc")
+    inits, update, _ = REDUCE_C[red.op]
+    i = index_id(last)
+    w.emit(f"{pad}{ctx.ctype(body_kind)} {vacc}[{extent}];", line)
+    w.emit(f"{pad}#pragma omp simd\n{pad}for (int64_t {i} = 0; {i} < {extent}; ++{i}) "
+           f"{vacc}[{i}] = {inits[body_kind]};", line)
+    inner = pad
+    for name in red.indices:
+        ident = index_id(name)
+        w.emit(f"{inner}for (int64_t {ident} = 0; {ident} < {ctx.reductions[red][name]}; ++{ident}) {{",
+               line)
+        inner += "    "
+    value = render(red.body, ctx)
+    if body_kind == "f" and kind(red.body, ctx) != "f":
+        value = f"(({ctx.real})({value}))"
+    w.emit(f"{inner}#pragma omp simd\n{inner}for (int64_t {i} = 0; {i} < {extent}; ++{i})", line)
+    w.emit(f"{inner}    {update.format(a=f'{vacc}[{i}]', v=value)}", line)
+    for _ in red.indices:
+        inner = inner[:-4]
+        w.emit(f"{inner}}}", line)
+    ctx.pre.clear()
+    count = 1
+    for name in red.indices:
+        count *= ctx.reductions[red][name]
+    ctx.cache[id(red)] = f"({vacc}[{i}] / ({ctx.real}){count})" if red.op == "mean" else f"{vacc}[{i}]"
+
+
+def _hoisted(w: CodeWriter, ctx: ExprContext, reds: list, pad: str, line: int) -> str:
+    """Emit the accumulator loops of `reds` here (their value is cached for the expression)."""
+    for red in reds:
+        render(red, ctx)
+    for text in ctx.pre:
+        if text == "}":
+            pad = pad[:-4]
+        w.emit(pad + text, line)
+        if text.endswith("{"):
+            pad += "    "
+    ctx.pre.clear()
+    return pad
+
+
+def w_threads(cfg: Mapping) -> int:
+    """Threads of a top-level parallel loop (the config's, resolved in emit)."""
+    return int(cfg.get("threads") or 1)
+
+
+def _parallel_first_reduce(pre: list[str], threads: int) -> None:
+    """Turn the first accumulator loop into an OpenMP parallel reduction (rank-0 results)."""
+    for n, text in enumerate(pre):
+        if text.startswith("for "):
+            head = pre[n - 1] if n else ""
+            if head.startswith("#pragma omp simd reduction("):
+                clause = head.split("simd ", 1)[1]
+                pre[n - 1] = f"#pragma omp parallel for simd {clause} num_threads({threads})"
+            else:
+                acc = pre[n - 1].split()[1] if n else ""
+                op = _omp_op_of(pre, acc)
+                if op:
+                    pre.insert(n, f"#pragma omp parallel for reduction({op}:{acc}) "
+                                  f"num_threads({threads})")
+            return
+
+
+def _omp_op_of(pre: list[str], acc: str) -> str | None:
+    for text in pre:
+        if text.startswith(f"{acc} += "):
+            return "+"
+        if text.startswith(f"{acc} *= "):
+            return "*"
+        if text.startswith(f"{acc} = ") and " > " in text:
+            return "max"
+        if text.startswith(f"{acc} = ") and " < " in text:
+            return "min"
+    return None

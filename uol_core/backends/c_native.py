@@ -1,0 +1,64 @@
+"""Build and call any UOL C kernel on torch tensors of any ODL dtype (inputs made contiguous)."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping
+
+import torch
+
+from uol_core.backends.base import KernelSource
+from uol_core.odl.ir import Op
+from uol_core.runtime.build import build
+from uol_core.runtime.native import _library
+from uol_core.runtime.reference import TORCH_DTYPES
+from uol_core.runtime.shapes import ShapeError, bind_sizes, shape_of
+
+
+class CKernel:
+    """A built kernel `void f(void **args, const int64_t *strides)`; args are inputs then outputs."""
+
+    def __init__(self, src: KernelSource, op: Op, sizes: Mapping[str, int]) -> None:
+        self.src, self.op, self.sizes = src, op, dict(sizes)
+        self.path = build(src)
+        self.fn = getattr(_library(str(self.path)), src.entry)
+        self.fn.restype = None
+        self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)]
+
+    def outputs_like(self) -> dict[str, torch.Tensor]:
+        """Fresh output tensors of the declared shapes and dtypes."""
+        return {d.name: torch.empty(shape_of(self.op, d.name, self.sizes), dtype=TORCH_DTYPES[d.dtype])
+                for d in self.op.outputs}
+
+    def run(self, tensors: Mapping[str, torch.Tensor],
+            out: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """Call the kernel; inputs are converted to their declared dtype and made contiguous."""
+        outs = dict(out) if out is not None else self.outputs_like()
+        held, strides = [], []
+        ptrs = (ctypes.c_void_p * len(self.src.meta["args"]))()
+        for n, name in enumerate(self.src.meta["args"]):
+            decl = self.op.tensor(name)
+            t = outs[name] if name in outs else tensors[name]
+            want = shape_of(self.op, name, self.sizes)
+            if tuple(t.shape) != want:
+                raise ShapeError(f"{name} has shape {tuple(t.shape)}; this kernel was built for {want}")
+            if name not in outs:
+                t = t.to(TORCH_DTYPES[decl.dtype]).contiguous()
+            elif not t.is_contiguous() or t.dtype != TORCH_DTYPES[decl.dtype]:
+                raise ShapeError(f"output {name} must be a contiguous {TORCH_DTYPES[decl.dtype]} tensor")
+            held.append(t)
+            ptrs[n] = t.data_ptr()
+            strides.extend(t.stride())
+        arr = (ctypes.c_int64 * max(1, len(strides)))(*strides)
+        self.fn(ptrs, arr)
+        return outs
+
+
+def compile_c(op: Op, shapes: Mapping, target=None, config: Mapping | None = None,
+              emitter=None) -> CKernel:
+    """Emit (best path unless `emitter` is given), build and load the C kernel of `op`."""
+    from uol_core.backends.c_route import emit_any
+
+    sizes = bind_sizes(op, shapes)
+    src = (emitter or emit_any)(op, sizes, target, config)
+    return CKernel(src, op, sizes)

@@ -1,0 +1,28 @@
+"""Route an op to its C kernel: a pattern template when one matches, else the generic loop nests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from uol_core.backends.base import KernelSource
+from uol_core.odl.ir import Op
+
+
+def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None) -> KernelSource:
+    """The best C kernel this backend has for `op` at `sizes` (never refuses a valid op)."""
+    import os
+
+    from uol_core.backends import c_attention, c_generic, c_scan
+
+    cfg = dict(config or {})
+    threads = int(cfg.get("threads") or getattr(target, "cores", 0) or os.cpu_count() or 1)
+    if not cfg.get("generic"):
+        if c_scan.scan_fits(op, sizes, threads):
+            return c_scan.emit(op, sizes, threads)
+        flash = c_attention.flash_plan(op)
+        if flash is not None:
+            src = c_attention.emit(op, flash, sizes, target, cfg)
+            if src is not None:
+                return src
+    return c_generic.emit(op, sizes, target, {k: v for k, v in cfg.items()
+                                              if k not in ("generic", "bq", "bk")})

@@ -1,0 +1,44 @@
+"""Call a built C kernel in this process: ctypes on torch data pointers and strides, no copies."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from uol_core.runtime.shapes import ShapeError
+
+
+@lru_cache(maxsize=256)
+def _library(path: str) -> ctypes.CDLL:
+    return ctypes.CDLL(path)
+
+
+class NativeKernel:
+    """A loaded kernel entry `void f(void **args, const int64_t *strides)` over named tensors."""
+
+    def __init__(self, path: Path, entry: str, args: Sequence[str], shapes: Mapping[str, tuple]):
+        self.fn = getattr(_library(str(path)), entry)
+        self.fn.restype = None
+        self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)]
+        self.args = list(args)
+        self.shapes = {k: tuple(v) for k, v in shapes.items()}
+
+    def __call__(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Run on `tensors` (every arg by name; outputs written in place)."""
+        ptrs = (ctypes.c_void_p * len(self.args))()
+        strides: list[int] = []
+        for i, name in enumerate(self.args):
+            t = tensors[name]
+            if tuple(t.shape) != self.shapes[name]:
+                raise ShapeError(f"{name} has shape {tuple(t.shape)}; this kernel was built for "
+                                 f"{self.shapes[name]}")
+            if t.dtype != torch.float32 or t.device.type != "cpu":
+                raise ShapeError(f"{name} must be a float32 CPU tensor, got {t.dtype} on {t.device}")
+            ptrs[i] = t.data_ptr()
+            strides.extend(t.stride())
+        arr = (ctypes.c_int64 * max(1, len(strides)))(*strides)
+        self.fn(ptrs, arr)

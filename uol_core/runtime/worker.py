@@ -1,0 +1,155 @@
+"""Run kernels in a worker process: a crash, a hang (timeout) or a wrong result comes back as a
+result with its cause, and the calling process (tuner, IDE) keeps running."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import traceback
+from dataclasses import asdict
+
+from uol_core.backends.base import KernelSource
+
+
+def _signal_name(code: int | None) -> str:
+    if code is None:
+        return "unknown"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
+
+
+class Worker:
+    """One long-lived worker process, restarted after a crash or a timeout."""
+
+    def __init__(self, timeout_s: float = 120.0):
+        self.timeout_s = timeout_s
+        self.ctx = mp.get_context("spawn")  # never fork a process that holds OpenMP/torch threads
+        self.proc = None
+        self.conn = None
+
+    def _start(self) -> None:
+        parent, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+
+    def _stop(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.join(5)
+        self.proc, self.conn = None, None
+
+    def run(self, job: dict, timeout_s: float | None = None) -> dict:
+        """Execute `job` (see `execute_job`) in the worker; always returns a result dict."""
+        timeout = timeout_s or self.timeout_s
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        try:
+            self.conn.send(job)
+            if not self.conn.poll(timeout):
+                self._stop()
+                return {"status": "timeout",
+                        "reason": f"no result within {timeout:.0f} s: the kernel hangs or is far "
+                                  "too slow (worker killed)"}
+            return self.conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            self.proc.join(5)
+            code = self.proc.exitcode
+            self._stop()
+            return {"status": "crash",
+                    "reason": f"the kernel crashed the worker process ({_signal_name(code)})"}
+
+    def close(self) -> None:
+        self._stop()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def make_job(source: KernelSource, op_text: str, op_file: str, sizes: dict, *, seed: int = 0,
+             warmup: int = 2, repeats: int = 7, min_seconds: float = 0.2,
+             check_only: bool = False) -> dict:
+    """A picklable job: build, verify against the reference, then time (unless check_only)."""
+    return {"source": asdict(source), "op_text": op_text, "op_file": op_file, "sizes": sizes,
+            "seed": seed, "warmup": warmup, "repeats": repeats, "min_seconds": min_seconds,
+            "check_only": check_only}
+
+
+def _serve(conn) -> None:
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        try:
+            result = execute_job(job)
+        except Exception as exc:  # reported, never fatal: the caller decides
+            result = {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
+                      "trace": traceback.format_exc(limit=5)}
+        conn.send(result)
+
+
+_REFERENCE: dict = {}
+
+
+def execute_job(job: dict) -> dict:
+    """Build the kernel, run it on seeded random inputs, compare with the reference, then time."""
+    import torch
+
+    from uol_core.api import check_memory
+    from uol_core.odl import parse
+    from uol_core.runtime.build import BuildError, build
+    from uol_core.runtime.measure import time_call
+    from uol_core.runtime.native import NativeKernel
+    from uol_core.runtime.reference import evaluate_all
+    from uol_core.runtime.shapes import shape_of
+    from uol_core.runtime.verify import compare
+
+    src = KernelSource(**job["source"])
+    op = parse(job["op_text"], job["op_file"])
+    sizes = job["sizes"]
+    check_memory(op, sizes)  # a too-big request is an error here, not an OOM-killed machine
+    try:
+        path = build(src)
+    except BuildError as exc:
+        return {"status": "build_error", "reason": str(exc)}
+    key = (job["op_text"], tuple(sorted(sizes.items())), job["seed"])
+    if key not in _REFERENCE:
+        _REFERENCE.clear()
+        gen = torch.Generator().manual_seed(job["seed"])
+        inputs = {d.name: torch.randn(shape_of(op, d.name, sizes), generator=gen)
+                  for d in op.inputs}
+        _REFERENCE[key] = (inputs, evaluate_all(op, inputs))
+    inputs, reference = _REFERENCE[key]
+    outputs = {name: torch.full_like(reference[name], float("nan")) for name in reference}
+    tensors = {**inputs, **outputs}
+    kernel = NativeKernel(path, src.entry, src.meta["args"],
+                          {n: tuple(t.shape) for n, t in tensors.items()})
+    kernel(tensors)
+    depth = int(src.meta.get("reduction_length", 1))
+    verdict = compare(outputs, reference, depth)
+    result = {"status": "ok" if verdict.ok else "mismatch", "max_abs_err": verdict.max_abs_err,
+              "max_rel_err": verdict.max_rel_err, "atol": verdict.atol, "where": verdict.where}
+    if not verdict.ok:
+        result["reason"] = (f"wrong result at {verdict.where}: max abs err "
+                            f"{verdict.max_abs_err:.3g}, max rel err {verdict.max_rel_err:.3g} "
+                            f"(tolerance {verdict.atol:.3g})")
+        return result
+    if job["check_only"]:
+        return result
+    timing = time_call(lambda: kernel(tensors), warmup=job["warmup"], repeats=job["repeats"],
+                       min_seconds=job["min_seconds"])
+    flops = src.meta.get("flops", 0)
+    result.update({"median_s": timing.median_s, "iqr_s": timing.iqr_s, "spread": timing.spread,
+                   "outliers": timing.outliers, "repeats": timing.repeats,
+                   "gflops": flops / timing.median_s / 1e9 if timing.median_s > 0 else None})
+    return result
