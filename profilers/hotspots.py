@@ -143,12 +143,19 @@ def build_profile_binary(src: KernelSource, shapes: Mapping[str, Sequence[int]])
     """Compile kernel + driver with -g into the kernel cache; returns the executable's path."""
     if src.lang != "c":
         raise ValueError(f"line hotspots need a C kernel; this one is {src.lang}")
-    driver = driver_source(src, shapes)
-    flags = PROFILE_FLAGS + kbuild.ISA_FLAGS.get(src.config.get("isa", "vecext"), ())
+    return build_driver_binary(src, shapes, PROFILE_FLAGS, "profile")
+
+
+def build_driver_binary(src: KernelSource, shapes: Mapping[str, Sequence[int]],
+                        flags: Sequence[str], tag: str, exact_allocation: bool = False) -> Path:
+    """Kernel + generated driver built with `flags` (plus the kernel's ISA flags) into a
+    content-addressed folder of the kernel cache; returns the executable's path."""
+    driver = driver_source(src, shapes, exact_allocation)
+    flags = (*flags, *kbuild.ISA_FLAGS.get(src.config.get("isa", "vecext"), ()))
     libs = ["-lm"] + (["-lgomp"] if "omp_" in src.text else [])
     key = hashlib.sha256("\0".join([src.text, driver, " ".join(flags), kbuild.compiler_version()])
                          .encode()).hexdigest()[:24]
-    folder = kbuild.cache_dir() / f"profile-{src.op_name[:40]}-{key}"
+    folder = kbuild.cache_dir() / f"{tag}-{src.op_name[:40]}-{key}"
     exe = folder / "prog"
     if exe.exists():
         return exe
@@ -272,5 +279,5 @@ def _kernel_source(kernel) -> KernelSource:
     raise TypeError("the compiled kernel exposes no KernelSource")
 
 
-__all__ = ["CallgrindUnavailable", "HotspotReport", "LineCost", "attribute", "build_profile_binary",
-           "driver_source", "hotspots_for_op", "line_hotspots"]
+__all__ = ["CallgrindUnavailable", "HotspotReport", "LineCost", "attribute", "build_driver_binary",
+           "build_profile_binary", "driver_source", "hotspots_for_op", "line_hotspots"]

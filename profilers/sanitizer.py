@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import subprocess
@@ -10,9 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from profilers.hotspots import driver_source
+from profilers.hotspots import build_driver_binary
 from uol_core.backends.base import KernelSource
-from uol_core.runtime import build as kbuild
 
 # -O1 keeps the loops recognisable; no OpenMP: the sanitizer runtime and libgomp's thread pool
 # do not mix well, and one thread finds the same out-of-bounds index.
@@ -57,25 +55,7 @@ def build_sanitized(src: KernelSource, shapes: Mapping[str, Sequence[int]]) -> P
     """Kernel + exact-allocation driver built with ASan/UBSan into the kernel cache."""
     if src.lang != "c":
         raise ValueError(f"the sanitizer needs a C kernel; this one is {src.lang}")
-    driver = driver_source(src, shapes, exact_allocation=True)
-    flags = SANITIZE_FLAGS + kbuild.ISA_FLAGS.get(src.config.get("isa", "vecext"), ())
-    key = hashlib.sha256("\0".join([src.text, driver, " ".join(flags), kbuild.compiler_version()])
-                         .encode()).hexdigest()[:24]
-    folder = kbuild.cache_dir() / f"sanitize-{src.op_name[:40]}-{key}"
-    exe = folder / "prog"
-    if exe.exists():
-        return exe
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "kernel.c").write_text(src.text)
-    (folder / "driver.c").write_text(driver)
-    tmp = folder / f"prog.{os.getpid()}"
-    proc = subprocess.run([kbuild.CC, *flags, str(folder / "kernel.c"), str(folder / "driver.c"),
-                           "-o", str(tmp), "-lm", *(["-lgomp"] if "omp_" in src.text else [])],
-                          capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise kbuild.BuildError(kbuild.explain_compile_error(proc.stderr, src))
-    os.replace(tmp, exe)
-    return exe
+    return build_driver_binary(src, shapes, SANITIZE_FLAGS, "sanitize", exact_allocation=True)
 
 
 def sanitize(src: KernelSource, shapes: Mapping[str, Sequence[int]],

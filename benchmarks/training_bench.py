@@ -1,0 +1,116 @@
+"""Forward + backward of UOL-backed blocks against torch eager and torch.compile, and the
+training demo's step time; contenders alternate call by call so load hits them alike.
+
+Writes docs/benchmarks/training.json and the "Training" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from docs_section import write_report
+
+from uol_core.nn import UolAttention, UolLayerNorm
+from uol_core.torch_bridge import to_torch
+from uol_core.training_demo import run_demo
+
+
+def step(fn, inputs):
+    """One forward + backward; returns nothing (the work is the point)."""
+    for t in inputs:
+        t.grad = None
+    out = fn(*inputs)
+    out.backward(torch.ones_like(out))
+
+
+def interleaved(contenders: dict, inputs, seconds: float) -> dict:
+    """Median ms per forward+backward of each contender, calls alternated."""
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for fn in contenders.values():  # warm-up: compiles, caches
+        step(fn, inputs)
+        step(fn, inputs)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            step(fn, inputs)
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def cases(quick: bool):
+    m = 256 if quick else 1024
+    f = to_torch("linear_bias_gelu")
+    x, w, b = (torch.randn(m, m, requires_grad=True), torch.randn(m, m, requires_grad=True),
+               torch.randn(m, requires_grad=True))
+    eager = lambda x, w, b: F.gelu(x @ w + b)  # noqa: E731
+    yield (f"linear+bias+gelu {m}x{m}x{m}", (x, w, b),
+           {"uol": f, "eager": eager, "compile": torch.compile(eager)})
+    rows = 1024 if quick else 8192
+    ln = UolLayerNorm(1024)
+    ref = torch.nn.LayerNorm(1024)
+    xs = torch.randn(rows, 1024, requires_grad=True)
+    yield (f"layernorm {rows}x1024", (xs,),
+           {"uol": ln, "eager": ref, "compile": torch.compile(ref)})
+    s = 128 if quick else 256
+    att = UolAttention(64)
+    q, k, v = (torch.randn(1, 8, s, 64, requires_grad=True) for _ in range(3))
+    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
+    yield (f"attention B=1 H=8 S={s} D=64", (q, k, v),
+           {"uol": att, "eager": sdpa, "compile": torch.compile(sdpa)})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes, short runs")
+    parser.add_argument("--seconds", type=float, default=4.0, help="timing window per case")
+    parser.add_argument("--steps", type=int, default=150, help="training demo steps")
+    args = parser.parse_args()
+    report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "threads": torch.get_num_threads(),
+                    "load_average_start": os.getloadavg()[0], "cases": []}
+    for name, inputs, contenders in cases(args.quick):
+        ms = interleaved(contenders, inputs, args.seconds)
+        report["cases"].append({"case": name, "ms": ms,
+                                "x_eager": ms["eager"] / ms["uol"],
+                                "x_compile": ms["compile"] / ms["uol"]})
+        print(f"{name}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in ms.items()))
+    demo = run_demo(args.steps)
+    report["demo"] = {k: v for k, v in demo.items() if k not in ("torch", "uol")}
+    report["demo"].update(torch_step_ms=demo["torch"]["median_step_ms"],
+                          uol_step_ms=demo["uol"]["median_step_ms"],
+                          torch_final_loss=demo["torch"]["losses"][-1],
+                          uol_final_loss=demo["uol"]["losses"][-1],
+                          torch_accuracy=demo["torch"]["accuracy"],
+                          uol_accuracy=demo["uol"]["accuracy"])
+    report["load_average_end"] = os.getloadavg()[0]
+    d = report["demo"]
+    lines = [f"Command: `python benchmarks/training_bench.py{' --quick' if args.quick else ''}` "
+             f"({report['date']}, {report['threads']} threads, load average "
+             f"{report['load_average_start']:.1f} at the start, {report['load_average_end']:.1f} "
+             "at the end).", "",
+             "Forward + backward, median ms per call, contenders alternated:", "",
+             "| case | UOL ms | eager ms | torch.compile ms | x eager | x compile |",
+             "|---|---|---|---|---|---|"]
+    for c in report["cases"]:
+        ms = c["ms"]
+        lines.append(f"| {c['case']} | {ms['uol']:.2f} | {ms['eager']:.2f} | {ms['compile']:.2f} "
+                     f"| {c['x_eager']:.2f} | {c['x_compile']:.2f} |")
+    lines += ["", f"Training demo (`uol train-demo --steps {args.steps}`): final loss torch "
+                  f"{d['torch_final_loss']:.5f}, UOL {d['uol_final_loss']:.5f} (relative gap "
+                  f"{d['final_loss_relative_gap']:.1e}); accuracy {d['torch_accuracy']:.4f} vs "
+                  f"{d['uol_accuracy']:.4f}; median step {d['torch_step_ms']:.2f} ms (torch) vs "
+                  f"{d['uol_step_ms']:.2f} ms (UOL): {d['speedup_vs_torch_eager']:.2f}x."]
+    write_report("Training", report, lines, slug="training")
+
+
+if __name__ == "__main__":
+    main()
