@@ -5,7 +5,7 @@
     >>> A = b.input("A", "f32", "M", "K"); B = b.input("B", "f32", "K", "N")
     >>> C = b.output("C", "f32", "M", "N")
     >>> m, n, k = b.indices("m n k")
-    >>> b.assign(C[m, n], sum_([k], A[m, k] * B[k, n]))
+    >>> _ = b.assign(C[m, n], sum_([k], A[m, k] * B[k, n]))
     >>> print(b.build().name)
     matmul
 """
