@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from uol_core.odl.check import check_op
-from uol_core.odl.ir import Access, Op, walk
+from uol_core.odl.ir import Access, Op, Reduce, Var, walk
 from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
 
 BACKENDS = ("auto", "c", "triton", "reference")
@@ -50,14 +50,15 @@ class OpRunner:
 
     def _build(self, key: tuple, tensors: Mapping[str, torch.Tensor]) -> Callable:
         if self.backend in ("c", "auto"):
+            groups = statement_groups(self.op)
+            if len(groups) > 1 and _all_f32(tensors) and not _whole_op_template(self.op):
+                return self._grouped(key, groups)
             try:
                 return self._c_kernel(key, tensors)
             except Exception as err:  # unsupported pattern or dtype: auto falls back, c reports
                 if self.backend == "c":
                     raise
                 self.reason[key] = f"C backend declined: {err}"
-            if len(self.op.stmts) > 1 and _all_f32(tensors):
-                return self._per_statement(key)
         if self.backend == "triton":
             return self._triton_kernel(key)
         self.used[key] = "reference"
@@ -81,29 +82,22 @@ class OpRunner:
 
         return run
 
-    def _per_statement(self, key: tuple) -> Callable:
-        """Compile each statement the C backend accepts on its own (the contractions of a
-        derived backward op, say) and evaluate the others with the reference."""
-        kernels: dict[tuple, Callable | None] = {}
+    def _grouped(self, key: tuple, groups: list[tuple[int, ...]]) -> Callable:
+        """Run the op as a sequence of sub-ops: each contraction (with the maps that consume it
+        right after) goes to the GEMM template, each run of other statements to one fused
+        kernel; a group the C backend declines runs on the reference."""
+        runners = [OpRunner(group_op(self.op, g), self.backend, self.target) for g in groups]
+        self.used[key] = "c (" + " | ".join(
+            ",".join(self.op.stmts[i].target for i in g) for g in groups) + ")"
+        outputs = [d.name for d in self.op.outputs]
 
-        def hook(index: int, env: dict[str, torch.Tensor], sizes: dict[str, int]):
-            cache_key = (index, tuple(sorted(sizes.items())))
-            if cache_key not in kernels:
-                try:
-                    stmt_op = statement_op(self.op, index)
-                    runner = OpRunner(stmt_op, "c", self.target)
-                    runner.backend_for({d.name: env[d.name] for d in stmt_op.inputs})
-                    kernels[cache_key] = runner
-                except Exception:  # this statement stays with the reference
-                    kernels[cache_key] = None
-            runner = kernels[cache_key]
-            if runner is None:
-                return None
-            feed = {d.name: env[d.name] for d in runner.op.inputs}
-            return runner(feed)[runner.op.outputs[0].name]
+        def run(ts: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            env = dict(ts)
+            for runner in runners:
+                env.update(runner({d.name: env[d.name] for d in runner.op.inputs}))
+            return {name: env[name] for name in outputs}
 
-        self.used[key] = "c+reference"
-        return lambda ts: evaluate_all(self.op, ts, statement_hook=hook)
+        return run
 
     def _triton_kernel(self, key: tuple) -> Callable:
         from uol_core.backends.triton import emit
@@ -118,18 +112,69 @@ def _all_f32(tensors: Mapping[str, torch.Tensor]) -> bool:
     return all(t.dtype == torch.float32 for t in tensors.values() if t.is_floating_point())
 
 
-def statement_op(op: Op, index: int) -> Op:
-    """Statement `index` of `op` as an op of its own: inputs are the tensors it reads."""
-    return _statement_op(op, index)
+def _whole_op_template(op: Op) -> bool:
+    """Whether the C backend has a template for the op as a whole (flash attention), which
+    beats splitting it at its contractions."""
+    from uol_core.backends import c_attention
+
+    return c_attention.flash_plan(op) is not None
+
+
+def statement_groups(op: Op) -> list[tuple[int, ...]]:
+    """Statements split at contractions: a contraction and the maps right after it that read
+    it form one group (the GEMM template fuses them as an epilogue); the statements between
+    contractions form one group each (one fused kernel)."""
+    from uol_core.odl.patterns import classify
+
+    kinds = classify(op).statements
+    groups: list[list[int]] = []
+    for index, pattern in enumerate(kinds):
+        reads = {n.tensor for n in walk(op.stmts[index].expr) if isinstance(n, Access)}
+        last = groups[-1] if groups else None
+        if pattern.kind == "contraction":
+            groups.append([index])
+        elif (last and kinds[last[0]].kind == "contraction" and pattern.kind == "map" \
+                and op.stmts[last[-1]].target in reads) or (last and kinds[last[0]].kind != "contraction"):
+            last.append(index)
+        else:
+            groups.append([index])
+    return [tuple(g) for g in groups]
+
+
+def group_op(op: Op, indices: tuple[int, ...]) -> Op:
+    """Statements `indices` of `op` as an op of their own: inputs are what they read from
+    outside, outputs what the op returns or later statements read."""
+    return _group_op(op, tuple(indices))
 
 
 @functools.lru_cache(maxsize=512)
-def _statement_op(op: Op, index: int) -> Op:
-    stmt = op.stmts[index]
-    read = list(dict.fromkeys(n.tensor for n in walk(stmt.expr) if isinstance(n, Access)))
-    inputs = tuple(op.tensor(name) for name in read)
-    target = op.tensor(stmt.target)
-    return check_op(Op(f"{op.name}_{stmt.target}", inputs, (target,), (stmt,)))
+def _group_op(op: Op, indices: tuple[int, ...]) -> Op:
+    stmts = [op.stmts[i] for i in indices]
+    defined = {s.target for s in stmts}
+    read = list(dict.fromkeys(n.tensor for s in stmts for n in walk(s.expr)
+                              if isinstance(n, Access) and n.tensor not in defined))
+    later = {n.tensor for i, s in enumerate(op.stmts) if i > max(indices)
+             for n in walk(s.expr) if isinstance(n, Access)}
+    wanted = {d.name for d in op.outputs} | later
+    outputs = tuple(op.tensor(s.target) for s in stmts if s.target in wanted) or \
+        (op.tensor(stmts[-1].target),)
+    inputs = [op.tensor(name) for name in read]
+    # Every dimension the group uses must be bound by an input axis: add the parent's inputs
+    # that bind the missing ones (db of a conv reads only dY, whose extents are H - R + 1).
+    used = {sym for d in (*inputs, *outputs) for f in d.shape for sym in f.symbols}
+    used |= {sym for s in stmts for node in walk(s.expr) if isinstance(node, Reduce)
+             for _, f in node.extents for sym in f.symbols}
+    used |= {sym for s in stmts for _, f in s.extents for sym in f.symbols}
+    used |= {node.name for s in stmts for node in walk(s.expr)
+             if isinstance(node, Var) and node.name in op.dims}
+    bound = {f.pure_symbol for d in inputs for f in d.shape if f.pure_symbol}
+    for decl in op.inputs:
+        binds = {f.pure_symbol for f in decl.shape if f.pure_symbol} & (used - bound)
+        if binds and decl not in inputs:
+            inputs.append(decl)
+            bound |= binds
+    name = f"{op.name}_" + "_".join(s.target for s in stmts)[:40]
+    return check_op(Op(name, tuple(inputs), outputs, tuple(stmts)))
 
 
 def output_dtypes(op: Op) -> dict[str, torch.dtype]:
