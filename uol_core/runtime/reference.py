@@ -74,13 +74,8 @@ def evaluate(op: Op, **tensors: torch.Tensor) -> torch.Tensor | dict[str, torch.
     return outs
 
 
-def evaluate_all(op: Op, tensors: Mapping[str, torch.Tensor],
-                 statement_hook=None) -> dict[str, torch.Tensor]:
-    """Run the op and return every output by name.
-
-    `statement_hook(index, env, sizes)` may compute a statement another way (a compiled
-    kernel) and return its value, or None to let the evaluator compute it.
-    """
+def evaluate_all(op: Op, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Run the op and return every output by name."""
     missing = [d.name for d in op.inputs if d.name not in tensors]
     if missing:
         raise ShapeError(f"{op.name} needs inputs {', '.join(missing)}")
@@ -94,11 +89,6 @@ def evaluate_all(op: Op, tensors: Mapping[str, torch.Tensor],
         value = torch.as_tensor(tensors[decl.name])
         env[decl.name] = value.to(compute) if decl.dtype.is_float else value
     for index, stmt in enumerate(op.stmts):
-        if statement_hook is not None:
-            value = statement_hook(index, env, sizes)
-            if value is not None:
-                env[stmt.target] = value
-                continue
         extents = stmt_extents(op, index)
         free = [extents.free[name].evaluate(sizes) for name in stmt.indices]
         scope = _Scope(list(stmt.indices), free)
