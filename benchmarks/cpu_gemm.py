@@ -237,7 +237,9 @@ def write_docs(report: dict, cmd: str, section_name: str = "CPU GEMM") -> None:
              f"{report['threads']} threads, {report['compiler']}).", "",
              f"Probed FMA peak (AVX2, {report['threads']} threads): "
              f"{report['fma_peak_gflops']:.0f} GFLOP/s; HFL host target fp32 peak: "
-             f"{report['hfl_peak_gflops']:.0f} GFLOP/s.", "",
+             f"{report['hfl_peak_gflops']:.0f} GFLOP/s. Load average (other jobs on the "
+             f"{os.cpu_count()} cores): {report.get('load_average_start', 0):.1f} at the start, "
+             f"{report.get('load_average_end', 0):.1f} at the end.", "",
              "| case | ours GF/s | torch GF/s | numpy (OpenBLAS) GF/s | torch.compile GF/s | "
              "ours/torch | ours/numpy | ours/compile | % FMA peak |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -309,7 +311,8 @@ def main() -> None:
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": platform.processor()
               or platform.machine(), "threads": threads, "compiler": compiler_version(),
               "torch": torch.__version__, "hfl_peak_gflops": target.peak_gflops["fp32"],
-              "fma_peak_gflops": probe_fma_peak(threads), "cases": []}
+              "fma_peak_gflops": probe_fma_peak(threads), "cases": [],
+              "load_average_start": os.getloadavg()[0]}
     for name, sizes in cases:
         row = run_gemm(name, sizes, target, db, threads, args.budget, not args.quick)
         report["cases"].append(row)
@@ -319,6 +322,7 @@ def main() -> None:
     if not args.quick and not args.no_tuner_check:
         report["tuner"] = tuner_efficiency(target, db, threads, args.exhaustive)
         print(json.dumps(report["tuner"]), flush=True)
+    report["load_average_end"] = os.getloadavg()[0]
     cmd = "python " + " ".join(["benchmarks/cpu_gemm.py", *sys.argv[1:]])
     write_docs(report, cmd, args.section)
 

@@ -189,3 +189,33 @@ def test_long_scans_run_in_parallel(scan):
     n = c_scan.SCAN_PARALLEL_MIN * 2 + 17
     kernel = check(op, {"N": n}, {"threads": 2})
     assert kernel.src.meta["generator"] == "uol-c-scan-1" and "#pragma omp barrier" in kernel.src.text
+
+
+def test_every_library_op_compiles_through_the_api():
+    import uol_core
+    from uol_core.ops import list_ops
+    from uol_core.runtime.shapes import ShapeError, bind_sizes
+
+    for name in list_ops():
+        op = load_op(name)
+        negative = {n for d in op.inputs + op.outputs for f in d.shape for n, c in f.terms if c < 0}
+        sizes = {d: (2 if d in negative else 5) for d in op.dims}
+        try:
+            bind_sizes(op, sizes)
+        except ShapeError:
+            sizes = {d: v + 2 for d, v in sizes.items()}
+        kernel = uol_core.compile(op, shapes=sizes, target=TARGET)
+        inputs = random_inputs(op, kernel.sizes, seed=5)
+        got = kernel(**inputs)
+        got = got if isinstance(got, dict) else {op.outputs[0].name: got}
+        verdict = compare(got, evaluate_all(op, inputs), kernel.kernel_source.meta.get(
+            "reduction_length", 1))
+        assert verdict.ok, f"{name}: {verdict}"
+        assert kernel.explain().render()
+
+
+def test_api_config_string_reaches_the_pattern_kernel():
+    import uol_core
+    kernel = uol_core.compile("softmax", shapes={"R": 6, "C": 40}, target=TARGET,
+                              config="chunk=2,fuse=0")
+    assert kernel.config["chunk"] == 2 and kernel.kernel_source.meta["groups"] == 3

@@ -145,7 +145,9 @@ def test_cli_run_json_and_user_errors(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["ok"] and data["gflops"] > 0 and data["ms"] > 0 and data["max_abs_err"] < 1e-4
-    res = runner.invoke(app, ["run", "softmax", "--shape", "R=4,C=4"])
+    res = runner.invoke(app, ["run", "softmax", "--shape", "R=4,C=4", "--json"])
+    assert res.exit_code == 0 and json.loads(res.output)["ok"]  # every pattern compiles now
+    res = runner.invoke(app, ["run", "softmax", "--shape", "R=0,C=4"])
     assert res.exit_code == 2 and "Traceback" not in res.output
     res = runner.invoke(app, ["compile", "matmul", "--config", "bogus=1"])
     assert res.exit_code == 2 and "unknown config key" in res.output

@@ -18,6 +18,7 @@ from uol_core.acg.lower import lower_contraction
 from uol_core.acg.space import build_space
 from uol_core.backends.base import KernelSource
 from uol_core.odl.ir import Op
+from uol_core.runtime.native import NativeKernel
 from uol_core.runtime.shapes import ShapeError, bind_sizes, shape_of
 
 DEFAULT_TUNE_BUDGET = 8
@@ -82,14 +83,17 @@ class CompiledKernel:
         if key not in self._built:
             from uol_core.backends.c import emit
             from uol_core.runtime.build import build
-            from uol_core.runtime.native import NativeKernel
 
             check_memory(self.op, sizes)
             cfg, space, model = choose_config(self.op, sizes, self.target, self._config_request)
             src = emit(self.op, cfg, self.target, sizes)
-            path = build(src)
-            shapes = {n: shape_of(self.op, n, sizes) for n in src.meta["args"]}
-            native = NativeKernel(path, src.entry, src.meta["args"], shapes)
+            if isinstance(cfg, dict):  # non-GEMM kernels take any dtype (issue 5)
+                from uol_core.backends.c_native import CKernel
+                native = CKernel(src, self.op, sizes)
+            else:
+                path = build(src)
+                shapes = {n: shape_of(self.op, n, sizes) for n in src.meta["args"]}
+                native = NativeKernel(path, src.entry, src.meta["args"], shapes)
             self._built[key] = (cfg, src, native, space, model)
         self.sizes = sizes
         return self._built[key]
@@ -102,7 +106,8 @@ class CompiledKernel:
 
     @property
     def config(self) -> dict:
-        return self._current()[0].to_dict()
+        cfg = self._current()[0]
+        return dict(cfg) if isinstance(cfg, dict) else cfg.to_dict()
 
     @property
     def kernel_source(self) -> KernelSource:
@@ -116,7 +121,10 @@ class CompiledKernel:
         """Why this kernel looks as it does (binding constraints, roofline, HFL facts, picture)."""
         from uol_core.acg.explain import explain
         from uol_core.acg.tuner import recorded
-        cfg, _, _, space, model = self._current()
+        cfg, src, _, space, model = self._current()
+        if model is None:  # non-GEMM kernels: fusion plan, pattern space, byte roofline
+            from uol_core.acg.space_patterns import explain_pattern
+            return explain_pattern(space, cfg, src, measured)
         rank = None
         if measured is None:
             measured, rank = recorded(self.op, self.sizes, self.target, cfg)
@@ -134,6 +142,9 @@ class CompiledKernel:
             sizes = bind_sizes(self.op, dict(shapes))
             self._by_shapes[shapes] = sizes
         _, src, native, _, _ = self._specialise(sizes)
+        if not isinstance(native, NativeKernel):
+            outs = native.run_with(tensors, out)
+            return outs[src.meta["outputs"][0]] if len(outs) == 1 else outs
         outs = {}
         for name in src.meta["outputs"]:
             given = out.get(name) if isinstance(out, Mapping) else out
@@ -151,7 +162,13 @@ def _dtype_error(name: str, t: torch.Tensor):
 
 def choose_config(op: Op, sizes: dict, target, request):
     """The config to build: model top-1, user overrides on top of it, or the tuned best."""
-    plan = lower_contraction(op, sizes)
+    from uol_core.acg.lower import UnsupportedOp
+    try:
+        plan = lower_contraction(op, sizes)
+    except UnsupportedOp:  # every other pattern: the pattern space (acg/space_patterns.py)
+        from uol_core.acg.space_patterns import choose_pattern_config
+        cfg, space = choose_pattern_config(op, sizes, target, request)
+        return cfg, space, None
     space = build_space(plan, target)
     model = CostModel(plan, target)
     if not space.configs:

@@ -14,7 +14,7 @@ from uol_core.acg.lower import GemmPlan
 F32 = 4
 # Modelling constants (not hardware facts): the calibration below learns what they miss.
 LOOP_OVERHEAD_CYCLES = 1.0  # pointer bumps and branch per (unrolled) k step
-L1_SHARE = 0.6  # micro-panels may fill this share of L1 before they evict each other
+L1_SHARE = 0.75  # A+B micro-panels may fill this share of L1 (BLIS Zen: 6x16, kc=256 = 69%)
 BARRIER_CYCLES = 3000.0  # one OpenMP fork/join, order of magnitude
 
 

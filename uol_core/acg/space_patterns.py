@@ -134,10 +134,47 @@ def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> f
 
 
 def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
-                          request: Mapping | None = None) -> tuple[dict, PatternSpace]:
-    """The model's best legal config with the user's overrides on top."""
+                          request: Mapping | str | None = None) -> tuple[dict, PatternSpace]:
+    """The model's best legal config with the user's overrides on top ('chunk=4,vec=8' or a dict;
+    'tuned' keeps the model's choice: the non-GEMM kernels have no tuner yet)."""
     space = build_pattern_space(op, sizes, target)
     best = min(space.configs, key=lambda c: predict_seconds(op, sizes, target, c)) \
         if space.configs else _defaults()
+    if isinstance(request, str):
+        request = {} if request == "tuned" else _parse(request)
     cfg = {**best, **dict(request or {})}
     return cfg, space
+
+
+def _parse(text: str) -> dict:
+    """'chunk=4,vec=8' -> {'chunk': 4, 'vec': 8}; values are integers."""
+    out = {}
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"bad config item '{part}': write key=value, e.g. chunk=4")
+        try:
+            out[key.strip()] = int(value)
+        except ValueError:
+            raise ValueError(f"config {key} must be an integer, got '{value}'") from None
+    return out
+
+
+def explain_pattern(space: PatternSpace, cfg: Mapping, src, measured: dict | None = None):
+    """An Explanation of a non-GEMM kernel: fusion plan, constraints, byte roofline, HFL facts."""
+    from uol_core.acg.explain import Explanation
+
+    target, op, sizes = space.target, space.op, space.sizes
+    seconds = predict_seconds(op, sizes, target, {**_defaults(), **cfg})
+    nbytes = traffic_bytes(op, sizes, bool(cfg.get("fuse", 1)))
+    binding = [c.name + ": " + c.formula for c in space.constraints if c.removed]
+    facts = [{"field": f, "value": getattr(target, f, None), "provenance": "HFL target"}
+             for f in ("cores", "vector_bits", "l2_bytes", "mem_bandwidth_gbps")]
+    roofline = {"bound": "memory", "bytes": nbytes, "predicted_seconds": seconds,
+                "attainable_gflops": 0.0, "predicted_gflops": 0.0}
+    return Explanation(op.name, dict(sizes), dict(cfg), binding=binding, roofline=roofline,
+                       legal_configs=len(space.configs), measured=dict(measured or {}),
+                       hfl_facts=facts, constraints=space.report(),
+                       picture=src.meta.get("fusion", ""))

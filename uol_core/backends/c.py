@@ -160,17 +160,29 @@ def _emit_contraction(plan, config, target) -> KernelSource:
     return emit_gemm(plan, config, target)
 
 
-# Pattern kind -> emitter(plan, config, target) -> KernelSource.
-PATTERN_EMITTERS: dict[str, Callable] = {"contraction": _emit_contraction}
+def _emit_pattern(op, sizes, config, target) -> KernelSource:
+    from uol_core.backends.c_route import emit_any
+    return emit_any(op, sizes, target, config)
+
+
+# Pattern kind -> emitter. The contraction row takes (GemmPlan, TileConfig, target); the others
+# take (op, sizes, config dict, target) and pick a template (flash, scan) or the generic path.
+PATTERN_EMITTERS: dict[str, Callable] = {"contraction": _emit_contraction, "map": _emit_pattern,
+                                         "reduce": _emit_pattern, "stencil": _emit_pattern,
+                                         "scan": _emit_pattern}
 
 
 def emit(op, config, target, sizes) -> KernelSource:
-    """The C kernel of `op` for bound `sizes` under a TileConfig on an HFL target."""
+    """The C kernel of `op` for bound `sizes`: a TileConfig builds the GEMM, a dict the rest."""
     from uol_core.acg.lower import UnsupportedOp, lower_contraction
     from uol_core.odl.patterns import classify
 
     kind = classify(op).kind
-    if kind not in PATTERN_EMITTERS:
-        raise UnsupportedOp(f"{op.name}: the C backend has no emitter for '{kind}' yet")
-    plan = lower_contraction(op, sizes)
-    return PATTERN_EMITTERS[kind](plan, config, target)
+    if kind == "contraction" and not isinstance(config, dict):
+        try:
+            plan = lower_contraction(op, sizes)
+        except UnsupportedOp:  # conv, attention, several GEMMs: flash or generic kernels
+            plan = None
+        if plan is not None:
+            return PATTERN_EMITTERS[kind](plan, config, target)
+    return _emit_pattern(op, sizes, config if isinstance(config, dict) else None, target)

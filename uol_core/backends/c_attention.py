@@ -105,7 +105,7 @@ def _output(op: Op, n: int) -> bool:
 def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
          config: Mapping | None = None) -> KernelSource | None:
     """The flash kernel, or None when head sizes exceed the stack tiles (the generic path runs)."""
-    cfg = {"bq": 32, "bk": 64, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
+    cfg = {"bq": 16, "bk": 64, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
     ext = stmt_extents(op, 0)
     free = {n: f.evaluate(dict(sizes)) for n, f in ext.free.items()}
     S, T = free[plan.i], free[plan.j]
@@ -113,7 +113,10 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
     E = stmt_extents(op, 4).free[op.stmts[4].indices[-1]].evaluate(dict(sizes))
     if D > MAX_HEAD or E > MAX_HEAD:
         return None
-    bq, bk, line = int(cfg["bq"]), int(cfg["bk"]), op.stmts[0].line
+    # The register tiles need BQ a multiple of RB rows and BK a multiple of JT keys.
+    bq = max(RB, int(cfg["bq"]) // RB * RB)
+    bk = max(JT, int(cfg["bk"]) // JT * JT)
+    line = op.stmts[0].line
     shapes = {t: [f.evaluate(dict(sizes)) for f in op.tensor(t).shape]
               for t in (plan.q, plan.k, plan.v, plan.out)}
     w = CodeWriter(default_line=op.line)
@@ -141,59 +144,7 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
     for n, name in enumerate(plan.prefix):
         w.emit(f"{pad}const int64_t {index_id(name)} = o{n};", line)
     base = {t: _base(plan.prefix, shapes[t]) for t in shapes}
-    w.emit(f"{pad}const int64_t q0 = o{len(plan.prefix)} * {bq};\n"
-           f"{pad}const int64_t nq = {S} - q0 < {bq} ? {S} - q0 : {bq};\n"
-           f"{pad}float m[{bq}], l[{bq}], acc[{bq}][{E}], kt[{D}][{bk}], row[{bk}];\n"
-           f"{pad}for (int64_t qi = 0; qi < {bq}; ++qi) {{ m[qi] = -INFINITY; l[qi] = 0.0f;\n"
-           f"{pad}    for (int64_t e = 0; e < {E}; ++e) acc[qi][e] = 0.0f; }}", line)
-    w.emit(f"{pad}for (int64_t k0 = 0; k0 < {T}; k0 += {bk}) {{", line)
-    w.emit(f"{pad}    const int64_t nk = {T} - k0 < {bk} ? {T} - k0 : {bk};\n"
-           f"{pad}    for (int64_t jj = 0; jj < nk; ++jj)\n"
-           f"{pad}        for (int64_t d = 0; d < {D}; ++d)\n"
-           f"{pad}            kt[d][jj] = {tensor_id(plan.k)}[{base[plan.k]}(k0 + jj) * {D} + d];\n"
-           f"{pad}    for (int64_t qi = 0; qi < nq; ++qi) {{\n"
-           f"{pad}        const int64_t {index_id(plan.i)} = q0 + qi;\n"
-           f"{pad}        const float *restrict qrow = {tensor_id(plan.q)} + {base[plan.q]}"
-           f"{index_id(plan.i)} * {D};\n"
-           f"{pad}        #pragma omp simd\n"
-           f"{pad}        for (int64_t jj = 0; jj < {bk}; ++jj) row[jj] = 0.0f;\n"
-           f"{pad}        for (int64_t d = 0; d < {D}; ++d) {{\n"
-           f"{pad}            const float qd = qrow[d];\n"
-           f"{pad}            #pragma omp simd\n"
-           f"{pad}            for (int64_t jj = 0; jj < {bk}; ++jj) row[jj] += qd * kt[d][jj];\n"
-           f"{pad}        }}", line)
-    ctx = ExprContext("float", {n: op.tensor(n).dtype for n in op.tensors}, _addr(op, sizes),
-                      lambda a: "1", {}, set(op.dims))
-    ctx.cache[id(plan.reduce)] = "row[jj]"
-    score = render(op.stmts[0].expr, ctx)
-    w.emit(f"{pad}        float mnew = m[qi];\n"
-           f"{pad}        for (int64_t jj = 0; jj < nk; ++jj) {{\n"
-           f"{pad}            const int64_t {index_id(plan.j)} = k0 + jj;\n"
-           f"{pad}            row[jj] = {score};\n"
-           f"{pad}            mnew = row[jj] > mnew ? row[jj] : mnew;\n"
-           f"{pad}        }}", line)
-    w.emit(f"{pad}        const float alpha = uol_expf(m[qi] - mnew);\n"
-           f"{pad}        float sum = 0.0f;\n"
-           f"{pad}        #pragma omp simd reduction(+:sum)\n"
-           f"{pad}        for (int64_t jj = 0; jj < nk; ++jj) {{ row[jj] = uol_expf(row[jj] - mnew); "
-           f"sum += row[jj]; }}\n"
-           f"{pad}        l[qi] = l[qi] * alpha + sum; m[qi] = mnew;\n"
-           f"{pad}        float *restrict arow = acc[qi];\n"
-           f"{pad}        #pragma omp simd\n"
-           f"{pad}        for (int64_t e = 0; e < {E}; ++e) arow[e] *= alpha;\n"
-           f"{pad}        for (int64_t jj = 0; jj < nk; ++jj) {{\n"
-           f"{pad}            const float pj = row[jj];\n"
-           f"{pad}            const float *restrict vrow = {tensor_id(plan.v)} + {base[plan.v]}"
-           f"(k0 + jj) * {E};\n"
-           f"{pad}            #pragma omp simd\n"
-           f"{pad}            for (int64_t e = 0; e < {E}; ++e) arow[e] += pj * vrow[e];\n"
-           f"{pad}        }}\n{pad}    }}\n{pad}}}", op.stmts[4].line)
-    w.emit(f"{pad}for (int64_t qi = 0; qi < nq; ++qi) {{\n"
-           f"{pad}    const float inv = 1.0f / l[qi];\n"
-           f"{pad}    float *restrict orow = {tensor_id(plan.out)} + {base[plan.out]}(q0 + qi) * {E};\n"
-           f"{pad}    #pragma omp simd\n"
-           f"{pad}    for (int64_t e = 0; e < {E}; ++e) orow[e] = acc[qi][e] * inv;\n"
-           f"{pad}}}\n    }}\n}}", op.stmts[4].line)
+    _body(w, op, plan, dict(S=S, T=T, D=D, E=E, bq=bq, bk=bk), base, sizes, pad, line)
     meta = {"args": args, "outputs": [d.name for d in op.outputs], "threads": cfg["threads"],
             "generator": GENERATOR, "groups": 1, "reduction_length": max(T, D),
             "fusion": "flash: s, mx, p, l fused into O with an online softmax (never stored)"}
@@ -221,3 +172,97 @@ def _addr(op: Op, sizes: Mapping[str, int]):
             stride *= shape[p]
         return f"{tensor_id(a.tensor)}[{' + '.join(reversed(terms)) or '0'}]"
     return address
+
+
+RB, JT = 4, 16  # register tile: query rows x (keys or output columns), 8 ymm accumulators
+
+
+def _body(w: CodeWriter, op: Op, plan: FlashPlan, n: dict, base: dict, sizes, pad: str,
+          line: int) -> None:
+    """Per query block: K and V blocks staged in L1, register-tiled Q.K and P.V, online softmax."""
+    S, T, D, E, bq, bk = n["S"], n["T"], n["D"], n["E"], n["bq"], n["bk"]
+    E16 = -(-E // JT) * JT
+    Q, K, V, OUT = (tensor_id(t) for t in (plan.q, plan.k, plan.v, plan.out))
+    ctx = ExprContext("float", {x: op.tensor(x).dtype for x in op.tensors}, _addr(op, sizes),
+                      lambda a: "1", {}, set(op.dims))
+    ctx.cache[id(plan.reduce)] = "sc[qi][jj]"
+    score = render(op.stmts[0].expr, ctx)
+    w.emit(f"""{pad}const int64_t q0 = o{len(plan.prefix)} * {bq};
+{pad}const int64_t nq = {S} - q0 < {bq} ? {S} - q0 : {bq};
+{pad}float m[{bq}], l[{bq}], acc[{bq}][{E16}], kt[{D}][{bk}], vt[{bk}][{E16}], sc[{bq}][{bk}];
+{pad}for (int64_t qi = 0; qi < {bq}; ++qi) {{
+{pad}    m[qi] = -INFINITY; l[qi] = 0.0f;
+{pad}    for (int64_t e = 0; e < {E16}; ++e) acc[qi][e] = 0.0f;
+{pad}}}
+{pad}for (int64_t d = 0; d < {D}; ++d) for (int64_t jj = 0; jj < {bk}; ++jj) kt[d][jj] = 0.0f;
+{pad}for (int64_t jj = 0; jj < {bk}; ++jj) for (int64_t e = 0; e < {E16}; ++e) vt[jj][e] = 0.0f;
+{pad}for (int64_t k0 = 0; k0 < {T}; k0 += {bk}) {{
+{pad}    const int64_t nk = {T} - k0 < {bk} ? {T} - k0 : {bk};
+{pad}    for (int64_t jj = 0; jj < nk; ++jj) {{
+{pad}        for (int64_t d = 0; d < {D}; ++d) kt[d][jj] = {K}[{base[plan.k]}(k0 + jj) * {D} + d];
+{pad}        for (int64_t e = 0; e < {E}; ++e) vt[jj][e] = {V}[{base[plan.v]}(k0 + jj) * {E} + e];
+{pad}    }}
+{pad}    for (int64_t qi0 = 0; qi0 < {bq}; qi0 += {RB}) {{  /* scores: {RB} rows x {JT} keys in registers */
+{pad}        const float *qr[{RB}];
+{pad}        for (int64_t r = 0; r < {RB}; ++r) {{
+{pad}            const int64_t qrow = q0 + qi0 + r < {S} ? q0 + qi0 + r : {S - 1};
+{pad}            qr[r] = {Q} + {base[plan.q]}qrow * {D};
+{pad}        }}
+{pad}        for (int64_t j0 = 0; j0 < {bk}; j0 += {JT}) {{
+{pad}            float s[{RB}][{JT}] = {{{{0}}}};
+{pad}            for (int64_t d = 0; d < {D}; ++d) {{
+{pad}                const float *kr = &kt[d][j0];
+{pad}                #pragma GCC unroll {RB}
+{pad}                for (int64_t r = 0; r < {RB}; ++r) {{
+{pad}                    const float qv = qr[r][d];
+{pad}                    #pragma omp simd
+{pad}                    for (int64_t jj = 0; jj < {JT}; ++jj) s[r][jj] += qv * kr[jj];
+{pad}                }}
+{pad}            }}
+{pad}            for (int64_t r = 0; r < {RB}; ++r)
+{pad}                for (int64_t jj = 0; jj < {JT}; ++jj) sc[qi0 + r][j0 + jj] = s[r][jj];
+{pad}        }}
+{pad}    }}""", line)
+    w.emit(f"""{pad}    for (int64_t qi = 0; qi < nq; ++qi) {{  /* score expression, online softmax */
+{pad}        const int64_t {index_id(plan.i)} = q0 + qi;
+{pad}        float mnew = m[qi];
+{pad}        for (int64_t jj = 0; jj < nk; ++jj) {{
+{pad}            const int64_t {index_id(plan.j)} = k0 + jj;
+{pad}            sc[qi][jj] = {score};
+{pad}            mnew = sc[qi][jj] > mnew ? sc[qi][jj] : mnew;
+{pad}        }}
+{pad}        const float alpha = uol_expf(m[qi] - mnew);
+{pad}        float sum = 0.0f;
+{pad}        #pragma omp simd reduction(+:sum)
+{pad}        for (int64_t jj = 0; jj < nk; ++jj) {{ sc[qi][jj] = uol_expf(sc[qi][jj] - mnew); sum += sc[qi][jj]; }}
+{pad}        l[qi] = l[qi] * alpha + sum; m[qi] = mnew;
+{pad}        #pragma omp simd
+{pad}        for (int64_t e = 0; e < {E16}; ++e) acc[qi][e] *= alpha;
+{pad}    }}""", op.stmts[2].line)
+    w.emit(f"""{pad}    for (int64_t qi0 = 0; qi0 < nq; qi0 += {RB}) {{  /* P.V: {RB} rows x {JT} columns in registers */
+{pad}        for (int64_t e0 = 0; e0 < {E16}; e0 += {JT}) {{
+{pad}            float a[{RB}][{JT}];
+{pad}            for (int64_t r = 0; r < {RB}; ++r)
+{pad}                for (int64_t e = 0; e < {JT}; ++e) a[r][e] = acc[qi0 + r][e0 + e];
+{pad}            for (int64_t jj = 0; jj < nk; ++jj) {{
+{pad}                const float *vr = &vt[jj][e0];
+{pad}                #pragma GCC unroll {RB}
+{pad}                for (int64_t r = 0; r < {RB}; ++r) {{
+{pad}                    const float pv = sc[qi0 + r][jj];
+{pad}                    #pragma omp simd
+{pad}                    for (int64_t e = 0; e < {JT}; ++e) a[r][e] += pv * vr[e];
+{pad}                }}
+{pad}            }}
+{pad}            for (int64_t r = 0; r < {RB}; ++r)
+{pad}                for (int64_t e = 0; e < {JT}; ++e) acc[qi0 + r][e0 + e] = a[r][e];
+{pad}        }}
+{pad}    }}
+{pad}}}
+{pad}for (int64_t qi = 0; qi < nq; ++qi) {{
+{pad}    const float inv = 1.0f / l[qi];
+{pad}    float *restrict orow = {OUT} + {base[plan.out]}(q0 + qi) * {E};
+{pad}    #pragma omp simd
+{pad}    for (int64_t e = 0; e < {E}; ++e) orow[e] = acc[qi][e] * inv;
+{pad}}}
+    }}
+}}""", op.stmts[4].line)

@@ -54,6 +54,16 @@ class CKernel:
         return outs
 
 
+    def run_with(self, tensors: Mapping[str, torch.Tensor], out=None) -> dict[str, torch.Tensor]:
+        """`run` with `out` as compile() takes it: None, one tensor, or a dict by output name."""
+        outs = self.outputs_like()
+        if isinstance(out, Mapping):
+            outs.update({k: v for k, v in out.items() if v is not None})
+        elif out is not None:
+            outs[self.src.meta["outputs"][0]] = out
+        return self.run(tensors, outs)
+
+
 def compile_c(op: Op, shapes: Mapping, target=None, config: Mapping | None = None,
               emitter=None) -> CKernel:
     """Emit (best path unless `emitter` is given), build and load the C kernel of `op`."""
@@ -62,3 +72,4 @@ def compile_c(op: Op, shapes: Mapping, target=None, config: Mapping | None = Non
     sizes = bind_sizes(op, shapes)
     src = (emitter or emit_any)(op, sizes, target, config)
     return CKernel(src, op, sizes)
+

@@ -18,7 +18,7 @@ import networkx as nx
 from uol_core.graph.format import Graph, Node
 from uol_core.graph.load import producers, topo_order
 from uol_core.graph.merge import Member, merge
-from uol_core.graph.route import can_emit
+from uol_core.graph.route import can_emit, generator
 from uol_core.odl.cost import op_cost
 from uol_core.odl.ir import Op, Reduce, walk
 from uol_core.odl.patterns import classify
@@ -226,6 +226,10 @@ def _consider(graph, producer: Group, group: Group, tensors, groups, group_of, o
     if saved <= 0:
         return refuse(f"saves no memory traffic ({before} -> {after} bytes)", saved)
     ok, why = can_emit(fused.op, merged.sizes(graph), backend, target)
+    lost_template = _lost_template(producer, node.op, group, fused.op, merged, graph, backend,
+                                   target) if ok else None
+    if lost_template:
+        return refuse(lost_template, saved)
     if ok:
         reason = f"saves {saved:,} bytes; {backend} emits the fused {merged.pattern}"
         return Decision(producer.name, node.name, tuple(tensors), label, True, saved, reason), merged
@@ -238,3 +242,19 @@ def _consider(graph, producer: Group, group: Group, tensors, groups, group_of, o
     reason = (f"saves {saved:,} bytes; no {backend} kernel for either side yet ({why}), "
               "so the group runs in the reference evaluator")
     return Decision(producer.name, node.name, tuple(tensors), label, True, saved, reason), merged
+
+
+def _lost_template(producer, consumer_op, consumer, fused_op, merged, graph, backend,
+                   target) -> str | None:
+    """A merge the backend can only emit as generic loop nests, while a side had a template
+    (the GEMM): refuse it, because the template is worth more than the traffic saved."""
+    fused_gen = generator(fused_op, merged.sizes(graph), backend, target)
+    if "generic" not in fused_gen:
+        return None
+    for name, op, sizes in ((producer.name, producer.op, producer.sizes(graph)),
+                            (consumer.name, consumer_op, consumer.sizes(graph))):
+        side = generator(op, sizes, backend, target)
+        if side and "generic" not in side:
+            return (f"{backend} would emit the fused op only as generic loop nests; {name} "
+                    f"would lose its {backend} kernel ({side})")
+    return None

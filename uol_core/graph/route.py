@@ -36,8 +36,9 @@ def _key(op: Op, sizes: dict[str, int], backend: str, target) -> tuple:
     return (format_op(op), tuple(sorted(sizes.items())), backend, str(target))
 
 
-def _check_c(op: Op, sizes: dict[str, int], target) -> None:
-    """Plan and emit C text without building it (cheap enough for the fusion planner)."""
+def _check_c(op: Op, sizes: dict[str, int], target) -> str:
+    """Plan and emit C text without building it (cheap enough for the fusion planner);
+    returns the generator that would write the kernel (a template or the generic path)."""
     from uol_core.acg.config import resolve_target
     from uol_core.api import check_memory, choose_config
     from uol_core.backends.c import emit
@@ -45,16 +46,24 @@ def _check_c(op: Op, sizes: dict[str, int], target) -> None:
     tgt = resolve_target(target)
     check_memory(op, sizes)
     cfg, _, _ = choose_config(op, sizes, tgt, None)
-    emit(op, cfg, tgt, sizes)
+    return str(emit(op, cfg, tgt, sizes).meta.get("generator", "c"))
 
 
-def _check_triton(op: Op, sizes: dict[str, int], target) -> None:
+def _check_triton(op: Op, sizes: dict[str, int], target) -> str:
     from uol_core.backends.triton import emit
 
     emit(op, None, None)
+    return "triton"
 
 
-CHECKS: dict[str, Callable[[Op, dict, object], None]] = {"c": _check_c, "triton": _check_triton}
+CHECKS: dict[str, Callable[[Op, dict, object], str]] = {"c": _check_c, "triton": _check_triton}
+_GENERATOR: dict[tuple, str] = {}
+
+
+def generator(op: Op, sizes: dict[str, int], backend: str, target="host") -> str:
+    """Which code generator of the backend writes the op's kernel ('' when none does)."""
+    can_emit(op, sizes, backend, target)
+    return _GENERATOR.get(_key(op, sizes, backend, target), "")
 
 
 def can_emit(op: Op, sizes: dict[str, int], backend: str, target="host") -> tuple[bool, str]:
@@ -66,7 +75,7 @@ def can_emit(op: Op, sizes: dict[str, int], backend: str, target="host") -> tupl
     key = _key(op, sizes, backend, target)
     if key not in _EMIT_CACHE:
         try:
-            CHECKS[backend](op, sizes, target)
+            _GENERATOR[key] = CHECKS[backend](op, sizes, target)
             _EMIT_CACHE[key] = (True, "")
         except Exception as err:  # the backend's own refusal, whatever its type, is the answer
             _EMIT_CACHE[key] = (False, str(err).split("\n")[0])
