@@ -226,6 +226,10 @@ class _Builder:
         product = local[0]
         for factor in local[1:]:
             product = Binary("mul", product, factor)
+        if not rest and _alpha_normal(product) not in self.hoisted:
+            # A reduction of purely local values (d_var = sum[c](dY * ...)): computing them
+            # inside the sum costs nothing extra, and a stored copy would cost a pass.
+            return value
         result: Expr = self.intermediate(product, stmt, extents, out)
         for factor in rest:
             result = Binary("mul", result, factor)

@@ -40,6 +40,8 @@ def simplify(expr: Expr) -> Expr:
             return args[1]
         if expr.fn == "where" and isinstance(args[0], Const):
             return args[1] if args[0].value else args[2]
+        if expr.fn == "pow" and is_one(args[1]):
+            return args[0]
         return Call(expr.fn, args)
     if isinstance(expr, Cast):
         return Cast(expr.dtype, simplify(expr.operand))
