@@ -49,6 +49,30 @@ def torch_compile_ms(module, x, repeat: int) -> dict:
         return {"ms": None, "error": str(err).splitlines()[0][:200]}
 
 
+def write_section(result: dict, compiled: dict) -> None:
+    """The "Graphs" section of docs/benchmarks.md, from this run."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from docs_section import write_report
+
+    slowest = sorted(result["rows"], key=lambda r: -r["ms"])[:5]
+    lines = [f"Command: `{result['command']}` ({time.strftime('%Y-%m-%d %H:%M')}, "
+             f"{result['host']['threads']} threads). Transformer block, seq "
+             f"{result['shape']['seq']}, hidden {result['shape']['hidden']}, "
+             f"{result['shape']['heads']} heads, MLP {result['shape']['mlp']}, fp32, batch 1; "
+             f"output verified: {result['verified']} (max relative error "
+             f"{result['max_rel_error']:.1e}).", "",
+             "| UOL ms | torch eager ms | torch.compile ms | x eager | x compile |",
+             "|---|---|---|---|---|",
+             f"| {result['uol_ms']:.1f} | {result['torch_eager_ms']:.1f} | "
+             f"{compiled.get('ms') or float('nan'):.1f} | {result['speedup_vs_eager']:.2f} | "
+             f"{result['speedup_vs_compile'] or float('nan'):.2f} |", "",
+             "Slowest groups: " + "; ".join(f"{r['group']} ({r['engine']}) {r['ms']:.1f} ms"
+                                            for r in slowest) + "."]
+    write_report("Graphs", result, lines, slug="graph")
+
+
 def main() -> None:
     """Run the benchmark and write its JSON."""
     ap = argparse.ArgumentParser()
@@ -89,6 +113,8 @@ def main() -> None:
                               and (result["speedup_vs_compile"] or 0) >= 1.2)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    if args.out == OUT:
+        write_section(result, compiled)
     print(f"uol {total:.1f} ms | eager {eager_ms:.1f} ms ({result['speedup_vs_eager']:.2f}x) | "
           f"compile {compiled.get('ms') or float('nan'):.1f} ms "
           f"({(result['speedup_vs_compile'] or float('nan')):.2f}x) | verified {result['verified']}")
