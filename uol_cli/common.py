@@ -39,22 +39,30 @@ def read_op(spec: str) -> tuple[Op, str, str]:
     return parse(text, filename=str(spec)), text, str(spec)
 
 
-def friendly_errors(func: F) -> F:
-    """Turn user-caused exceptions into a compiler-style message and exit status 2."""
+def user_errors(*extra: type[BaseException]) -> Callable[[F], F]:
+    """A decorator: ODL errors print compiler-style, user errors (and `extra` types) one line;
+    both exit with status 2, never a traceback."""
+    caught = (UserError, ShapeError, KeyError, *extra)
 
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except OdlError as err:
-            print(err.render(), file=sys.stderr)
-            raise typer.Exit(2) from None
-        except (UserError, ShapeError, KeyError) as err:
-            message = err.args[0] if err.args else str(err)
-            print(f"error: {message}", file=sys.stderr)
-            raise typer.Exit(2) from None
+    def decorate(func: F) -> F:
+        @wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return func(*args, **kwargs)
+            except OdlError as err:
+                print(err.render(), file=sys.stderr)
+                raise typer.Exit(2) from None
+            except caught as err:
+                message = err.args[0] if err.args else str(err)
+                print(f"error: {message}", file=sys.stderr)
+                raise typer.Exit(2) from None
 
-    return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+friendly_errors = user_errors()
 
 
 def print_json(data: Any) -> None:

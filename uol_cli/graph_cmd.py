@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from uol_cli.common import print_json
-from uol_core.odl import OdlError
-from uol_core.runtime.shapes import ShapeError
+from uol_cli.common import print_json, user_errors
 
 app = typer.Typer(help="Operator graphs: show, import from torch, fuse and run.", no_args_is_help=True)
 console = Console()
@@ -23,21 +19,9 @@ console = Console()
 
 def graph_errors(func: Callable) -> Callable:
     """User-caused errors print one clear message and exit with status 2 (no traceback)."""
+    from uol_core.graph import GraphError
 
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from uol_core.graph import GraphError
-
-        try:
-            return func(*args, **kwargs)
-        except OdlError as err:
-            print(err.render(), file=sys.stderr)
-            raise typer.Exit(2) from None
-        except (GraphError, ShapeError, KeyError, ValueError) as err:
-            print(f"error: {err.args[0] if err.args else err}", file=sys.stderr)
-            raise typer.Exit(2) from None
-
-    return wrapper
+    return user_errors(GraphError, ValueError)(func)
 
 
 def _shape(text: str) -> tuple[int, ...]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from functools import wraps
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -12,12 +10,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from uol_cli.common import UserError, print_json, read_op
+from uol_cli.common import print_json, read_op, user_errors
 from uol_core.hfl import HflError, Target, list_targets, load_target
 from uol_core.hfl.probe import cached_host, probe_host
 from uol_core.hfl.roofline import roofline as roofline_of
-from uol_core.odl import OdlError
-from uol_core.runtime.shapes import ShapeError, bind_sizes, parse_shape_spec
+from uol_core.runtime.shapes import bind_sizes, parse_shape_spec
 
 app = typer.Typer(help="Hardware targets (HFL): list, show, probe the host, roofline.",
                   no_args_is_help=True)
@@ -28,20 +25,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 ODL_TO_HFL_DTYPE = {"f64": "fp64", "f32": "fp32", "bf16": "bf16", "f16": "fp16", "i8": "int8"}
 
 
-def _errors(func: F) -> F:
-    """User-caused problems become one clear message and exit status 2, never a traceback."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except OdlError as err:
-            print(err.render(), file=sys.stderr)
-        except (HflError, UserError, ShapeError, ValueError) as err:
-            print(f"error: {err}", file=sys.stderr)
-        raise typer.Exit(2)
-
-    return wrapper  # type: ignore[return-value]
+_errors = user_errors(HflError, ValueError)
 
 
 def _load(name: str, quiet: bool = False) -> Target:
