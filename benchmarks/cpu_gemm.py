@@ -22,6 +22,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from docs_section import replace_section  # noqa: E402
 
 from uol_core.acg.tuner import TuningSession  # noqa: E402
 from uol_core.api import compile as uol_compile  # noqa: E402
@@ -271,13 +274,7 @@ def write_docs(report: dict, cmd: str, section_name: str = "CPU GEMM") -> None:
                       f"top-1 gets {100 * te['top1_fraction_of_best']:.0f}% of it."]
     lines += ["", "Configs chosen: " + "; ".join(f"{r['op']}: {r['config']}"
                                                  for r in report["cases"]), ""]
-    section = "\n".join(lines)
-    md = ROOT / "docs" / "benchmarks.md"
-    text = md.read_text() if md.exists() else "# Benchmarks\n\n"
-    pattern = re.compile(rf"## {re.escape(section_name)}\n.*?(?=\n## |\Z)", re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else \
-        text.rstrip("\n") + "\n\n" + section
-    md.write_text(text.rstrip("\n") + "\n")
+    replace_section("\n".join(lines))
 
 
 def main() -> None:

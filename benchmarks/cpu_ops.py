@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import re
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,9 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from docs_section import replace_section  # noqa: E402
 
 from uol_core.acg.space_patterns import choose_pattern_config  # noqa: E402
 from uol_core.backends.c_native import compile_c  # noqa: E402
@@ -148,13 +150,7 @@ def write_markdown(report: dict) -> None:
               "each side in the same run; the copy figure shows how loaded the shared cores were.",
               "Rerun: `.venv/bin/python benchmarks/cpu_ops.py` (`--quick` small sizes, "
               "`--no-compile` without torch.compile, `--only softmax,rmsnorm`).", ""]
-    md = ROOT / "docs" / "benchmarks.md"
-    text = md.read_text() if md.exists() else "# Benchmarks\n\n"
-    section = "\n".join(lines)
-    pattern = re.compile(r"## CPU operators\n.*?(?=\n## |\Z)", re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else \
-        text.rstrip("\n") + "\n\n" + section
-    md.write_text(text.rstrip("\n") + "\n")
+    replace_section("\n".join(lines))
 
 
 def main() -> None:

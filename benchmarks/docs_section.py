@@ -15,11 +15,16 @@ def write_report(section_name: str, report: dict, lines: list[str], slug: str | 
     out_json = ROOT / "docs" / "benchmarks" / f"{slug}.json"
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(report, indent=2, default=str))
-    section = "\n".join([f"## {section_name}", "", *lines, ""])
+    replace_section("\n".join([f"## {section_name}", "", *lines, ""]))
+    return out_json
+
+
+def replace_section(section: str) -> None:
+    """Replace the docs/benchmarks.md section with the same '## ' heading (or append it)."""
+    name = section.splitlines()[0].removeprefix("## ")
     md = ROOT / "docs" / "benchmarks.md"
     text = md.read_text() if md.exists() else "# Benchmarks\n\n"
-    pattern = re.compile(rf"## {re.escape(section_name)}\n.*?(?=\n## |\Z)", re.S)
+    pattern = re.compile(rf"## {re.escape(name)}\n.*?(?=\n## |\Z)", re.S)
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else \
         text.rstrip("\n") + "\n\n" + section
     md.write_text(text.rstrip("\n") + "\n")
-    return out_json
