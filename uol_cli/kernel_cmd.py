@@ -146,11 +146,10 @@ def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
     """Tune a kernel: rank with the model, measure the best few, search around the best."""
     from rich.progress import Progress
 
-    from uol_core.acg.tuner import TuningSession
     from uol_core.runtime.tuningdb import TuningDB
     op, _, _ = read_op(file)
     sizes = _sizes(op, shape)
-    session = TuningSession(op, sizes, target, db=TuningDB(db) if db else None, replay=replay)
+    session = _session(op, sizes, target, TuningDB(db) if db else None, replay)
     try:
         with Progress(transient=True, disable=as_json or not sys.stderr.isatty()) as bar:
             task = bar.add_task(f"tuning {op.name}", total=budget)
@@ -173,6 +172,18 @@ def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
               f"{t['predicted_gflops']:.1f})  {t['config']}")
     print(f"best: {report['best_gflops']:.1f} GFLOP/s after {result.measurements} measurements "
           f"({result.stopped})")
+
+
+def _session(op, sizes, target, db, replay):
+    """The GEMM tuner for contractions it lowers, the pattern tuner for everything else."""
+    from uol_core.acg.lower import UnsupportedOp
+    from uol_core.acg.pattern_tuner import PatternTuningSession
+    from uol_core.acg.tuner import TuningSession
+
+    try:
+        return TuningSession(op, sizes, target, db=db, replay=replay)
+    except UnsupportedOp:
+        return PatternTuningSession(op, sizes, target, db=db, replay=replay)
 
 
 def explain_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",

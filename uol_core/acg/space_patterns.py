@@ -9,7 +9,7 @@ many assignments of the full product it alone removes. The cost model is a roofl
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -27,7 +27,8 @@ class PatternConstraint:
     """A named restriction: its formula (numbers filled in) and assignments it alone removes."""
 
     name: str
-    formula: str
+    formula: str  # for people: the rule with the target's numbers filled in
+    test: Callable[..., bool] = field(compare=False, repr=False, default=lambda **_: True)
     removed: int = 0
 
     @property
@@ -35,8 +36,7 @@ class PatternConstraint:
         return tuple(v for v in VARIABLES if v in self.formula)
 
     def holds(self, cfg: Mapping) -> bool:
-        # Formulas are generated here from numbers, never from user text.
-        return bool(eval(self.formula, {}, {v: cfg[v] for v in self.variables}))
+        return bool(self.test(**{v: cfg[v] for v in self.variables}))
 
 
 @dataclass
@@ -58,6 +58,11 @@ class PatternSpace:
 
     def violated(self, cfg: Mapping) -> list[PatternConstraint]:
         return [c for c in self.constraints if not c.holds({**_defaults(), **cfg})]
+
+
+def _keyword(test: Callable[..., bool], names: tuple[str, ...]) -> Callable[..., bool]:
+    """python-constraint2 passes values by position in `names` order."""
+    return lambda *values: test(**dict(zip(names, values)))
 
 
 def _defaults() -> dict:
@@ -86,26 +91,33 @@ def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpac
     outer = _outer_extent(fused)
     domains = {"threads": sorted({1, cores}), "chunk": [0, 1, 4, 16, 64],
                "vec": [0, lanes, 2 * lanes], "fuse": [1, 0] if len(op.stmts) > 1 else [1]}
+    private, l2 = _private_bytes(op, sizes, fused), int(target.l2_bytes or 1 << 20)
+    # Each rule: its name, the formula a person reads, and the same test as a function (the
+    # numbers are the target's; no text is evaluated).
     rows = [
-        ("cores", f"threads <= {cores}"),
-        ("work per thread", f"chunk == 0 or {outer} // chunk >= threads"),
-        ("vector width", f"vec == 0 or (vec % {lanes} == 0 and vec <= {2 * lanes})"),
-        ("private slices fit L2", f"fuse == 0 or {_private_bytes(op, sizes, fused)} <= "
-                                  f"{int(target.l2_bytes or 1 << 20)}"),
-        ("parallel pays", f"threads == 1 or {outer} >= threads * 4"),
+        ("cores", f"threads <= {cores}", lambda threads: threads <= cores),
+        ("work per thread", f"chunk == 0 or {outer} // chunk >= threads",
+         lambda chunk, threads: chunk == 0 or outer // chunk >= threads),
+        ("vector width", f"vec == 0 or (vec % {lanes} == 0 and vec <= {2 * lanes})",
+         lambda vec: vec == 0 or (vec % lanes == 0 and vec <= 2 * lanes)),
+        ("private slices fit L2", f"fuse == 0 or {private} <= {l2}",
+         lambda fuse: fuse == 0 or private <= l2),
+        ("parallel pays", f"threads == 1 or {outer} >= threads * 4",
+         lambda threads: threads == 1 or outer >= threads * 4),
     ]
     problem = constraint.Problem()
     for var, dom in domains.items():
         problem.addVariable(var, dom)
     named = []
-    for name, formula in rows:
-        c = PatternConstraint(name, formula)
+    for name, formula, test in rows:
+        c = PatternConstraint(name, formula, test)
         bad = sum(1 for values in product(*(domains[v] for v in c.variables))
                   if not c.holds(dict(zip(c.variables, values))))
         scale = math.prod(len(d) for d in domains.values()) // max(
             1, math.prod(len(domains[v]) for v in c.variables))
-        named.append(PatternConstraint(name, formula, bad * scale))
-        problem.addConstraint(formula)
+        named.append(PatternConstraint(name, formula, test, bad * scale))
+        problem.addConstraint(constraint.FunctionConstraint(_keyword(test, c.variables)),
+                              list(c.variables))
     configs = problem.getSolutions()
     configs.sort(key=lambda c: (c["threads"], c["chunk"], c["vec"], c["fuse"]))
     return PatternSpace(op, dict(sizes), target, domains, named, configs)
@@ -136,12 +148,16 @@ def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> f
 def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
                           request: Mapping | str | None = None) -> tuple[dict, PatternSpace]:
     """The model's best legal config with the user's overrides on top ('chunk=4,vec=8' or a dict;
-    'tuned' keeps the model's choice: the non-GEMM kernels have no tuner yet)."""
+    'tuned' the best recorded config, tuning with a small budget when there is none)."""
     space = build_pattern_space(op, sizes, target)
     best = min(space.configs, key=lambda c: predict_seconds(op, sizes, target, c)) \
         if space.configs else _defaults()
+    if request == "tuned":
+        from uol_core.acg.pattern_tuner import tuned_pattern_config
+
+        return tuned_pattern_config(op, sizes, target) or best, space
     if isinstance(request, str):
-        request = {} if request == "tuned" else _parse(request)
+        request = _parse(request)
     cfg = {**best, **dict(request or {})}
     return cfg, space
 

@@ -1,0 +1,158 @@
+"""The tuner for the non-GEMM C kernels (rows, maps, stencils, scans, fused ops).
+
+Same protocol as the GEMM tuner (`acg.tuner`): rank the legal configs of the pattern space
+with its roofline model, measure the top few in the worker (verified first), then step one
+knob at a time around the best until gains flatten or the budget runs out. Every measurement
+and every failure is written to the tuning database at once; a failure is never retried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from uol_core.acg.config import resolve_target
+from uol_core.acg.space_patterns import VARIABLES, build_pattern_space, predict_seconds
+from uol_core.acg.tuner import Trial, TuneResult, tuning_key
+from uol_core.backends.c import emit
+from uol_core.odl.cost import op_cost
+from uol_core.odl.printer import format_op
+from uol_core.runtime.tuningdb import TuningDB
+from uol_core.runtime.worker import Worker, make_job
+
+
+class PatternConfig(dict):
+    """A knob assignment of the pattern space, keyed like the GEMM configs in the database."""
+
+    def key(self) -> str:
+        return ",".join(f"{k}={self[k]}" for k in VARIABLES if k in self)
+
+    def to_dict(self) -> dict:
+        return dict(self)
+
+    def __hash__(self) -> int:  # configs are used as set members while tuning
+        return hash(self.key())
+
+
+def parse_pattern_key(text: str) -> PatternConfig:
+    """'threads=2,chunk=0,vec=8,fuse=1' -> PatternConfig."""
+    return PatternConfig({k: int(v) for k, v in (part.split("=") for part in text.split(","))})
+
+
+class PatternTuningSession:
+    """Tuning state for one non-GEMM op at bound sizes on one target."""
+
+    def __init__(self, op, sizes: dict, target="host", db: TuningDB | None = None,
+                 worker: Worker | None = None, replay: bool = False, seed: int = 0,
+                 min_seconds: float = 0.15, timeout_s: float = 120.0):
+        self.op, self.sizes = op, dict(sizes)
+        self.target = resolve_target(target)
+        self.space = build_pattern_space(op, self.sizes, self.target)
+        self.db = db or TuningDB()
+        self.worker, self.own_worker = worker, worker is None
+        self.replay, self.seed, self.min_seconds, self.timeout_s = replay, seed, min_seconds, timeout_s
+        self.key = tuning_key(op, self.sizes, self.target)
+        self.flops = op_cost(op, self.sizes).flops
+        configs = [PatternConfig(c) for c in self.space.configs]
+        self._ranked = sorted(((c, self.predicted_gflops(c)) for c in configs),
+                              key=lambda pair: -pair[1])
+        self._rank = {c.key(): i + 1 for i, (c, _) in enumerate(self._ranked)}
+        self._legal = {c.key(): c for c in configs}
+
+    def predicted_gflops(self, cfg: PatternConfig) -> float:
+        return self.flops / predict_seconds(self.op, self.sizes, self.target, cfg) / 1e9
+
+    def ranked(self) -> list[tuple[PatternConfig, float]]:
+        return self._ranked
+
+    def measure(self, cfg: PatternConfig) -> Trial:
+        """From the database when known (failures included), else built, verified and timed."""
+        predicted, rank = self.predicted_gflops(cfg), self._rank.get(cfg.key(), 0)
+        row = self.db.lookup(self.key, cfg.key())
+        if row is not None:
+            return Trial(cfg, predicted, rank, row, from_db=True)
+        if self.replay:
+            return Trial(cfg, predicted, rank, {"status": "missing",
+                                                "reason": "not in the database (replay mode)"},
+                         from_db=True)
+        if self.worker is None:
+            self.worker = Worker(self.timeout_s)
+        src = emit(self.op, dict(cfg), self.target, self.sizes)
+        job = make_job(src, self.op.source or format_op(self.op), f"{self.op.name}.odl",
+                       self.sizes, seed=self.seed, min_seconds=self.min_seconds)
+        result = self.worker.run(job, self.timeout_s)
+        if result.get("status") == "ok" and result.get("median_s") and not result.get("gflops"):
+            # the worker knows GEMM FLOPs only; the ODL cost counts every pattern's work
+            result["gflops"] = self.flops / result["median_s"] / 1e9
+        result.update(predicted_gflops=predicted, model_rank=rank)
+        self.db.record(self.key, cfg.key(), result)  # at once: a killed tuner loses nothing
+        return Trial(cfg, predicted, rank, result)
+
+    def neighbours(self, cfg: PatternConfig) -> list[PatternConfig]:
+        """Legal configs one domain step away in one knob, best predicted first."""
+        found = []
+        for var, domain in self.space.domains.items():
+            if cfg.get(var) not in domain:
+                continue
+            i = domain.index(cfg[var])
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(domain):
+                    other = self._legal.get(PatternConfig({**cfg, var: domain[j]}).key())
+                    if other is not None:
+                        found.append(other)
+        return sorted(found, key=lambda c: self._rank.get(c.key(), 1 << 30))
+
+    def tune(self, budget: int | None = 8, seconds: float | None = None, top: int = 3,
+             patience: int = 3, progress: Callable[[Trial, int], None] | None = None
+             ) -> TuneResult:
+        """Model top-`top`, then local search around the best."""
+        start, out, tried, stale = time.perf_counter(), TuneResult(None, 0.0), set(), 0
+
+        def run(cfg: PatternConfig) -> bool:
+            nonlocal stale
+            trial = self.measure(cfg)
+            tried.add(cfg.key())
+            out.trials.append(trial)
+            if progress:
+                progress(trial, len(out.trials))
+            stale = 0 if trial.gflops > out.best_gflops * 1.01 else stale + 1
+            if trial.gflops > out.best_gflops:
+                out.best, out.best_gflops = cfg, trial.gflops
+            return (budget is not None and len(out.trials) >= budget) or \
+                (seconds is not None and time.perf_counter() - start >= seconds)
+
+        for cfg, _ in self._ranked[:top]:
+            if run(cfg):
+                out.stopped = "budget"
+                return out
+        while out.best is not None:
+            todo = [c for c in self.neighbours(out.best) if c.key() not in tried]
+            if not todo:
+                out.stopped = "no untried neighbour of the best"
+                break
+            if run(todo[0]):
+                out.stopped = "budget"
+                break
+            if stale >= patience:
+                out.stopped = f"gains flat for {patience} measurements"
+                break
+        if out.best is None:
+            out.stopped = out.stopped or "every measured config failed"
+        return out
+
+    def close(self) -> None:
+        if self.own_worker and self.worker is not None:
+            self.worker.close()
+
+
+def tuned_pattern_config(op, sizes: dict, target, budget: int = 6) -> dict | None:
+    """The best recorded config of a non-GEMM op, tuning with a small budget when none is."""
+    session = PatternTuningSession(op, sizes, target)
+    try:
+        row = session.db.best(session.key)
+        if row is not None:
+            return dict(parse_pattern_key(row["config"]))
+        result = session.tune(budget=budget)
+        return dict(result.best) if result.best is not None else None
+    finally:
+        session.close()
