@@ -107,7 +107,8 @@ def operator_report(op_spec: str, sizes: Mapping[str, int], target: str = "host"
         except CallgrindUnavailable as exc:
             report["notes"].append(str(exc))
     report["hotspots"] = hot
-    base = Run("torch", op.name, tgt.name, "torch", {}, dict(sizes), torch_time.median_s,
+    base = Run("torch (reference evaluator)", op.name, tgt.name, "torch", {}, dict(sizes),
+               torch_time.median_s,
                torch_time.iqr_s, cost.flops, cost.bytes)
     mine = Run(f"C {_cfg_short(kernel.config)}", op.name, tgt.name, "c", dict(kernel.config),
                dict(sizes), c_time.median_s, c_time.iqr_s, cost.flops, cost.bytes, hotspots=hot)
