@@ -19,6 +19,7 @@ from itertools import product
 import constraint
 
 from uol_core.acg.config import TileConfig, lanes, target_isas, vector_registers
+from uol_core.acg.formula import compile_formula
 from uol_core.acg.lower import GemmPlan
 
 F32 = 4  # bytes per element: the C GEMM path is f32 only (lower.py checks)
@@ -61,10 +62,10 @@ def _variables(formula: str) -> tuple[str, ...]:
     return tuple(v for v in VARIABLES if re.search(rf"\b{v}\b", formula))
 
 
-@lru_cache(maxsize=4096)
 def _compiled(formula: str, variables: tuple[str, ...]) -> Callable[..., bool]:
-    # The formula text is built by gemm_constraints from numbers, never from user input.
-    return eval(f"lambda {', '.join(variables)}: {formula}", {})
+    # The formula text is built by gemm_constraints from numbers; it is still never evaluated
+    # as Python: formula.py walks its syntax tree.
+    return compile_formula(formula, variables)
 
 
 @dataclass

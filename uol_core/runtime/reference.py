@@ -92,7 +92,7 @@ def evaluate_all(op: Op, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch
         extents = stmt_extents(op, index)
         free = [extents.free[name].evaluate(sizes) for name in stmt.indices]
         scope = _Scope(list(stmt.indices), free)
-        value = _Evaluator(op, env, sizes, extents.reductions, compute).eval(stmt.expr, scope)
+        value = _Evaluator(op, env, sizes, extents.reductions, compute).value(stmt.expr, scope)
         value = torch.as_tensor(value)
         target_dtype = TORCH_DTYPES[op.tensor(stmt.target).dtype]
         keep = compute if op.tensor(stmt.target).dtype.is_float else target_dtype
@@ -139,7 +139,7 @@ class _Evaluator:
         self.reductions = reductions
         self.compute = compute
 
-    def eval(self, expr: Expr, scope: _Scope) -> torch.Tensor | float:
+    def value(self, expr: Expr, scope: _Scope) -> torch.Tensor | float:
         if isinstance(expr, Const):
             return int(expr.value) if expr.is_int else expr.value
         if isinstance(expr, Var):
@@ -149,21 +149,21 @@ class _Evaluator:
         if isinstance(expr, Access):
             return self.access(expr, scope)
         if isinstance(expr, Unary):
-            value = self.eval(expr.operand, scope)
+            value = self.value(expr.operand, scope)
             if expr.op == "neg":
                 return -value
             return torch.logical_not(torch.as_tensor(value))
         if isinstance(expr, Binary):
-            lhs, rhs = self.eval(expr.lhs, scope), self.eval(expr.rhs, scope)
+            lhs, rhs = self.value(expr.lhs, scope), self.value(expr.rhs, scope)
             return BINARY_RULES[expr.op](*_tensors(lhs, rhs, self.compute))
         if isinstance(expr, Call):
             return self.call(expr, scope)
         if isinstance(expr, Cast):
-            return torch.as_tensor(self.eval(expr.operand, scope)).to(TORCH_DTYPES[expr.dtype])
+            return torch.as_tensor(self.value(expr.operand, scope)).to(TORCH_DTYPES[expr.dtype])
         if isinstance(expr, Reduce):
             return self.reduce(expr, scope)
         if isinstance(expr, Scan):
-            body = torch.as_tensor(self.eval(expr.body, scope))
+            body = torch.as_tensor(self.value(expr.body, scope))
             axis = scope.axis(expr.index)
             body = body.reshape(_padded_shape(body, scope))
             shape = list(body.shape)
@@ -174,10 +174,10 @@ class _Evaluator:
 
     def call(self, expr: Call, scope: _Scope) -> torch.Tensor:
         if expr.fn == "where":
-            cond, a, b = (self.eval(arg, scope) for arg in expr.args)
+            cond, a, b = (self.value(arg, scope) for arg in expr.args)
             a, b = _tensors(a, b, self.compute)
             return torch.where(torch.as_tensor(cond).bool(), a, b)
-        args = [self.eval(arg, scope) for arg in expr.args]
+        args = [self.value(arg, scope) for arg in expr.args]
         if expr.fn in UNARY_RULES:
             return UNARY_RULES[expr.fn](_floatify(torch.as_tensor(args[0]), self.compute))
         return BINARY_RULES[expr.fn](*_tensors(args[0], args[1], self.compute))
@@ -191,7 +191,7 @@ class _Evaluator:
             factors = _product_factors(expr.body)
             if len(factors) >= 2:
                 return self.contract(factors, inner, len(scope.names))
-        body = torch.as_tensor(self.eval(expr.body, inner))
+        body = torch.as_tensor(self.value(expr.body, inner))
         body = body.reshape(_padded_shape(body, inner))
         full = [inner.extents[d] for d in dims]
         body = body.expand(*body.shape[: len(scope.names)], *full)
@@ -205,7 +205,7 @@ class _Evaluator:
         scalar = 1.0
         used: set[int] = set()
         for factor in factors:
-            value = self.eval(factor, inner)
+            value = self.value(factor, inner)
             if not isinstance(value, torch.Tensor) or value.dim() == 0:
                 scalar = scalar * (value.item() if isinstance(value, torch.Tensor) else value)
                 continue
