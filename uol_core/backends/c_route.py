@@ -12,7 +12,7 @@ def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | No
     """The best C kernel this backend has for `op` at `sizes` (never refuses a valid op)."""
     import os
 
-    from uol_core.backends import c_attention, c_generic, c_scan
+    from uol_core.backends import c_attention, c_conv, c_generic, c_scan
 
     cfg = dict(config or {})
     threads = int(cfg.get("threads") or getattr(target, "cores", 0) or os.cpu_count() or 1)
@@ -24,5 +24,8 @@ def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | No
             src = c_attention.emit(op, flash, sizes, target, cfg)
             if src is not None:
                 return src
+        conv = c_conv.emit(op, sizes, target, cfg)  # None unless a plain NCHW convolution
+        if conv is not None:
+            return conv
     return c_generic.emit(op, sizes, target, {k: v for k, v in cfg.items()
                                               if k not in ("generic", "bq", "bk")})

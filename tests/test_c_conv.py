@@ -1,0 +1,96 @@
+"""Convolution template (uol_core/backends/c_conv.py): chosen for conv2d, declines what it does not
+match, verified against the reference at odd shapes; golden file updated with --update-golden."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from uol_core.acg.fixtures import fixed_target
+from uol_core.backends import c_conv
+from uol_core.backends.c_native import compile_c
+from uol_core.backends.c_route import emit_any
+from uol_core.odl import parse
+from uol_core.ops import load_op
+from uol_core.runtime.inputs import random_inputs
+from uol_core.runtime.reference import evaluate_all
+from uol_core.runtime.verify import compare
+
+GOLDEN = Path(__file__).parent / "golden" / "c"
+TARGET = fixed_target()
+
+
+def check(op, sizes, config=None):
+    kernel = compile_c(op, sizes, TARGET, config or {"threads": 2})
+    inputs = random_inputs(op, kernel.sizes, seed=7)
+    verdict = compare(kernel.run(inputs), evaluate_all(op, inputs), kernel.src.meta["reduction_length"])
+    assert verdict.ok, f"{op.name} at {sizes}: {verdict}"
+    return kernel
+
+
+CASES = [
+    ("conv2d", {"N": 1, "C": 3, "K": 5, "H": 7, "W": 7, "R": 3, "S": 3}),
+    ("conv2d_pad1", {"N": 1, "C": 3, "K": 5, "H": 7, "W": 7}),
+    ("conv2d", {"N": 1, "C": 1, "K": 1, "H": 1, "W": 1, "R": 1, "S": 1}),
+    ("conv2d_pad1", {"N": 1, "C": 1, "K": 1, "H": 1, "W": 1}),
+    ("conv2d_pad1", {"N": 2, "C": 5, "K": 13, "H": 11, "W": 17}),
+    ("conv2d", {"N": 3, "C": 7, "K": 11, "H": 13, "W": 5, "R": 5, "S": 2}),
+    ("conv2d_bias_relu", {"N": 1, "C": 3, "K": 5, "H": 7, "W": 7, "R": 3, "S": 3}),
+    ("conv2d_bias_relu", {"N": 2, "C": 37, "K": 17, "H": 9, "W": 31, "R": 5, "S": 3}),  # KDIM > KC
+]
+
+
+@pytest.mark.parametrize("name,sizes", CASES, ids=[f"{n}-{'x'.join(map(str, s.values()))}"
+                                                  for n, s in CASES])
+def test_template_matches_reference(name, sizes):
+    kernel = check(load_op(name), sizes)
+    assert kernel.src.meta["generator"] == c_conv.GENERATOR
+
+
+def test_one_thread_and_pad_value():
+    op = parse("op cpad(X: f32[N, C, H, W], F: f32[K, C, 3, 3]) -> Y: f32[N, K, H, W]:\n"
+               "    Y[n, k, h, w] = sum[c, r, s](pad(X[n, c, h + r - 1, w + s - 1], 0.5)"
+               " * F[k, c, r, s])\n")
+    kernel = check(op, {"N": 2, "C": 3, "K": 7, "H": 5, "W": 11}, {"threads": 1})
+    assert kernel.src.meta["generator"] == c_conv.GENERATOR
+
+
+def test_template_is_chosen_for_conv2d_and_maps_lines():
+    op = load_op("conv2d_pad1")
+    src = emit_any(op, {"N": 1, "C": 3, "K": 5, "H": 7, "W": 7}, TARGET, {"threads": 2})
+    assert src.meta["generator"] == c_conv.GENERATOR
+    assert set(src.line_map.values()) <= {op.line, op.stmts[0].line}
+    assert op.stmts[0].line in set(src.line_map.values())
+    assert len(src.line_map) == len(src.text.splitlines())
+
+
+def test_declines_depthwise_strided_and_dilated():
+    assert c_conv.conv_plan(load_op("depthwise_conv2d")) is None
+    sizes = {"N": 1, "C": 3, "H": 7, "W": 7, "R": 3, "S": 3}
+    kernel = check(load_op("depthwise_conv2d"), sizes)
+    assert kernel.src.meta["generator"] != c_conv.GENERATOR
+    strided = parse("op cs(X: f32[N, C, 2 * H + 2, W + 2], F: f32[K, C, 3, 3]) -> "
+                    "Y: f32[N, K, H, W]:\n"
+                    "    Y[n, k, h, w] = sum[c, r, s](X[n, c, 2 * h + r, w + s] * F[k, c, r, s])\n")
+    dilated = parse("op cd(X: f32[N, C, H + 4, W + 4], F: f32[K, C, 3, 3]) -> Y: f32[N, K, H, W]:\n"
+                    "    Y[n, k, h, w] = sum[c, r, s](X[n, c, h + 2 * r, w + 2 * s] * F[k, c, r, s])\n")
+    for op in (strided, dilated):
+        assert c_conv.conv_plan(op) is None
+    assert c_conv.conv_plan(load_op("matmul")) is None
+
+
+def test_generic_flag_keeps_the_loop_nests():
+    src = emit_any(load_op("conv2d"), {"N": 1, "C": 3, "K": 5, "H": 7, "W": 7, "R": 3, "S": 3},
+                   TARGET, {"threads": 2, "generic": 1})
+    assert src.meta.get("generator") != c_conv.GENERATOR
+
+
+def test_conv_template_golden(request):
+    text = emit_any(load_op("conv2d_bias_relu"),
+                    {"N": 2, "C": 3, "K": 5, "H": 9, "W": 7, "R": 3, "S": 3}, TARGET,
+                    {"threads": 2}).text
+    path = GOLDEN / "pattern_conv_template.c"
+    if request.config.getoption("--update-golden", default=False) or not path.exists():
+        path.write_text(text)
+    assert text == path.read_text(), f"{path.name} changed: rerun with --update-golden and review"

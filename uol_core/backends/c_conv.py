@@ -1,0 +1,343 @@
+"""C convolution template: implicit GEMM over im2col panels with a register-blocked micro-kernel.
+
+Recognised statement (any index and tensor names; NCHW order; stride 1, no dilation):
+    Y[b, m, y, x] = epi(sum[c, r, s](X[b, c, y + r + o1, x + s + o2] * F[.. m, c, r, s ..]), reads)
+where X may be read through pad(.., v) and `epi` is any map of the sum and tensors indexed by the
+free indices (bias + relu). Per image it is the GEMM Y[m, pixel] = F[m, (c,r,s)] x B[(c,r,s), pixel]:
+F is packed once into MR-row panels; each thread takes (image, pixel block) work items, packs the
+im2col panel B (KC x NCB, in NR-column micro-panels, pad values filled in while packing) and runs
+the c_gemm micro-kernel, accumulating in a private M x NCB buffer; the epilogue is applied while
+the block is stored. Anything else (depthwise: the channel is not reduced; strided or dilated
+windows; several statements) returns None and takes the generic path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from uol_core.acg.config import TileConfig, lanes, target_isas
+from uol_core.backends.base import KernelSource
+from uol_core.backends.c import (
+    PRELUDE,
+    CodeWriter,
+    ExprRenderer,
+    index_id,
+    render_affine,
+    render_const,
+    size_id,
+    tensor_id,
+)
+from uol_core.backends.c_gemm import ISA, _micro_kernel
+from uol_core.odl.check import stmt_extents
+from uol_core.odl.ir import Access, Binary, DType, Expr, Op, Reduce, Var, children, walk
+from uol_core.odl.patterns import classify
+
+GENERATOR = "uol-c-conv-1"
+# Register tile and pixel block per ISA: (MR, NR, NR micro-panels per pixel block).
+TILES = {"avx512": (14, 32, 4), "avx2": (6, 16, 8), "vecext": (4, 2, 8)}
+KC_MAX = 384  # deepest packed panel; longer reductions are split into even blocks
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """Roles of a recognised convolution: tensors, index names and window offsets."""
+
+    x: Access  # the windowed input read
+    f: Access  # the filter read
+    out: str
+    b: str  # batch index
+    m: str  # output-channel index
+    y: str  # output row index
+    xw: str  # output column index
+    c: str  # reduced channel index
+    r: str  # reduced window row index
+    s: str  # reduced window column index
+    off_y: int
+    off_x: int
+    reduce: Reduce
+
+
+def conv_plan(op: Op) -> ConvPlan | None:
+    """The ConvPlan of `op`, or None when it is not a plain NCHW stride-1 convolution."""
+    if len(op.stmts) != 1 or any(d.dtype != DType.f32 for d in op.inputs + op.outputs + op.locals):
+        return None
+    pattern = classify(op)
+    roles = pattern.main_statement.contraction
+    if pattern.kind != "contraction" or roles is None or not roles.windowed:
+        return None
+    stmt = op.stmts[0]
+    reduces = [n for n in walk(stmt.expr) if isinstance(n, Reduce)]
+    if len(reduces) != 1 or reduces[0].op != "sum" or len(stmt.indices) != 4:
+        return None
+    red = reduces[0]
+    body = red.body
+    if not (isinstance(body, Binary) and body.op == "mul" and isinstance(body.lhs, Access)
+            and isinstance(body.rhs, Access)):
+        return None
+    b, m, y, xw = stmt.indices
+    windowed = [a for a in (body.lhs, body.rhs) if any(i.pure_symbol is None for i in a.indices)]
+    if len(windowed) != 1:
+        return None
+    x = windowed[0]
+    f = body.rhs if x is body.lhs else body.lhs
+    if len(x.indices) != 4 or x.tensor == f.tensor or f.pad is not None:
+        return None
+    if any(i.pure_symbol is None for i in f.indices) or len(f.indices) != 4:
+        return None
+    xb, xc, xy, xx = x.indices
+    if xb.pure_symbol != b or xc.pure_symbol is None:
+        return None
+    c = xc.pure_symbol
+    win = []
+    for form, free in ((xy, y), (xx, xw)):
+        coeffs = dict(form.terms)
+        if len(coeffs) != 2 or coeffs.get(free) != 1:
+            return None  # strided output (2 * y) or not this spatial index
+        (red_name, coeff), = [(n, k) for n, k in coeffs.items() if n != free]
+        if coeff != 1:
+            return None  # dilation
+        win.append((red_name, form.const))
+    (r, off_y), (s, off_x) = win
+    if set(red.indices) != {c, r, s} or len({c, r, s}) != 3:
+        return None  # depthwise (channel kept) or an unexpected reduction
+    f_names = [i.pure_symbol for i in f.indices]
+    if sorted(f_names) != sorted([m, c, r, s]) or len({b, m, y, xw}) != 4:
+        return None
+    return ConvPlan(x, f, stmt.target, b, m, y, xw, c, r, s, off_y, off_x, red)
+
+
+def _epilogue_ok(op: Op, plan: ConvPlan) -> bool:
+    """Reads outside the sum must be unpadded and indexed by the statement's free indices only."""
+    free = set(op.stmts[0].indices) | set(op.dims)
+    for node in _outside(op.stmts[0].expr):
+        if isinstance(node, Access) and (node.pad is not None or any(
+                not set(i.symbols) <= free for i in node.indices)):
+            return False
+    return True
+
+
+def _outside(expr: Expr):
+    if isinstance(expr, Reduce):
+        return
+    yield expr
+    for child in children(expr):
+        yield from _outside(child)
+
+
+def _strides(shape: list[int]) -> list[int]:
+    out, acc = [], 1
+    for extent in reversed(shape):
+        out.append(acc)
+        acc *= extent
+    return list(reversed(out))
+
+
+def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None
+         ) -> KernelSource | None:
+    """The convolution kernel of `op`, or None when the op is not a convolution this template takes."""
+    plan = conv_plan(op)
+    if plan is None or not _epilogue_ok(op, plan):
+        return None
+    if target is None:
+        from uol_core.acg.config import resolve_target
+        target = resolve_target("host")
+    cfg = dict(config or {})
+    threads = int(cfg.get("threads") or getattr(target, "cores", 0) or 1)
+    stmt = op.stmts[0]
+    line = stmt.line
+    ext = stmt_extents(op, 0)
+    free = {n: f.evaluate(dict(sizes)) for n, f in ext.free.items()}
+    red = {n: f.evaluate(dict(sizes)) for n, f in ext.reductions[plan.reduce].items()}
+    shapes = {d.name: [f.evaluate(dict(sizes)) for f in d.shape] for d in op.inputs + op.outputs}
+    strides = {t: _strides(s) for t, s in shapes.items()}
+    nb, mdim, oh, ow = (free[i] for i in (plan.b, plan.m, plan.y, plan.xw))
+    cdim, rdim, sdim = red[plan.c], red[plan.r], red[plan.s]
+    ih, iw = shapes[plan.x.tensor][2], shapes[plan.x.tensor][3]
+    if min(nb, mdim, oh, ow, cdim, rdim, sdim) <= 0 or shapes[plan.out] != [nb, mdim, oh, ow]:
+        return None
+    isa = target_isas(target)[0]
+    mr, nr, panels = TILES[isa]
+    if isa == "vecext":
+        nr = 2 * lanes(isa, target)
+    kdim, pix = cdim * rdim * sdim, oh * ow
+    kc = math.ceil(kdim / math.ceil(kdim / KC_MAX))
+    ncb = min(panels * nr, math.ceil(pix / nr) * nr)
+    m_pad = math.ceil(mdim / mr) * mr
+    tile = TileConfig(isa=isa, mr=mr, nr=nr, kc=kc, mc=m_pad, nc=ncb, ku=4, pf=0, par="batch",
+                      threads=threads)
+    fst = {name: strides[plan.f.tensor][d] for d, name in
+           enumerate(i.pure_symbol for i in plan.f.indices)}
+    xs = strides[plan.x.tensor]
+    ys = strides[plan.out]
+    padv = render_const(plan.x.pad if plan.x.pad is not None else 0.0)
+
+    w = CodeWriter(default_line=op.line)
+    entry = f"uol_{op.name}"
+    args = [d.name for d in op.inputs] + [d.name for d in op.outputs]
+    dims = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    w.emit(f"/* {op.name}: convolution as implicit GEMM generated by UOL ({GENERATOR}) for target "
+           f"{target.name}.\n   sizes: {dims}\n   per image: [{plan.m}] x [{plan.y}*{plan.xw}] = "
+           f"F[{plan.m}, ({plan.c},{plan.r},{plan.s})] x im2col(X); MR={mr} NR={nr} KC={kc} "
+           f"NCB={ncb} ({isa}) */")
+    w.emit("#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n#include <omp.h>")
+    if ISA[isa]["include"]:
+        w.emit(ISA[isa]["include"])
+    if isa == "vecext":
+        w.emit(f"typedef float uol_vf __attribute__((vector_size({lanes(isa, target) * 4})));")
+    w.emit("")
+    for name in op.dims:
+        w.emit(f"#define {size_id(name)} {int(sizes[name])}")
+    w.emit(f"#define MR {mr}\n#define NR {nr}\n#define KC {kc}\n#define NCB {ncb}\n"
+           f"#define MDIM {mdim}\n#define MPAD {m_pad}\n#define KDIM {kdim}\n#define OH {oh}\n"
+           f"#define OW {ow}\n#define PIX {pix}\n#define IH {ih}\n#define IW {iw}\n"
+           f"#define RS {rdim}\n#define SS {sdim}\n#define NBLK {math.ceil(pix / ncb)}\n"
+           f"#define BATCH {nb}\n#define THREADS {threads}\n")
+    w.emit(PRELUDE + "\n")
+    _micro_kernel(w, tile, target, line)
+    _pack_filter(w, plan, fst, line)
+    _pack_im2col(w, plan, xs, padv, line)
+    _driver(w, op, plan, xs, ys, strides, entry, args, line)
+    meta = {"args": args, "outputs": [d.name for d in op.outputs], "threads": threads,
+            "generator": GENERATOR, "reduction_length": kdim,
+            "flops": 2 * nb * mdim * pix * kdim,
+            "fusion": f"conv template: im2col panels (KC={kc} x NCB={ncb}) into an {mr}x{nr} "
+                      "micro-kernel; epilogue fused into the store"}
+    return w.source(entry, op.name, {**cfg, "threads": threads}, meta)
+
+
+def _pack_filter(w: CodeWriter, plan: ConvPlan, fst: dict[str, int], line: int) -> None:
+    w.emit(f"""\
+/* Pack filter {plan.f.tensor} as MPAD/MR panels of KDIM x MR (reduction order {plan.c}, {plan.r}, \
+{plan.s}); rows past MDIM are zero. */
+static void uol_pack_filter(const float *restrict F, float *restrict out, int64_t panel)
+{{
+    for (int64_t q = 0; q < KDIM; ++q) {{
+        const int64_t {index_id(plan.c)} = q / (RS * SS), {index_id(plan.r)} = q / SS % RS, \
+{index_id(plan.s)} = q % SS;
+        for (int64_t i = 0; i < MR; ++i) {{
+            const int64_t {index_id(plan.m)} = panel * MR + i;
+            out[q * MR + i] = {index_id(plan.m)} < MDIM ? F[{index_id(plan.m)} * {fst[plan.m]} + \
+{index_id(plan.c)} * {fst[plan.c]} + {index_id(plan.r)} * {fst[plan.r]} + \
+{index_id(plan.s)} * {fst[plan.s]}] : 0.0f;
+        }}
+    }}
+}}
+""", line)
+
+
+def _pack_im2col(w: CodeWriter, plan: ConvPlan, xs: list[int], padv: str, line: int) -> None:
+    y, x = index_id(plan.y), index_id(plan.xw)
+    w.emit(f"""\
+/* im2col micro-panel: reduction rows [q0, q0 + kc) x pixels [p0, p0 + np) of one image of \
+{plan.x.tensor}, as kc x NR;
+   pixels split into output-row segments; reads outside the input take {padv}, columns past np 0. */
+static void uol_pack_im2col(const float *restrict Xb, int64_t q0, int64_t kc, int64_t p0,
+                            int64_t np, float *restrict out)
+{{
+    int64_t seg_j[NR + 1], seg_y[NR], seg_x[NR], nseg = 0;
+    for (int64_t j = 0; j < np; ) {{
+        const int64_t {y} = (p0 + j) / OW, {x} = (p0 + j) % OW;
+        const int64_t len = OW - {x} < np - j ? OW - {x} : np - j;
+        seg_j[nseg] = j; seg_y[nseg] = {y}; seg_x[nseg] = {x}; ++nseg;
+        j += len;
+    }}
+    seg_j[nseg] = np;
+    int64_t {index_id(plan.c)} = q0 / (RS * SS), {index_id(plan.r)} = q0 / SS % RS, \
+{index_id(plan.s)} = q0 % SS;
+    for (int64_t p = 0; p < kc; ++p) {{
+        float *restrict o = out + p * NR;
+        const float *restrict xc = Xb + {index_id(plan.c)} * {xs[1]};
+        for (int64_t g = 0; g < nseg; ++g) {{
+            const int64_t j0 = seg_j[g], len = seg_j[g + 1] - j0;
+            const int64_t iy = seg_y[g] + {index_id(plan.r)} + ({plan.off_y});
+            const int64_t ix0 = seg_x[g] + {index_id(plan.s)} + ({plan.off_x});
+            if (iy < 0 || iy >= IH) {{
+                for (int64_t t = 0; t < len; ++t) o[j0 + t] = {padv};
+            }} else if (ix0 >= 0 && ix0 + len <= IW) {{
+                const float *restrict row = xc + iy * {xs[2]} + ix0;
+                for (int64_t t = 0; t < len; ++t) o[j0 + t] = row[t];
+            }} else {{
+                const float *restrict row = xc + iy * {xs[2]};
+                for (int64_t t = 0; t < len; ++t) {{
+                    const int64_t ix = ix0 + t;
+                    o[j0 + t] = ix >= 0 && ix < IW ? row[ix] : {padv};
+                }}
+            }}
+        }}
+        for (int64_t j = np; j < NR; ++j) o[j] = 0.0f;
+        if (++{index_id(plan.s)} == SS) {{ {index_id(plan.s)} = 0; \
+if (++{index_id(plan.r)} == RS) {{ {index_id(plan.r)} = 0; ++{index_id(plan.c)}; }} }}
+    }}
+}}
+""", line)
+
+
+def _driver(w: CodeWriter, op: Op, plan: ConvPlan, xs: list[int], ys: list[int],
+            strides: dict[str, list[int]], entry: str, args: list[str], line: int) -> None:
+    stmt = op.stmts[0]
+    dims = set(op.dims)
+    outside = [n for n in _outside(stmt.expr)]
+    used = {s for n in outside if isinstance(n, Access) for i in n.indices for s in i.symbols}
+    used |= {n.name for n in outside if isinstance(n, Var)}
+
+    def access(a: Access) -> str:
+        terms = [f"({render_affine(i, dims)}) * {strides[a.tensor][d]}"
+                 for d, i in enumerate(a.indices)]
+        return f"{tensor_id(a.tensor)}[{' + '.join(terms) or '0'}]"
+
+    value = ExprRenderer(access, reduce_value=lambda r: "acc", dims=dims)(stmt.expr)
+    b, m = index_id(plan.b), index_id(plan.m)
+    w.emit(f"/* {op.name}: the whole operator. args: {', '.join(args)} (contiguous data pointers). */")
+    w.emit(f"void {entry}(void **args, const int64_t *strides)\n{{\n    (void)strides;")
+    for n, name in enumerate(args):
+        qual = "const " if n < len(op.inputs) else ""
+        w.emit(f"    {qual}float *restrict {tensor_id(name)} = ({qual}float *)args[{n}];")
+    w.emit("    float *Ap = aligned_alloc(64, sizeof(float) * MPAD * KDIM);", line)
+    w.emit("#pragma omp parallel num_threads(THREADS)\n    {", line)
+    w.emit("    float *Bp = aligned_alloc(64, sizeof(float) * KC * NCB);\n"
+           "    float *Cb = aligned_alloc(64, sizeof(float) * MPAD * NCB);\n"
+           "    float tile[MR * NR] __attribute__((aligned(64)));", line)
+    w.emit("#pragma omp for schedule(static)\n"
+           "    for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"
+           f"        uol_pack_filter({tensor_id(plan.f.tensor)}, Ap + panel * MR * KDIM, panel);",
+           line)
+    w.emit("#pragma omp for schedule(dynamic, 1)\n"
+           "    for (int64_t item = 0; item < BATCH * NBLK; ++item) {", line)
+    w.emit(f"        const int64_t {b} = item / NBLK, p0 = item % NBLK * NCB;\n"
+           "        const int64_t np = PIX - p0 < NCB ? PIX - p0 : NCB;\n"
+           f"        const float *Xb = {tensor_id(plan.x.tensor)} + {b} * {xs[0]};\n"
+           "        for (int64_t pc = 0; pc < KDIM; pc += KC) {\n"
+           "            const int64_t kc = KDIM - pc < KC ? KDIM - pc : KC;\n"
+           "            for (int64_t jr = 0; jr < np; jr += NR)\n"
+           "                uol_pack_im2col(Xb, pc, kc, p0 + jr, np - jr < NR ? np - jr : NR,"
+           " Bp + jr * kc);\n"
+           "            for (int64_t ir = 0; ir < MPAD; ir += MR)\n"
+           "            for (int64_t jr = 0; jr < np; jr += NR) {\n"
+           "                uol_micro(kc, Ap + ir * KDIM + pc * MR, Bp + jr * kc, tile);\n"
+           "                float *restrict cb = Cb + ir * NCB + jr;\n"
+           "                if (pc == 0) {\n"
+           "                    for (int64_t i = 0; i < MR; ++i)\n"
+           "#pragma omp simd\n"
+           "                        for (int64_t j = 0; j < NR; ++j) cb[i * NCB + j] = tile[i * NR + j];\n"
+           "                } else {\n"
+           "                    for (int64_t i = 0; i < MR; ++i)\n"
+           "#pragma omp simd\n"
+           "                        for (int64_t j = 0; j < NR; ++j) cb[i * NCB + j] += tile[i * NR + j];\n"
+           "                }\n"
+           "            }\n"
+           "        }", line)
+    w.emit(f"        /* epilogue: {plan.out}[{plan.b}, {plan.m}, pixels] from the accumulated block */",
+           line)
+    w.emit(f"        for (int64_t {m} = 0; {m} < MDIM; ++{m}) {{\n"
+           f"            float *restrict yrow = {tensor_id(plan.out)} + {b} * {ys[0]} + {m} * {ys[1]}"
+           " + p0;\n"
+           "#pragma omp simd\n"
+           "            for (int64_t j = 0; j < np; ++j) {\n"
+           f"                const float acc = Cb[{m} * NCB + j];", line)
+    if plan.y in used or plan.xw in used:
+        w.emit(f"                const int64_t {index_id(plan.y)} = (p0 + j) / OW, "
+               f"{index_id(plan.xw)} = (p0 + j) % OW;", line)
+    w.emit(f"                yrow[j] = {value};\n            }}\n        }}\n    }}", line)
+    w.emit("    free(Bp); free(Cb);\n    }\n    free(Ap);\n}", line)
