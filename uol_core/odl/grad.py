@@ -28,6 +28,13 @@ from uol_core.odl.derivatives import (
     substitute_affine,
 )
 from uol_core.odl.errors import OdlError
+from uol_core.odl.grad_rewrite import (
+    Renamer,
+    alpha_normal,
+    contains,
+    factors,
+    replace_subexpression,
+)
 from uol_core.odl.ir import (
     Access,
     Affine,
@@ -44,7 +51,7 @@ from uol_core.odl.ir import (
     walk,
 )
 from uol_core.odl.printer import format_op
-from uol_core.odl.simplify import ONE, ZERO, is_zero, simplify
+from uol_core.odl.simplify import ZERO, is_zero, simplify
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,7 @@ class _Builder:
         # Hoisted values by alpha-normal form; forward statements count, so a gradient that
         # needs the row max reads the recomputed `mx` instead of computing it again.
         self.hoisted: dict[Expr, tuple[str, tuple[str, ...]]] = {
-            _alpha_normal(s.expr): (s.target, s.indices) for s in op.stmts}
+            alpha_normal(s.expr): (s.target, s.indices) for s in op.stmts}
         # Forward sub-values the backward reads instead of recomputing: key -> (name, indices,
         # statement index, value, extents); and forward locals promoted to outputs.
         self.saves: dict[Expr, tuple[str, tuple[str, ...], int, Expr, tuple]] = {}
@@ -190,7 +197,7 @@ class _Builder:
         stmt = self.op.stmts[index]
         self.current_stmt = index
         extents = dict(stmt_extents(self.op, index).free)
-        body = _Renamer(self, stmt_extents(self.op, index).reductions, extents).run(stmt.expr)
+        body = Renamer(self.name, stmt_extents(self.op, index).reductions, extents).run(stmt.expr)
         upstream = Access(incoming, tuple(Affine.of(i) for i in stmt.indices))
         symbols = list(dict.fromkeys(n for n in walk(body) if isinstance(n, Access)
                                      and n.tensor != stmt.target and self.needs_grad(n.tensor)))
@@ -217,16 +224,16 @@ class _Builder:
         """
         own = set(stmt.indices) | set(self.op.dims)
         value = self.hoist_reductions(simplify(value), stmt, own, extents, out)
-        factors = _factors(value)
-        local = [f for f in factors if free_indices(f) <= own]
-        rest = [f for f in factors if not free_indices(f) <= own]
+        parts = factors(value)
+        local = [f for f in parts if free_indices(f) <= own]
+        rest = [f for f in parts if not free_indices(f) <= own]
         summed_later = bool(set(stmt.indices) - access_symbols(symbol))
         if len(local) < 2 or not (rest or summed_later):
             return value
         product = local[0]
         for factor in local[1:]:
             product = Binary("mul", product, factor)
-        if not rest and _alpha_normal(product) not in self.hoisted:
+        if not rest and alpha_normal(product) not in self.hoisted:
             # A reduction of purely local values (d_var = sum[c](dY * ...)): computing them
             # inside the sum costs nothing extra, and a stored copy would cost a pass.
             return value
@@ -239,7 +246,7 @@ class _Builder:
                          extents: dict[str, Affine], out: list[Stmt]) -> Expr:
         closed = free_indices(expr) <= own
         if closed and not isinstance(expr, (Access, Const, Var)):
-            known = self.hoisted.get(_alpha_normal(expr))
+            known = self.hoisted.get(alpha_normal(expr))
             if known is not None and set(known[1]) <= own:
                 return Access(known[0], tuple(Affine.of(n) for n in known[1]))
         if isinstance(expr, Reduce) and closed:
@@ -253,13 +260,13 @@ class _Builder:
     def intermediate(self, value: Expr, stmt: Stmt, extents: dict[str, Affine],
                      out: list[Stmt]) -> Access:
         """An Access to a new statement computing `value` over the indices it uses (shared)."""
-        key = _alpha_normal(value)
+        key = alpha_normal(value)
         if key not in self.hoisted:
             used = free_indices(value)
             names = tuple(i for i in stmt.indices if i in used)
             target = self.name(f"g_{stmt.target}" if not isinstance(value, Reduce) else f"z_{stmt.target}")
             written = tuple((n, extents[n]) for n in names)
-            if isinstance(value, Reduce) and _contains(stmt.expr, key):
+            if isinstance(value, Reduce) and contains(stmt.expr, key):
                 # Cost rule: a forward reduction is a whole pass over its input; saving it costs
                 # one tensor of its (smaller or equal) output. Save it, as torch saves z.
                 self.saves[key] = (target, names, self.current_stmt, value, written)
@@ -393,88 +400,10 @@ class _Builder:
             expr = stmt.expr
             for target, names, _, value, written in by_stmt.get(index, []):
                 stmts.append(Stmt(target, names, value, stmt.line, written))
-                expr = _replace(expr, _alpha_normal(value), Access(
+                expr = replace_subexpression(expr, alpha_normal(value), Access(
                     target, tuple(Affine.of(n) for n in names)))
                 extra.append(self.saved_decl((target, names, index, value, written)))
             stmts.append(Stmt(stmt.target, stmt.indices, expr, stmt.line, stmt.extents))
         promoted = [d for d in self.op.locals if d.name in kept]
         return Op(self.op.name, self.op.inputs, self.op.outputs + tuple(promoted) + tuple(extra),
                   tuple(stmts), line=self.op.line)
-
-
-def _contains(expr: Expr, key: Expr) -> bool:
-    """Whether a sub-expression of `expr` equals `key` up to reduction-index names."""
-    return any(_alpha_normal(node) == key for node in walk(expr) if isinstance(node, Reduce))
-
-
-def _replace(expr: Expr, key: Expr, by: Expr) -> Expr:
-    if isinstance(expr, Reduce) and _alpha_normal(expr) == key:
-        return by
-    from uol_core.odl.derivatives import rebuild
-
-    return rebuild(expr, lambda child: _replace(child, key, by))
-
-
-def _alpha_normal(expr: Expr) -> Expr:
-    """The expression with reduction indices renamed by position, for equality up to renaming."""
-    counter = iter(range(1 << 30))
-
-    def walk_(node: Expr) -> Expr:
-        if isinstance(node, Reduce):
-            mapping = {old: Affine.of(f"__{next(counter)}") for old in node.indices}
-            body = substitute(node.body, mapping)
-            names = tuple(m.pure_symbol for m in mapping.values())
-            written = tuple((mapping[n].pure_symbol, e) for n, e in node.extents)
-            return Reduce(node.op, names, walk_(body), (0, 0), written)
-        from uol_core.odl.derivatives import rebuild
-
-        return rebuild(node, walk_)
-
-    return walk_(expr)
-
-
-def _factors(expr: Expr) -> list[Expr]:
-    if isinstance(expr, Binary) and expr.op == "mul":
-        return _factors(expr.lhs) + _factors(expr.rhs)
-    return [expr]
-
-
-_SCAN_AS_REDUCTION = {"cumsum": ("sum", ZERO), "cumprod": ("prod", ONE),
-                      "cummax": ("max", Const(float("-inf")))}
-
-
-class _Renamer:
-    """Give every reduction index a unique name and turn cumsum into a guarded sum."""
-
-    def __init__(self, builder: _Builder, reductions: dict, extents: dict[str, Affine]) -> None:
-        self.builder = builder
-        self.reductions = reductions
-        self.extents = extents
-
-    def run(self, expr: Expr, env: dict[str, Affine] | None = None) -> Expr:
-        env = env or {}
-        if isinstance(expr, Reduce):
-            inner = dict(env)
-            names = []
-            for old in expr.indices:
-                new = self.builder.name(old)
-                self.extents[new] = self.reductions[expr][old]
-                inner[old] = Affine.of(new)
-                names.append(new)
-            return Reduce(expr.op, tuple(names), self.run(expr.body, inner), expr.loc)
-        if isinstance(expr, Scan):
-            # A scan is a reduction over the prefix: cumsum[j](b) = sum[j2](where(j2 <= j, b(j2), 0)).
-            reduction, neutral = _SCAN_AS_REDUCTION[expr.op]
-            running = self.builder.name(expr.index)
-            self.extents[running] = self.extents[expr.index]
-            inner = {**env, expr.index: Affine.of(running)}
-            guard = Binary("le", Var(running), Var(expr.index))
-            body = Call("where", (guard, self.run(expr.body, inner), neutral))
-            return Reduce(reduction, (running,), body, (0, 0), ((running, self.extents[running]),))
-        if isinstance(expr, (Access, Var)):
-            return substitute(expr, env)
-        from uol_core.odl.derivatives import rebuild
-
-        return rebuild(expr, lambda child: self.run(child, env))
-
-
