@@ -219,3 +219,38 @@ def test_api_config_string_reaches_the_pattern_kernel():
     kernel = uol_core.compile("softmax", shapes={"R": 6, "C": 40}, target=TARGET,
                               config="chunk=2,fuse=0")
     assert kernel.config["chunk"] == 2 and kernel.kernel_source.meta["groups"] == 3
+
+
+COLUMN_SUM = ("op colsum(G: f32[M, N], b: f32[N]) -> (db: f32[N], mx: f32[N]):\n"
+              "    db[b0] = sum[m](G[m, b0]) * 0.5 + b[b0]\n"
+              "    mx[c] = max[m](G[m, c] * b[c])\n")
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 13), (13, 1), (7, 31), (97, 5), (3, 263), (61, 257)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_column_reductions_run_rows_outside_at_odd_shapes(shape, threads):
+    m, n = shape
+    op = parse(COLUMN_SUM)
+    kernel = check(op, {"M": m, "N": n}, {"threads": threads})
+    text = kernel.src.text
+    assert "column reduction: rows outside" in text
+    # db's accumulation: the row loop is opened first, the column loop (stride 1) inside it
+    lines = text[text.index("line 2: db[b0]"):text.index("line 3: mx[c]")].splitlines()
+    update = next(n for n, t in enumerate(lines) if "] += t_G[" in t)
+    row = max(n for n, t in enumerate(lines[:update]) if "for (int64_t i_m = 0;" in t)
+    col = max(n for n, t in enumerate(lines[:update]) if "for (int64_t i_b0 = " in t)
+    assert row < col < update
+    assert "t_G[(i_m)" in lines[update] and "+ (i_b0)]" in lines[update]
+
+
+@pytest.mark.parametrize("sizes", [{"R": 1, "C": 1}, {"R": 1, "C": 7}, {"R": 13, "C": 1},
+                                   {"R": 17, "C": 31}, {"R": 2, "C": 263}, {"R": 61, "C": 3}])
+def test_layernorm_backward_is_correct_and_fuses_its_row_pass(sizes):
+    from uol_core.odl.grad import derive_grad
+    op = derive_grad(load_op("layernorm")).op
+    for threads in (1, 2, 3):
+        kernel = check(op, sizes, {"generic": 1, "threads": threads})
+        fusion = kernel.src.meta["fusion"]
+        # the row reductions and dX are one pass; dgamma and dbeta are column reductions
+        assert "pass 1: d_var (line 2), z_var (line 3), d_mu (line 4), dX (line 5)" in fusion
+        assert kernel.src.text.count("column reduction: rows outside") == 2

@@ -67,19 +67,54 @@ def _max_depth(op: Op, i: int, sizes: Mapping[str, int], starting: bool = False)
     scan = _scan_position(op, i)
     if scan is not None:
         return scan
+    if column_reduce(stmt) is not None:
+        return 0  # rows outside, columns inside: the C path gives it a pass of its own
     pure_map = not any(isinstance(n, Reduce) for n in walk(stmt.expr))
     keep_inner = starting and stmt.indices and (pure_map or _contiguous_in(stmt, stmt.indices[-1]))
     return len(stmt.indices) - 1 if keep_inner else len(stmt.indices)
 
 
 def _contiguous_in(stmt, index: str) -> bool:
-    """Some read inside a reduction walks its last axis with `index` (stride 1): the C path
-    then vectorises the reduction over that index, so it stays an inner loop."""
+    """Some read inside a reduction walks its last axis with `index` (stride 1) and moves with
+    the reduction: the C path then vectorises the reduction over that index, so it stays an
+    inner loop. (A read such as mu[r] in sum[c](X[r, c] - mu[r]) is invariant: it does not count.)"""
     for red in (n for n in walk(stmt.expr) if isinstance(n, Reduce)):
         for node in walk(red.body):
-            if isinstance(node, Access) and node.indices and dict(node.indices[-1].terms).get(index) == 1:
+            if (isinstance(node, Access) and node.indices
+                    and dict(node.indices[-1].terms).get(index) == 1
+                    and _uses(node, red.indices)):
                 return True
     return False
+
+
+def _uses(access: Access, names) -> bool:
+    return any(n in names for f in access.indices for n in f.symbols)
+
+
+def column_reduce(stmt) -> Reduce | None:
+    """The reduction of a column sum: a one-index statement `y[c] = f(red[r..](body), ..)` with
+    one reduction, whose body reads some tensor contiguously along c while walking its rows,
+    and reads no tensor contiguously along r that also moves with c (sum[r](g[r, c]), not
+    sum[k](A[c, k])). The C path runs the rows outside and the columns inside (vectorised)."""
+    if len(stmt.indices) != 1:
+        return None
+    nodes = list(walk(stmt.expr))
+    reds = [n for n in nodes if isinstance(n, Reduce)]
+    if len(reds) != 1 or any(isinstance(n, Scan) for n in nodes):
+        return None
+    red, c = reds[0], stmt.indices[0]
+    if red.op not in ("sum", "mean", "prod", "max", "min"):
+        return None
+    along_c = False
+    for node in walk(red.body):
+        if not (isinstance(node, Access) and node.indices):
+            continue
+        last = dict(node.indices[-1].terms)
+        if any(last.get(r) for r in red.indices) and _uses(node, (c,)):
+            return None  # contiguous along the rows for some read: a row reduction
+        if last.get(c) == 1 and _uses(node, red.indices):
+            along_c = True
+    return red if along_c else None
 
 
 def _legal_depth(op: Op, i: int, group: FusionGroup, sizes: Mapping[str, int]) -> tuple[int, str]:
@@ -89,6 +124,8 @@ def _legal_depth(op: Op, i: int, group: FusionGroup, sizes: Mapping[str, int]) -
     depth, why = min(group.depth, _max_depth(op, i, sizes)), ""
     if depth < group.depth:
         why = f"{stmt.target} has only {depth} loop(s) before its scan or its end"
+        if column_reduce(stmt) is not None:
+            why = f"{stmt.target} is a column reduction (rows outside, columns inside)"
     for p in range(depth):
         if free[stmt.indices[p]].evaluate(dict(sizes)) != group.extents[p]:
             return p, f"loop {p + 1} of {stmt.target} has a different extent"

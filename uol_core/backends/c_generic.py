@@ -4,6 +4,8 @@ Each fusion group (acg/fusion.py) is one OpenMP-parallel loop nest over its shar
 loops; inside, each statement loops over its remaining free indices (a scan index last),
 reductions are accumulator loops, intermediates live in scratch buffers (whole tensors) or in
 per-thread slices (private ones). Innermost loops carry `omp simd` so gcc vectorises them.
+A column reduction (y[c] = sum[r](g[r, c]), fusion.column_reduce) runs its rows outside and
+its columns contiguous inside, over column blocks per thread or row blocks with partial rows.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import math
 import os
 from collections.abc import Mapping
 
-from uol_core.acg.fusion import FusionGroup, FusionPlan, plan_fusion
+from uol_core.acg.fusion import FusionGroup, FusionPlan, column_reduce, plan_fusion
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c import CodeWriter, index_id, size_id, tensor_id
+from uol_core.backends.c_columns import column_reduction
 from uol_core.backends.c_expr import (
     PRELUDE,
     REDUCE_C,
@@ -210,6 +213,12 @@ def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str
         rest.remove(scan_index)
         rest.append(scan_index)
     parallel = bool(top and rest and rest[0] != scan_index and free[rest[0]] > 1)
+    red = column_reduce(stmt) if top and len(rest) == 1 else None
+    if red is not None and free[rest[0]] > 0 and all(n > 0 for n in ctx.reductions[red].values()):
+        column_reduction(w, op, lay, stmt, ctx, red, rest[0], free[rest[0]], inner,
+                          w_threads(cfg))
+        w.emit(f"{pad}}}", stmt.line)
+        return
     # Loop-invariant code motion: a reduction is computed inside the loops it depends on only.
     levels: dict[int, list] = {}
     for red in outer_reduces(stmt.expr):
