@@ -197,9 +197,12 @@ def run_gemm(name, sizes, target, db, threads, budget, compile_torch=True):
     return row
 
 
-def tuner_efficiency(target, db, threads, exhaustive_limit: int) -> dict:
+def tuner_efficiency(target, threads, exhaustive_limit: int) -> dict:
     """Measurements the tuner needs to reach 90% of the best of an exhaustive run."""
     op, sizes = load_op("matmul"), {"M": 192, "N": 192, "K": 192}
+    # A fresh database: rows of earlier runs (other load, other code) must not stand in for
+    # this run's measurements.
+    db = TuningDB(Path(tempfile.mkdtemp(prefix="uol-tuner-eff-")) / "tuning.sqlite")
     session = TuningSession(op, sizes, target, db=db, min_seconds=0.1)
     try:
         ranked = [c for c, _ in session.ranked()
@@ -317,7 +320,7 @@ def main() -> None:
                          | {k: row[k]["gflops"] for k in ("numpy_openblas", "torch_compile")
                             if k in row}), flush=True)
     if not args.quick and not args.no_tuner_check:
-        report["tuner"] = tuner_efficiency(target, db, threads, args.exhaustive)
+        report["tuner"] = tuner_efficiency(target, threads, args.exhaustive)
         print(json.dumps(report["tuner"]), flush=True)
     report["load_average_end"] = os.getloadavg()[0]
     cmd = "python " + " ".join(["benchmarks/cpu_gemm.py", *sys.argv[1:]])
