@@ -8,12 +8,11 @@ and every failure is written to the tuning database at once; a failure is never 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from uol_core.acg.config import resolve_target
 from uol_core.acg.space_patterns import VARIABLES, build_pattern_space, predict_seconds
-from uol_core.acg.tuner import Trial, TuneResult, tuning_key
+from uol_core.acg.tuner import Trial, TuneResult, search, tuning_key
 from uol_core.backends.c import emit
 from uol_core.odl.cost import op_cost
 from uol_core.odl.printer import format_op
@@ -105,40 +104,8 @@ class PatternTuningSession:
     def tune(self, budget: int | None = 8, seconds: float | None = None, top: int = 3,
              patience: int = 3, progress: Callable[[Trial, int], None] | None = None
              ) -> TuneResult:
-        """Model top-`top`, then local search around the best."""
-        start, out, tried, stale = time.perf_counter(), TuneResult(None, 0.0), set(), 0
-
-        def run(cfg: PatternConfig) -> bool:
-            nonlocal stale
-            trial = self.measure(cfg)
-            tried.add(cfg.key())
-            out.trials.append(trial)
-            if progress:
-                progress(trial, len(out.trials))
-            stale = 0 if trial.gflops > out.best_gflops * 1.01 else stale + 1
-            if trial.gflops > out.best_gflops:
-                out.best, out.best_gflops = cfg, trial.gflops
-            return (budget is not None and len(out.trials) >= budget) or \
-                (seconds is not None and time.perf_counter() - start >= seconds)
-
-        for cfg, _ in self._ranked[:top]:
-            if run(cfg):
-                out.stopped = "budget"
-                return out
-        while out.best is not None:
-            todo = [c for c in self.neighbours(out.best) if c.key() not in tried]
-            if not todo:
-                out.stopped = "no untried neighbour of the best"
-                break
-            if run(todo[0]):
-                out.stopped = "budget"
-                break
-            if stale >= patience:
-                out.stopped = f"gains flat for {patience} measurements"
-                break
-        if out.best is None:
-            out.stopped = out.stopped or "every measured config failed"
-        return out
+        """Model top-`top`, then local search around the best (the shared `search`)."""
+        return search(self, budget, seconds, top, patience, progress)
 
     def close(self) -> None:
         if self.own_worker and self.worker is not None:

@@ -128,50 +128,10 @@ class TuningSession:
              patience: int = 4, progress: Callable[[Trial, int], None] | None = None
              ) -> TuneResult:
         """Model top-`top`, then local search around the best; stops on budget or flat gains."""
-        start = time.perf_counter()
-        out = TuneResult(None, 0.0)
-        tried: set[TileConfig] = set()
-        stale = 0
+        def learn(trials: list[Trial]) -> None:  # correct the model with what was measured
+            self.model.calibrate([(t.config, t.gflops) for t in trials if t.gflops])
 
-        def run(cfg: TileConfig) -> bool:
-            nonlocal stale
-            trial = self.measure(cfg)
-            tried.add(cfg)
-            out.trials.append(trial)
-            if progress:
-                progress(trial, len(out.trials))
-            if trial.gflops > out.best_gflops * 1.01:
-                stale = 0
-            else:
-                stale += 1
-            if trial.gflops > out.best_gflops:
-                out.best, out.best_gflops = cfg, trial.gflops
-            return self._exhausted(out, budget, seconds, start)
-
-        for cfg, _ in self._ranked[:top]:
-            if run(cfg):
-                out.stopped = "budget"
-                return out
-        self.model.calibrate([(t.config, t.gflops) for t in out.trials if t.gflops])
-        while out.best is not None:
-            todo = [c for c in self.neighbours(out.best) if c not in tried]
-            if not todo:
-                out.stopped = "no untried neighbour of the best"
-                break
-            if run(todo[0]):
-                out.stopped = "budget"
-                break
-            if stale >= patience:
-                out.stopped = f"gains flat for {patience} measurements"
-                break
-        if out.best is None:
-            out.stopped = out.stopped or "every measured config failed"
-        return out
-
-    def _exhausted(self, out: TuneResult, budget, seconds, start) -> bool:
-        if budget is not None and len(out.trials) >= budget:
-            return True
-        return seconds is not None and time.perf_counter() - start >= seconds
+        return search(self, budget, seconds, top, patience, progress, after_top=learn)
 
     def close(self) -> None:
         if self.own_worker and self.worker is not None:
@@ -199,3 +159,50 @@ def recorded(op, sizes: dict, target, cfg: TileConfig, db: TuningDB | None = Non
 
 def _shape_key(cfg: TileConfig) -> tuple:
     return (cfg.isa, cfg.mr, cfg.nr, cfg.kc, cfg.mc, cfg.ku, cfg.pf, cfg.par, cfg.threads)
+
+
+def search(session, budget: int | None, seconds: float | None, top: int, patience: int,
+           progress: Callable[[Trial, int], None] | None = None,
+           after_top: Callable[[list[Trial]], None] | None = None) -> TuneResult:
+    """The search every tuner shares: measure the model's top `top`, then step to the best
+    untried neighbour of the best until the budget runs out or gains stay flat for
+    `patience` measurements. `session` offers ranked(), measure(cfg) and neighbours(cfg);
+    configs are told apart by their key()."""
+    start = time.perf_counter()
+    out = TuneResult(None, 0.0)
+    tried: set[str] = set()
+    stale = 0
+
+    def run(cfg) -> bool:
+        nonlocal stale
+        trial = session.measure(cfg)
+        tried.add(cfg.key())
+        out.trials.append(trial)
+        if progress:
+            progress(trial, len(out.trials))
+        stale = 0 if trial.gflops > out.best_gflops * 1.01 else stale + 1
+        if trial.gflops > out.best_gflops:
+            out.best, out.best_gflops = cfg, trial.gflops
+        return (budget is not None and len(out.trials) >= budget) or \
+            (seconds is not None and time.perf_counter() - start >= seconds)
+
+    for cfg, _ in session.ranked()[:top]:
+        if run(cfg):
+            out.stopped = "budget"
+            return out
+    if after_top:
+        after_top(out.trials)
+    while out.best is not None:
+        todo = [c for c in session.neighbours(out.best) if c.key() not in tried]
+        if not todo:
+            out.stopped = "no untried neighbour of the best"
+            break
+        if run(todo[0]):
+            out.stopped = "budget"
+            break
+        if stale >= patience:
+            out.stopped = f"gains flat for {patience} measurements"
+            break
+    if out.best is None:
+        out.stopped = out.stopped or "every measured config failed"
+    return out
