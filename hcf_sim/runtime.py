@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -62,21 +63,37 @@ RUNTIME_ALGOS = {"native": lambda t: dist.all_reduce(t), "ring": ring_allreduce,
                  "recursive_doubling": recursive_doubling_allreduce}
 
 
-def _time(fn, iters: int, warmup: int) -> list[float]:
-    out = []
+def _time(fn, iters: int, warmup: int, batch_seconds: float = 0.0) -> tuple[list[float], list[float]]:
+    """Seconds per call, one sample per iteration, each the slowest rank's time.
+
+    With `batch_seconds` > 0 a sample times back-to-back calls (as nccl-tests does) filling
+    about that long; the count comes from the warm-up's agreed time, so every rank runs the same
+    number of calls. Back-to-back batches average out the scheduler's quanta when ranks
+    time-share cores; a single call then measures mostly when each rank was scheduled.
+    """
+    out, cpu, batch = [], [], 1
     for i in range(warmup + iters):
         dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(batch):
+            fn()
+        dt = torch.tensor([(time.perf_counter() - t0) / batch, (time.process_time() - c0) / batch],
+                          dtype=torch.float64)
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # a collective ends when its slowest rank ends
         if i >= warmup:
-            out.append(dt.item())
-    return out
+            out.append(dt[0].item())
+            cpu.append(dt[1].item())
+        elif batch_seconds > 0:
+            batch = max(1, min(200, math.ceil(batch_seconds / max(dt[0].item(), 1e-7))))
+    return out, cpu
 
 
 def bench(task: dict) -> dict:
-    """Run one benchmark task inside an initialised process group; returns medians per size (rank 0's view)."""
+    """Run one benchmark task inside an initialised process group; returns medians per size (rank 0's view).
+
+    `cpu_median` is the busiest rank's CPU seconds per call (all its threads): what the ranks
+    compete for when there are more of them than cores.
+    """
     rows = []
     r = dist.get_rank()
     dev = "cuda" if dist.get_backend() == "nccl" else "cpu"
@@ -91,12 +108,15 @@ def bench(task: dict) -> dict:
                 elif r == 1:
                     dist.recv(t, 0)
                     dist.send(t, 0)
-            times = [x / 2 for x in _time(fn, task["iters"], task["warmup"])]  # one way
+            wall, cpu = _time(fn, task["iters"], task["warmup"], task.get("batch_seconds", 0.0))
+            times, cpu = [x / 2 for x in wall], [x / 2 for x in cpu]  # one way
         else:
             algo = RUNTIME_ALGOS[task.get("algorithm", "native")]
-            times = _time(lambda t=t, a=algo: a(t), task["iters"], task["warmup"])
+            times, cpu = _time(lambda t=t, a=algo: a(t), task["iters"], task["warmup"],
+                               task.get("batch_seconds", 0.0))
         rows.append({"size": n * 4, "median": statistics.median(times),
-                     "p10": sorted(times)[len(times) // 10], "p90": sorted(times)[(9 * len(times)) // 10]})
+                     "p10": sorted(times)[len(times) // 10], "p90": sorted(times)[(9 * len(times)) // 10],
+                     "cpu_median": statistics.median(cpu)})
     return {"kind": task["kind"], "ranks": dist.get_world_size(), "backend": dist.get_backend(), "rows": rows}
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hcf_sim.calibrate import fit_alpha_beta
+from hcf_sim.calibrate import fit_alpha_beta, fit_cpu_cost, ring_prediction
+from hcf_sim.collectives import AlphaBeta
 from hcf_sim.interchange import export_astra, read_nccl_tests
 from hcf_sim.runtime import selfcheck
 from hcf_sim.topology import rail_optimized
@@ -38,6 +39,20 @@ def test_fit_alpha_beta_recovers_parameters():
     sizes = [1e3, 1e4, 1e5, 1e6]
     a, b, err = fit_alpha_beta(sizes, [5e-5 + s * 1e-9 for s in sizes])
     assert a == pytest.approx(5e-5) and b == pytest.approx(1e-9) and err < 1e-9
+
+
+def test_fit_cpu_cost_recovers_step_and_byte_costs():
+    sizes = [1e3, 1e5, 1e7]
+    o, c = fit_cpu_cost(sizes, [2 * 4e-4 + s * 8e-10 for s in sizes], steps=2, share=1.0)
+    assert o == pytest.approx(4e-4) and c == pytest.approx(8e-10)
+
+
+def test_ring_prediction_is_cpu_bound_only_when_ranks_outnumber_cores():
+    ab = AlphaBeta(1e-4, 1e-9, 0.0)
+    # 2 ranks on 2 cores: the alpha-beta ring time, 2 alpha + S beta
+    assert ring_prediction(2, 1e6, ab, 1e-4, 1e-9, cores=2) == pytest.approx(2e-4 + 1e-3)
+    # 4 ranks on 2 cores: 4 ranks x (6 steps x 1e-4 + 1.5 S x 1e-9) CPU seconds over 2 cores
+    assert ring_prediction(4, 1e6, ab, 1e-4, 1e-9, cores=2) == pytest.approx(4 * (6e-4 + 1.5e-3) / 2)
 
 
 def test_astra_export_and_nccl_tests_reader(tmp_path):
