@@ -12,13 +12,18 @@ def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | No
     """The best C kernel this backend has for `op` at `sizes` (never refuses a valid op)."""
     import os
 
-    from uol_core.backends import c_attention, c_conv, c_generic, c_scan
+    from uol_core.backends import c_attention, c_conv, c_generic, c_rows, c_scan
 
     cfg = dict(config or {})
     threads = int(cfg.get("threads") or getattr(target, "cores", 0) or os.cpu_count() or 1)
     if not cfg.get("generic"):
         if c_scan.scan_fits(op, sizes, threads):
             return c_scan.emit(op, sizes, threads)
+        rows = c_rows.row_plan(op)
+        if rows is not None:
+            src = c_rows.emit(op, rows, sizes, target, cfg)
+            if src is not None:
+                return src
         flash = c_attention.flash_plan(op)
         if flash is not None:
             src = c_attention.emit(op, flash, sizes, target, cfg)
