@@ -214,6 +214,30 @@ def test_every_library_op_compiles_through_the_api():
         assert kernel.explain().render()
 
 
+def test_fusion_checks_reads_before_a_loop_of_another_extent():
+    # dX reads g_Y at every k: it may share loop n with g_Y, never loop k, even though the
+    # extents of loops 1 and 2 agree and loop 3 is the first that differs (a regression)
+    from uol_core.odl.grad import derive_grad
+    from uol_core.runtime.shapes import bind_sizes
+    op = derive_grad(load_op("conv2d_bias_relu")).op
+    sizes = bind_sizes(op, {d: 7 for d in op.dims})
+    assert "pass 1: g_Y (line 2), dX (line 3); 1 shared loop(s) [7]" in plan_fusion(op, sizes).explain(op)
+    check(op, sizes, {"generic": 1, "fuse": 1, "threads": 2})
+
+
+def test_column_reductions_ride_a_row_pass_only_over_its_own_rows():
+    op = parse("op rr(X: f32[R, C], G: f32[C, C]) -> (Y: f32[R, C], s: f32[C], t: f32[C]):\n"
+               "    Y[r, c] = X[r, c] * 2.0\n"
+               "    s[c] = sum[r](Y[r, c] * X[r, c])\n"
+               "    t[c] = sum[k](G[k, c]) + s[c]\n")
+    plan = plan_fusion(op, {"R": 9, "C": 9})
+    assert plan.groups[0].riders == [1]  # s sums over the pass's rows r
+    assert 2 not in plan.groups[0].stmts  # t reads s, complete only after the pass
+    for threads in (1, 2, 3):
+        check(op, {"R": 9, "C": 9}, {"generic": 1, "threads": threads})
+        check(op, {"R": 1, "C": 17}, {"generic": 1, "threads": threads})
+
+
 def test_api_config_string_reaches_the_pattern_kernel():
     import uol_core
     kernel = uol_core.compile("softmax", shapes={"R": 6, "C": 40}, target=TARGET,
@@ -251,6 +275,9 @@ def test_layernorm_backward_is_correct_and_fuses_its_row_pass(sizes):
     for threads in (1, 2, 3):
         kernel = check(op, sizes, {"generic": 1, "threads": threads})
         fusion = kernel.src.meta["fusion"]
-        # the row reductions and dX are one pass; dgamma and dbeta are column reductions
-        assert "pass 1: d_var (line 2), z_var (line 3), d_mu (line 4), dX (line 5)" in fusion
-        assert kernel.src.text.count("column reduction: rows outside") == 2
+        # one pass: the row reductions, dX, and dgamma and dbeta riding it as per-thread
+        # partial column sums combined after the rows
+        assert ("pass 1: d_var (line 2), z_var (line 3), d_mu (line 4), dX (line 5), "
+                "dgamma (line 6), dbeta (line 7)") in fusion
+        assert fusion.count("rides the pass of d_var") == 2
+        assert "column reduction: rows outside" not in kernel.src.text

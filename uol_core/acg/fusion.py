@@ -24,6 +24,9 @@ class FusionGroup:
     depth: int
     extents: list[int]  # concrete extents of the shared loops
     private: list[str] = field(default_factory=list)  # intermediates kept per thread (a slice)
+    # column reductions over the shared row loop: each thread sums its rows into a partial row,
+    # the partial rows are combined after the pass
+    riders: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -128,17 +131,42 @@ def _legal_depth(op: Op, i: int, group: FusionGroup, sizes: Mapping[str, int]) -
             why = f"{stmt.target} is a column reduction (rows outside, columns inside)"
     for p in range(depth):
         if free[stmt.indices[p]].evaluate(dict(sizes)) != group.extents[p]:
-            return p, f"loop {p + 1} of {stmt.target} has a different extent"
+            # the reads below must still be checked for the loops before this one
+            depth, why = p, f"loop {p + 1} of {stmt.target} has a different extent"
+            break
     written = {op.stmts[j].target for j in group.stmts}
     for access, rebound in _reads(stmt.expr):
         if access.tensor not in written:
             continue
+        if access.tensor in {op.stmts[j].target for j in group.riders}:
+            return 0, f"{stmt.target} reads {access.tensor}, complete only after the pass"
         for p in range(depth):
             same = access.indices[p].pure_symbol == stmt.indices[p] and stmt.indices[p] not in rebound
             if not same:
                 return p, (f"{stmt.target} reads {access.tensor} at another position of loop "
                            f"{p + 1} (it needs the whole of {access.tensor} first)")
     return depth, why
+
+
+def _can_ride(op: Op, i: int, group: FusionGroup, sizes: Mapping[str, int]) -> bool:
+    """Statement i is a column reduction over exactly the group's one shared (row) loop, reading
+    what the group wrote only at the current row and only inside the reduction."""
+    stmt = op.stmts[i]
+    red = column_reduce(stmt)
+    if red is None or group.depth != 1 or len(red.indices) != 1:
+        return False
+    row = red.indices[0]
+    extent = stmt_extents(op, i).reductions[red][row].evaluate(dict(sizes))
+    if extent != group.extents[0]:
+        return False
+    written = {op.stmts[j].target for j in group.stmts}
+    inside = {id(n) for n in walk(red.body)}
+    for access, _ in _reads(stmt.expr):
+        if access.tensor not in written:
+            continue
+        if id(access) not in inside or not access.indices or access.indices[0].pure_symbol != row:
+            return False
+    return True
 
 
 def plan_fusion(op: Op, sizes: Mapping[str, int], enabled: bool = True) -> FusionPlan:
@@ -151,6 +179,13 @@ def plan_fusion(op: Op, sizes: Mapping[str, int], enabled: bool = True) -> Fusio
         extents = [free[n].evaluate(dict(sizes)) for n in stmt.indices[:depth]]
         if groups and enabled:
             group = groups[-1]
+            if _can_ride(op, i, group, sizes):
+                group.stmts.append(i)
+                group.riders.append(i)
+                reasons.append(f"{stmt.target} rides the pass of {op.stmts[group.stmts[0]].target}: "
+                               "a column reduction over its rows, summed per thread and combined "
+                               "after the pass (its inputs are read once)")
+                continue
             joined, why = _legal_depth(op, i, group, sizes)
             if joined >= 1 and group.depth >= 1:
                 group.stmts.append(i)
@@ -176,7 +211,7 @@ def _mark_private(op: Op, groups: list[FusionGroup]) -> None:
         later = [op.stmts[i] for h in groups[n + 1:] for i in h.stmts]
         for i in g.stmts:
             target = op.stmts[i].target
-            if target in outputs:
+            if target in outputs or i in g.riders:
                 continue
             if any(a.tensor == target for s in later for a in walk(s.expr) if isinstance(a, Access)):
                 continue

@@ -16,7 +16,7 @@ from itertools import product
 import constraint
 
 from uol_core.acg.fusion import FusionPlan, plan_fusion
-from uol_core.odl.ir import Op
+from uol_core.odl.ir import Access, Op, walk
 from uol_core.runtime.shapes import shape_of
 
 VARIABLES = ("threads", "chunk", "vec", "fuse")
@@ -124,15 +124,19 @@ def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpac
 
 
 def traffic_bytes(op: Op, sizes: Mapping[str, int], fuse: bool) -> int:
-    """Bytes moved through memory: inputs and outputs once, plus non-private intermediates twice."""
+    """Bytes moved through memory: each pass reads every tensor it uses and writes what it
+    produces once; intermediates private to a pass never reach memory."""
     plan = plan_fusion(op, sizes, enabled=fuse)
-    private = {n for g in plan.groups for n in g.private}
+    size = {d.name: math.prod(shape_of(op, d.name, sizes)) * d.dtype.itemsize
+            for d in op.inputs + op.outputs + op.locals}
     total = 0
-    for d in op.inputs + op.outputs + op.locals:
-        count = math.prod(shape_of(op, d.name, sizes)) * d.dtype.itemsize
-        if d in op.locals:
-            count = 0 if d.name in private else 2 * count
-        total += count
+    for group in plan.groups:
+        touched: set[str] = set()
+        for i in group.stmts:
+            stmt = op.stmts[i]
+            touched.add(stmt.target)
+            touched.update(n.tensor for n in walk(stmt.expr) if isinstance(n, Access))
+        total += sum(size[t] for t in touched - set(group.private) if t in size)
     return total
 
 
@@ -150,7 +154,7 @@ def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
     """The model's best legal config with the user's overrides on top ('chunk=4,vec=8' or a dict;
     'tuned' the best recorded config, tuning with a small budget when there is none)."""
     space = build_pattern_space(op, sizes, target)
-    best = min(space.configs, key=lambda c: predict_seconds(op, sizes, target, c)) \
+    best = min(space.configs, key=lambda c: (predict_seconds(op, sizes, target, c), -c["fuse"])) \
         if space.configs else _defaults()
     if request == "tuned":
         from uol_core.acg.pattern_tuner import tuned_pattern_config

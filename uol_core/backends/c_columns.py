@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from uol_core.acg.fusion import column_reduce
 from uol_core.backends.c import CodeWriter, index_id
 from uol_core.backends.c_expr import (
     REDUCE_C,
@@ -109,3 +110,64 @@ def column_reduction(w: CodeWriter, op: Op, lay, stmt, ctx: ExprContext, red: Re
     w.emit(f"{at}    {result(acc)}", line)
     w.emit(f"{at}}}", line)
     w.emit(f"{pad}}}\n{pad}free({part});", line)
+
+
+class ColumnRider:
+    """A column reduction riding a row pass: y[c] = f(red[r](body)) where r is the pass's shared
+    row loop. Each thread adds its rows into its own partial row (allocated before the parallel
+    region, one row per thread); after the row loop the partial rows are combined in thread
+    order (deterministic) and f is applied."""
+
+    def __init__(self, op: Op, lay, stmt, ctx: ExprContext, threads: int) -> None:
+        self.op, self.lay, self.stmt, self.ctx, self.threads = op, lay, stmt, ctx, threads
+        self.red = column_reduce(stmt)
+        k = kind(self.red, ctx)
+        self.body_kind = "f" if k == "f" else "i"
+        self.ctype = ctx.ctype(self.body_kind)
+        self.col = stmt.indices[0]
+        self.extent = lay.shapes[stmt.target][0]
+        self.part, self.vacc = ctx.fresh(f"part_{stmt.target}"), ctx.fresh(f"rows_{stmt.target}")
+
+    def allocate(self, w: CodeWriter, pad: str) -> None:
+        """Before the parallel region: one partial row per thread."""
+        w.emit(f"{pad}{self.ctype} *restrict {self.part} = "
+               f"malloc(sizeof({self.ctype}) * {self.threads * self.extent});", self.stmt.line)
+
+    def start(self, w: CodeWriter, pad: str) -> None:
+        """Inside the region, before the row loop: this thread's partial row, at the identity."""
+        inits, _, _ = REDUCE_C[self.red.op]
+        c = index_id(self.col)
+        w.emit(f"{pad}{self.ctype} *restrict {self.vacc} = {self.part} + "
+               f"(int64_t)omp_get_thread_num() * {self.extent};\n"
+               f"{pad}#pragma omp simd\n{pad}for (int64_t {c} = 0; {c} < {self.extent}; ++{c}) "
+               f"{self.vacc}[{c}] = {inits[self.body_kind]};", self.stmt.line)
+
+    def row(self, w: CodeWriter, pad: str) -> None:
+        """Inside the row loop (o0 is the row): add this row's column values."""
+        _, update, _ = REDUCE_C[self.red.op]
+        c, line = index_id(self.col), self.stmt.line
+        body = render(self.red.body, self.ctx)
+        if self.body_kind == "f" and kind(self.red.body, self.ctx) != "f":
+            body = f"(({self.ctx.real})({body}))"
+        w.emit(f"{pad}{{ /* line {line}: {self.stmt.target}[{self.col}], this row's share */\n"
+               f"{pad}    const int64_t {index_id(self.red.indices[0])} = o0;\n"
+               f"{pad}    #pragma omp simd\n"
+               f"{pad}    for (int64_t {c} = 0; {c} < {self.extent}; ++{c})\n"
+               f"{pad}        {update.format(a=f'{self.vacc}[{c}]', v=body)}\n{pad}}}", line)
+
+    def finish(self, w: CodeWriter, pad: str, rows: int) -> None:
+        """After the row loop's barrier: combine the partial rows and store f(total)."""
+        _, update, _ = REDUCE_C[self.red.op]
+        c, line, ctx = index_id(self.col), self.stmt.line, self.ctx
+        acc = ctx.fresh("acc")
+        ctx.cache[id(self.red)] = f"({acc} / ({ctx.real}){rows})" if self.red.op == "mean" else acc
+        value = render(self.stmt.expr, ctx)
+        decl = self.op.tensor(self.stmt.target)
+        if self.stmt.target in {d.name for d in self.op.outputs} or not decl.dtype.is_float:
+            value = store(decl.dtype, value, kind(self.stmt.expr, ctx))
+        w.emit(f"{pad}#pragma omp for schedule(static)\n"
+               f"{pad}for (int64_t {c} = 0; {c} < {self.extent}; ++{c}) {{\n"
+               f"{pad}    {self.ctype} {acc} = {self.part}[{c}];\n"
+               f"{pad}    for (int t = 1; t < omp_get_num_threads(); ++t)\n"
+               f"{pad}        {update.format(a=acc, v=f'{self.part}[(int64_t)t * {self.extent} + {c}]')}\n"
+               f"{pad}    {self.lay.address(self.stmt.target, [c])} = {value};\n{pad}}}", line)
