@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from uol_core.backends.base import KernelSource
+from uol_core.backends.c_vmath import SCALAR_MATH
 from uol_core.odl.ir import (
     Access,
     Affine,
@@ -31,7 +32,7 @@ GENERATOR_VERSION = "acg-c-2"
 CALLS: dict[str, str] = {
     "exp": "expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})", "rsqrt": "(1.0f / sqrtf({0}))",
     "tanh": "tanhf({0})", "sigmoid": "uol_sigmoid({0})", "relu": "uol_relu({0})",
-    "gelu": "uol_gelu({0})", "silu": "uol_silu({0})", "abs": "fabsf({0})", "erf": "erff({0})",
+    "gelu": "uol_gelu({0})", "silu": "uol_silu({0})", "abs": "fabsf({0})", "erf": "uol_erff({0})",
     "sin": "sinf({0})", "cos": "cosf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
     "pow": "powf({0}, {1})", "max": "fmaxf({0}, {1})", "min": "fminf({0}, {1})",
     "where": "(({0}) ? ({1}) : ({2}))",
@@ -46,33 +47,13 @@ C_TYPES: dict[DType, str] = {
     DType.bool: "uint8_t",
 }
 
-# Scalar helpers the CALLS table refers to. They use only + * / and bit moves so that gcc
-# vectorises the epilogue loop: exp is Cody-Waite reduction + the Cephes polynomial (rel. err
-# ~1e-7), erf is Abramowitz & Stegun 7.1.26 (abs. err 1.5e-7); gelu is the erf form (torch's).
-PRELUDE = """\
-static inline float uol_exp(float x)
-{
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    const float n = floorf(x * 1.44269504f + 0.5f);
-    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const union { int32_t i; float f; } scale = { .i = ((int32_t)n + 127) << 23 };
-    return p * scale.f;
-}
-static inline float uol_erf(float x)
-{
-    const float a = fabsf(x), t = 1.0f / (1.0f + 0.3275911f * a);
-    const float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t
-                             - 0.284496736f) * t + 0.254829592f) * t * uol_exp(-a * a);
-    return copysignf(y, x);
-}
+# Scalar helpers the CALLS table refers to (exp, erf: c_vmath.SCALAR_MATH), vectorisable in the
+# epilogue loop; gelu is the erf form (torch's).
+PRELUDE = SCALAR_MATH + """\
 static inline float uol_relu(float x) { return x > 0.0f ? x : 0.0f; }
-static inline float uol_sigmoid(float x) { return 1.0f / (1.0f + uol_exp(-x)); }
-static inline float uol_silu(float x) { return x / (1.0f + uol_exp(-x)); }
-static inline float uol_gelu(float x) { return 0.5f * x * (1.0f + uol_erf(x * 0.70710678118654752f)); }"""
+static inline float uol_sigmoid(float x) { return 1.0f / (1.0f + uol_expf(-x)); }
+static inline float uol_silu(float x) { return x / (1.0f + uol_expf(-x)); }
+static inline float uol_gelu(float x) { return 0.5f * x * (1.0f + uol_erff(x * 0.70710678118654752f)); }"""
 
 
 def tensor_id(name: str) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from uol_core.backends.c import index_id, size_id
+from uol_core.backends.c_vmath import SCALAR_MATH
 from uol_core.odl.ir import (
     COMPARISONS,
     LOGICAL,
@@ -36,33 +37,8 @@ STORAGE: dict[DType, str] = {
     DType.i32: "int32_t", DType.i8: "int8_t", DType.bool: "uint8_t",
 }
 
-# Scalar helpers. uol_expf uses only + * and bit moves (Cody-Waite + Cephes, rel. err ~1e-7) so
-# that loops calling it vectorise without libmvec; tanh/sigmoid/silu/gelu build on it.
-PRELUDE = r"""
-static inline float uol_expf(float x)
-{
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    const float n = __builtin_floorf(x * 1.44269504f + 0.5f);
-    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const union { int32_t i; float f; } scale = { .i = ((int32_t)n + 127) << 23 };
-    return p * scale.f;
-}
-static inline float uol_erff(float x)
-{
-    const float a = fabsf(x), t = 1.0f / (1.0f + 0.3275911f * a);
-    const float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t
-                             - 0.284496736f) * t + 0.254829592f) * t * uol_expf(-a * a);
-    return copysignf(y, x);
-}
-static inline float uol_tanhf(float x)
-{
-    const float e = uol_expf(-2.0f * fabsf(x));
-    return copysignf((1.0f - e) / (1.0f + e), x);
-}
+# Scalar helpers: the math of c_vmath.SCALAR_MATH, bf16 conversions, NaN-aware max/min.
+PRELUDE = SCALAR_MATH + r"""
 static inline float uol_bf16_load(uint16_t b)
 {
     const union { uint32_t i; float f; } v = { .i = (uint32_t)b << 16 };
@@ -88,7 +64,7 @@ FUNCS: dict[str, dict[str, str]] = {
         "rsqrt": "(1.0f / sqrtf({0}))", "tanh": "uol_tanhf({0})",
         "sigmoid": "(1.0f / (1.0f + uol_expf(-({0}))))", "relu": "(({0}) > 0.0f ? ({0}) : 0.0f)",
         "gelu": "(0.5f * ({0}) * (1.0f + uol_erff(({0}) * 0.70710678118654752f)))",
-        "silu": "(({0}) / (1.0f + uol_expf(-({0}))))", "abs": "fabsf({0})", "erf": "erff({0})",
+        "silu": "(({0}) / (1.0f + uol_expf(-({0}))))", "abs": "fabsf({0})", "erf": "uol_erff({0})",
         "sin": "sinf({0})", "cos": "cosf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
     },
     "double": {
