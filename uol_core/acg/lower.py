@@ -112,7 +112,12 @@ def lower_contraction(op: Op, sizes: Mapping[str, int]) -> GemmPlan:
                     for name, form in stmt_extents(op, main).reductions[reduce].items()})
     outputs = {d.name for d in op.outputs}
     stores = tuple(s.target for s in stmts if s.target in outputs)
-    return GemmPlan(op, dict(sizes), main, lhs, rhs, roles.m[0], roles.n[0], roles.k[0],
+    m, n = roles.m[0], roles.n[0]
+    if stmt.indices and stmt.indices[-1] == m:
+        # The output is contiguous along m: make it the micro-kernel's vector (n) axis so that
+        # tiles store whole rows (a*b == b*a, so swapping the operands changes no value).
+        m, n, lhs, rhs = n, m, rhs, lhs
+    return GemmPlan(op, dict(sizes), main, lhs, rhs, m, n, roles.k[0],
                     roles.batch, reduce, tuple(stmts), stores, DType.f32, extents)
 
 

@@ -119,6 +119,11 @@ def _packing(w: CodeWriter, line: int) -> None:
 static void uol_pack_a(const float *restrict A, int64_t rs, int64_t cs, int64_t mr, int64_t kc,
                        float *restrict out)
 {
+    if (mr == MR && rs == 1) {  /* A stored k-major (a transposed operand): read it in order */
+        for (int64_t p = 0; p < kc; ++p)
+            for (int64_t i = 0; i < MR; ++i) out[p * MR + i] = A[p * cs + i];
+        return;
+    }
     for (int64_t i = 0; i < MR; ++i) {
         if (i < mr) {
             const float *row = A + i * rs;
