@@ -1,0 +1,205 @@
+"""Direct path of the C convolution template: row tiles read straight from a padded row buffer.
+
+Per work item (image, block of RB output rows) a thread copies the input rows the block needs,
+of every channel, into a private buffer of CDIM planes of BR x WP floats with the pad value
+around them (buffer column j holds input column j + OFFX). With unit stride the GEMM operand
+B[(c, r, s), pixel] is then buf[c][row + r][x + s]: for fixed (c, r, s), LANES consecutive
+pixels of one output row are one unaligned vector load, so no im2col panel is packed. The
+micro-kernel keeps MR output channels x NV such vectors (which may lie on different output rows)
+in registers over the whole reduction and the epilogue runs while the tile is stored. Widths
+that would leave most vector lanes idle keep the im2col path (see c_conv.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from uol_core.backends.c import CodeWriter, index_id, tensor_id
+from uol_core.backends.c_gemm import ISA
+
+if TYPE_CHECKING:
+    from uol_core.backends.c_conv import ConvPlan
+
+# Register tile per ISA: MR output channels x NV input vectors (MR * NV accumulators, NV inputs
+# and one broadcast fit the architectural registers: 16 for avx2, 32 for avx512).
+TILES = {"avx512": (8, 3), "avx2": (4, 3), "vecext": (4, 2)}
+# Unaligned vector load, and the asm constraint that pins a loaded vector in a register (gcc
+# otherwise folds the load into every FMA that uses it: MR loads per vector instead of one).
+LOADU = {"avx512": "_mm512_loadu_ps({0})", "avx2": "_mm256_loadu_ps({0})",
+         "vecext": "(*(const uol_vfu *)({0}))"}
+PIN = {"avx512": "v", "avx2": "x", "vecext": ""}
+
+
+@dataclass(frozen=True)
+class RowTiles:
+    """Geometry of the direct path (all in floats)."""
+
+    lanes: int
+    mr: int
+    nv: int
+    vpr: int  # vectors per output row
+    wp: int  # buffer row length: VPR * LANES + S - 1 rounded up to whole vectors
+    rb: int  # output rows per work item
+    br: int  # buffer rows per work item: RB + R - 1
+    nrb: int  # work items per image
+
+    @property
+    def plane(self) -> int:
+        return self.br * self.wp
+
+    def defines(self) -> str:
+        return (f"#define LANES {self.lanes}\n#define NV {self.nv}\n#define VPR {self.vpr}\n"
+                f"#define WP {self.wp}\n#define RB {self.rb}\n#define BR {self.br}\n"
+                f"#define PLANE {self.plane}\n#define NRB {self.nrb}")
+
+
+def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int]
+              ) -> RowTiles | None:
+    """The direct path's geometry, or None when under half the lanes of a row's vectors would
+    hold output pixels. `dims`: cdim, oh, ow, rdim, sdim. Rows per item: the config's `chunk`
+    when set, else the fewest (at least R - 1, so a buffer row is copied for at most two output
+    rows) whose vectors fill whole tiles, keeping the buffer within a quarter of the L2.
+    `mr` and `nv` in the config override the ISA's register tile."""
+    mr, nv = TILES[isa]
+    mr, nv = int(cfg.get("mr") or mr), int(cfg.get("nv") or nv)
+    cdim, oh, ow, rdim, sdim = (dims[k] for k in ("cdim", "oh", "ow", "rdim", "sdim"))
+    vpr = math.ceil(ow / lanes)
+    if 2 * ow < vpr * lanes:
+        return None
+    wp = math.ceil((vpr * lanes + sdim - 1) / lanes) * lanes
+    if cfg.get("chunk"):
+        rb = min(oh, int(cfg["chunk"]))
+    else:
+        row_bytes = 4 * cdim * wp
+        limit = max(1, min(oh, int(target.l2_bytes or 1 << 20) // 4 // row_bytes - (rdim - 1)))
+        lo = min(limit, max(1, rdim - 1))
+        rb = next((r for r in range(lo, limit + 1) if r * vpr % nv == 0), lo)
+    return RowTiles(lanes, mr, nv, vpr, wp, rb, rb + rdim - 1, math.ceil(oh / rb))
+
+
+def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[int], padv: str,
+                dims: Mapping[str, int], line: int) -> None:
+    """The row buffer fill and the micro-kernel (dims: rdim, sdim, iw)."""
+    if isa == "vecext":
+        w.emit(f"typedef float uol_vfu __attribute__((vector_size({t.lanes * 4}), aligned(4)));")
+    _fill_rows(w, plan, t, xs, padv, dims, line)
+    _micro_rows(w, t, isa, dims, line)
+
+
+def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: list[int],
+               value: str, uses_x: bool, cdim: int, line: int) -> None:
+    """The entry's parallel region (after its head has allocated the packed filter Ap).
+    `value`: the rendered statement with the sum as `acc`; `uses_x`: it reads the column index."""
+    b, m, y = index_id(plan.b), index_id(plan.m), index_id(plan.y)
+    buf_len = math.ceil(cdim * t.plane / 16) * 16
+    w.emit("#pragma omp parallel num_threads(THREADS)\n    {", line)
+    w.emit(f"    float *buf = aligned_alloc(64, sizeof(float) * {buf_len});\n"
+           "    float tile[MR * NV * LANES] __attribute__((aligned(64)));\n"
+           "    int64_t o[NV];", line)
+    w.emit("#pragma omp for schedule(static)\n"
+           "    for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"
+           f"        uol_pack_filter({tensor_id(plan.f.tensor)}, Ap + panel * MR * KDIM, panel);",
+           line)
+    w.emit(f"    /* work items: (image {plan.b}, block of RB output rows {plan.y}) */\n"
+           "#pragma omp for schedule(dynamic, 1)\n"
+           "    for (int64_t item = 0; item < BATCH * NRB; ++item) {\n"
+           f"        const int64_t {b} = item / NRB, y0 = item % NRB * RB;\n"
+           "        const int64_t rows = OH - y0 < RB ? OH - y0 : RB, nvec = rows * VPR;\n"
+           f"        uol_fill_rows({tensor_id(plan.x.tensor)} + {b} * {xs[0]}, y0, rows + RS - 1,"
+           " buf);\n"
+           "        for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"
+           "        for (int64_t v0 = 0; v0 < nvec; v0 += NV) {\n"
+           "            const int64_t nv = nvec - v0 < NV ? nvec - v0 : NV;\n"
+           "            for (int64_t v = 0; v < NV; ++v) {  /* a short last tile repeats its "
+           "first vector */\n"
+           "                const int64_t u = v0 + (v < nv ? v : 0);\n"
+           "                o[v] = u / VPR * WP + u % VPR * LANES;\n"
+           "            }\n"
+           "            uol_micro_rows(Ap + panel * MR * KDIM, buf, o, tile);", line)
+    w.emit(f"            /* epilogue: {plan.out}[{plan.b}, {plan.m}, {plan.y}, {plan.xw}] from "
+           "the tile */\n"
+           "            for (int64_t i = 0; i < MR && panel * MR + i < MDIM; ++i) {\n"
+           f"                const int64_t {m} = panel * MR + i;\n"
+           "                for (int64_t v = 0; v < nv; ++v) {\n"
+           f"                    const int64_t {y} = y0 + (v0 + v) / VPR, "
+           "x0 = (v0 + v) % VPR * LANES;\n"
+           "                    const int64_t len = OW - x0 < LANES ? OW - x0 : LANES;\n"
+           f"                    float *restrict yrow = {tensor_id(plan.out)} + {b} * {ys[0]} + "
+           f"{m} * {ys[1]} + {y} * {ys[2]} + x0;\n"
+           "#pragma omp simd\n"
+           "                    for (int64_t j = 0; j < len; ++j) {\n"
+           "                        const float acc = tile[(i * NV + v) * LANES + j];", line)
+    if uses_x:
+        w.emit(f"                        const int64_t {index_id(plan.xw)} = x0 + j;", line)
+    w.emit(f"                        yrow[j] = {value};\n"
+           "                    }\n                }\n            }\n        }\n    }", line)
+    w.emit("    free(buf);\n    }\n    free(Ap);\n}", line)
+
+
+def _fill_rows(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], padv: str,
+               dims: Mapping[str, int], line: int) -> None:
+    jlo = min(t.wp, max(0, -plan.off_x))
+    jhi = max(jlo, min(t.wp, dims["iw"] - plan.off_x))
+    w.emit(f"""\
+/* Row buffer of one work item: input rows y0 + {plan.r} + ({plan.off_y}) of every channel \
+{plan.c} of one image of {plan.x.tensor},
+   as CDIM planes of nrows x WP; column j holds input column j + ({plan.off_x}); outside the \
+input: {padv}.
+   (memcpy for the inside: gcc 12.2 -O3 miscompiles the same copy written as a loop here.) */
+static void uol_fill_rows(const float *restrict Xb, int64_t y0, int64_t nrows, float *restrict buf)
+{{
+    for (int64_t c = 0; c < CDIM; ++c)
+    for (int64_t br = 0; br < nrows; ++br) {{
+        float *restrict o = buf + c * PLANE + br * WP;
+        const int64_t iy = y0 + br + ({plan.off_y});
+        if (iy < 0 || iy >= IH) {{
+            for (int64_t j = 0; j < WP; ++j) o[j] = {padv};
+            continue;
+        }}
+        const float *restrict row = Xb + c * {xs[1]} + iy * {xs[2]};
+        for (int64_t j = 0; j < {jlo}; ++j) o[j] = {padv};
+        memcpy(o + {jlo}, row + {jlo} + ({plan.off_x}), sizeof(float) * {jhi - jlo});
+        for (int64_t j = {jhi}; j < WP; ++j) o[j] = {padv};
+    }}
+}}
+""", line)
+
+
+def _micro_rows(w: CodeWriter, t: RowTiles, isa: str, dims: Mapping[str, int], line: int) -> None:
+    ops, vec = ISA[isa], ISA[isa]["vec"]
+    acc = [[f"c{i}_{v}" for v in range(t.nv)] for i in range(t.mr)]
+    window = dims["rdim"] * dims["sdim"]
+    w.emit(f"/* Micro-kernel: tile[MR x NV*LANES] = filter panel (KDIM x MR) x NV input vectors at "
+           f"buf + o[v] + c*PLANE + r*WP + s;\n   {t.mr * t.nv} accumulators of {t.lanes} lanes "
+           f"stay in registers over the whole reduction ({isa}). */", line)
+    w.emit("static inline void uol_micro_rows(const float *restrict a, const float *restrict buf,\n"
+           "                                  const int64_t *restrict o, float *restrict tile)\n{",
+           line)
+    w.emit("    const float *" + ", *".join(f"b{v} = buf + o[{v}]" for v in range(t.nv)) + ";",
+           line)
+    for row in acc:
+        w.emit(f"    {vec} " + ", ".join(f"{c} = {ops['zero']}" for c in row) + ";", line)
+    unroll_c = f"#pragma GCC unroll {4 // window}\n" if window < 4 else ""
+    w.emit(f"{unroll_c}    for (int64_t c = 0; c < CDIM; ++c)\n"
+           f"#pragma GCC unroll {min(dims['rdim'], 8)}\n"
+           "    for (int64_t r = 0; r < RS; ++r)\n"
+           f"#pragma GCC unroll {min(dims['sdim'], 8)}\n"
+           "    for (int64_t s = 0; s < SS; ++s) {\n"
+           "        const int64_t q = c * PLANE + r * WP + s;", line)
+    w.emit(f"        {vec} " + ", ".join(f"x{v} = " + LOADU[isa].format(f"b{v} + q")
+                                        for v in range(t.nv)) + ";", line)
+    if PIN[isa]:
+        w.emit('        __asm__("" : ' + ", ".join(f'"+{PIN[isa]}"(x{v})' for v in range(t.nv))
+               + ");  /* keep the inputs in registers */", line)
+    for i in range(t.mr):
+        w.emit(f"        {{ const {vec} ai = " + ops["bcast"].format(f"a[{i}]") + "; "
+               + " ".join(f"{c} = " + ops["fma"].format("ai", f"x{v}", c) + ";"
+                          for v, c in enumerate(acc[i])) + " }", line)
+    w.emit("        a += MR;\n    }", line)
+    for i in range(t.mr):
+        w.emit("    " + " ".join(ops["store"].format(f"tile + {(i * t.nv + v) * t.lanes}", c) + ";"
+                                 for v, c in enumerate(acc[i])), line)
+    w.emit("}\n", line)
