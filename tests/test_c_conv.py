@@ -94,3 +94,18 @@ def test_conv_template_golden(request):
     if request.config.getoption("--update-golden", default=False) or not path.exists():
         path.write_text(text)
     assert text == path.read_text(), f"{path.name} changed: rerun with --update-golden and review"
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_direct_and_im2col_paths_both_verify(threads):
+    # wide rows take the direct path (row buffer, vectors of output pixels); rows narrower
+    # than half a vector keep im2col panels; odd channel counts leave partial register tiles
+    wide = check(load_op("conv2d_pad1"), {"N": 2, "C": 5, "K": 9, "H": 10, "W": 29},
+                 {"threads": threads})
+    assert "direct" in wide.src.meta["fusion"]
+    narrow = check(load_op("conv2d_pad1"), {"N": 3, "C": 4, "K": 6, "H": 9, "W": 2},
+                   {"threads": threads})
+    assert "im2col" in narrow.src.meta["fusion"]
+    rows = check(load_op("conv2d_pad1"), {"N": 1, "C": 3, "K": 5, "H": 13, "W": 8},
+                 {"threads": threads, "chunk": 4})  # rows per work item from the config
+    assert "direct" in rows.src.meta["fusion"]
