@@ -26,19 +26,17 @@ class NativeKernel:
         self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)]
         self.args = list(args)
         self.shapes = {k: tuple(v) for k, v in shapes.items()}
+        self._ptr_type = ctypes.c_void_p * len(self.args)
 
     def __call__(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Run on `tensors` (every arg by name; outputs written in place)."""
-        ptrs = (ctypes.c_void_p * len(self.args))()
-        strides: list[int] = []
-        for i, name in enumerate(self.args):
-            t = tensors[name]
-            if tuple(t.shape) != self.shapes[name]:
+        ordered = [tensors[name] for name in self.args]
+        for name, t in zip(self.args, ordered):
+            if t.shape != self.shapes[name]:
                 raise ShapeError(f"{name} has shape {tuple(t.shape)}; this kernel was built for "
                                  f"{self.shapes[name]}")
             if t.dtype != torch.float32 or t.device.type != "cpu":
                 raise ShapeError(f"{name} must be a float32 CPU tensor, got {t.dtype} on {t.device}")
-            ptrs[i] = t.data_ptr()
-            strides.extend(t.stride())
-        arr = (ctypes.c_int64 * max(1, len(strides)))(*strides)
-        self.fn(ptrs, arr)
+        ptrs = self._ptr_type(*[t.data_ptr() for t in ordered])
+        strides = [s for t in ordered for s in t.stride()]
+        self.fn(ptrs, (ctypes.c_int64 * max(1, len(strides)))(*strides))
