@@ -24,25 +24,28 @@ from uol_core.torch_bridge import to_torch
 from uol_core.training_demo import run_demo
 
 
-def step(fn, inputs):
-    """One forward + backward; returns nothing (the work is the point)."""
+def step(fn, inputs, upstream):
+    """One forward + backward with a given upstream gradient (made once per case, so that
+    filling a fresh tensor, the same cost for every contender, stays out of the timings)."""
     for t in inputs:
         t.grad = None
     out = fn(*inputs)
-    out.backward(torch.ones_like(out))
+    out.backward(upstream)
 
 
 def interleaved(contenders: dict, inputs, seconds: float) -> dict:
     """Median ms per forward+backward of each contender, calls alternated."""
     times: dict[str, list[float]] = {k: [] for k in contenders}
+    with torch.no_grad():
+        upstream = torch.ones_like(next(iter(contenders.values()))(*inputs))
     for fn in contenders.values():  # warm-up: compiles, caches
-        step(fn, inputs)
-        step(fn, inputs)
+        step(fn, inputs, upstream)
+        step(fn, inputs, upstream)
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         for name, fn in contenders.items():
             start = time.perf_counter()
-            step(fn, inputs)
+            step(fn, inputs, upstream)
             times[name].append((time.perf_counter() - start) * 1e3)
     return {k: statistics.median(v) for k, v in times.items()}
 
