@@ -1,0 +1,135 @@
+"""Vector helpers and register micro-kernels of the C flash-attention template (c_attention).
+
+All tiles keep the query axis along the vector lanes ("transposed" layout):
+    S^T[j][i] = sum_d K[j][d] * Q^T[d][i]      O^T[e][i] = alpha[i] O^T[e][i] + sum_j V[j][e] * P^T[j][i]
+so K and V rows are broadcast straight from memory (no transposes inside the key loop), Q^T is
+packed once per query block, and the row statistics (max, exp, sum) of a query are one lane:
+the online softmax needs no horizontal reductions. Each micro-kernel holds MR x NV vectors of
+accumulators (MR broadcast rows times NV vectors of queries) in registers.
+The per-ISA prelude gives the same few inline functions (uol_vld, uol_vfma, uol_vexp, ...)
+over AVX-512, AVX2 or gcc's portable vector extension, so the kernel body is written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uol_core.acg.config import lanes, target_isas, vector_registers
+from uol_core.backends.c_vmath import vmath_prelude
+
+NV = 2  # vectors of queries per micro-tile (3 on 16 registers spills)
+
+# x86: thin wrappers over the intrinsics; uol_vexp comes from c_vmath (uol_expf's constants).
+_X86 = """#include <immintrin.h>
+typedef {m} uol_v;  /* {lanes} f32 lanes ({isa}) */
+static inline uol_v uol_vld(const float *p) {{ return {mm}_loadu_ps(p); }}
+static inline void uol_vst(float *p, uol_v x) {{ {mm}_storeu_ps(p, x); }}
+static inline uol_v uol_vset(float x) {{ return {mm}_set1_ps(x); }}
+static inline uol_v uol_vadd(uol_v a, uol_v b) {{ return {mm}_add_ps(a, b); }}
+static inline uol_v uol_vsub(uol_v a, uol_v b) {{ return {mm}_sub_ps(a, b); }}
+static inline uol_v uol_vmul(uol_v a, uol_v b) {{ return {mm}_mul_ps(a, b); }}
+static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) {{ return {mm}_fmadd_ps(a, b, c); }}"""
+
+_PORTABLE = """typedef float uol_v __attribute__((vector_size({bytes})));  /* {lanes} f32 lanes (vecext) */
+static inline uol_v uol_vld(const float *p) {{ uol_v x; __builtin_memcpy(&x, p, sizeof x); return x; }}
+static inline void uol_vst(float *p, uol_v x) {{ __builtin_memcpy(p, &x, sizeof x); }}
+static inline uol_v uol_vset(float x) {{ return (uol_v){{0}} + x; }}
+static inline uol_v uol_vadd(uol_v a, uol_v b) {{ return a + b; }}
+static inline uol_v uol_vsub(uol_v a, uol_v b) {{ return a - b; }}
+static inline uol_v uol_vmul(uol_v a, uol_v b) {{ return a * b; }}
+static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) {{ return a * b + c; }}
+static inline uol_v uol_vexp(uol_v x)
+{{
+    for (int k = 0; k < {lanes}; ++k) x[k] = uol_expf(x[k]);
+    return x;
+}}"""
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """Vector shape of the flash kernel on one target: ISA, lanes, broadcast rows per tile."""
+
+    isa: str
+    lanes: int
+    mr: int  # broadcast rows (keys in Q.K, output columns in P.V) per micro-tile
+    nv: int  # vectors of queries per micro-tile
+
+    @property
+    def qt(self) -> int:
+        """Queries per micro-tile (nv vectors)."""
+        return self.nv * self.lanes
+
+    def prelude(self) -> str:
+        """C definitions of uol_v and its inline operations for this ISA."""
+        if self.isa == "vecext":
+            return _PORTABLE.format(bytes=self.lanes * 4, lanes=self.lanes)
+        bits = 512 if self.isa == "avx512" else 256
+        return (_X86.format(m=f"__m{bits}", mm=f"_mm{bits}", lanes=self.lanes, isa=self.isa)
+                + vmath_prelude(self.isa))
+
+
+def choose_tiles(target) -> Tiles:
+    """Best ISA of the target; MR so that MR x NV accumulators, NV loads and a broadcast fit."""
+    if target is None:
+        return Tiles("vecext", 4, 6, NV)
+    isa = target_isas(target)[0]
+    regs = vector_registers(isa, target) if target.vector_registers else 16
+    return Tiles(isa, lanes(isa, target), max(1, (regs - NV - 1) // NV), NV)
+
+
+def _acc(t: Tiles, rows: int) -> list[list[str]]:
+    return [[f"c{r}_{v}" for v in range(t.nv)] for r in range(rows)]
+
+
+def _stores(t: Tiles, rows: int, dst: str, ld: str) -> str:
+    return "\n".join("    " + " ".join(f"uol_vst({dst} + {r} * {ld} + {v * t.lanes}, {c});"
+                                         for v, c in enumerate(row))
+                     for r, row in enumerate(_acc(t, rows)))
+
+
+def _fmas(t: Tiles, rows: int, name: str, src: str, vec: str) -> str:
+    """One step: broadcast row r's scalar (`src` with {r}) times the nv vectors `vec`0.. per row."""
+    return "\n".join(f"        {{ const uol_v {name} = uol_vset({src.format(r=r)}); "
+                     + " ".join(f"{c} = uol_vfma({name}, {vec}{v}, {c});" for v, c in enumerate(row))
+                     + " }" for r, row in enumerate(_acc(t, rows)))
+
+
+def score_kernel(t: Tiles, depth: int, ldq: int) -> str:
+    """uol_qk_tile: S^T[MR keys][QT queries] = K rows (broadcast) x Q^T (depth x QT, row stride ldq)."""
+    q = ", ".join(f"q{v} = uol_vld(qt + d * {ldq} + {v * t.lanes})" for v in range(t.nv))
+    zero = "\n".join("    uol_v " + ", ".join(f"{c} = uol_vset(0.0f)" for c in row) + ";"
+                     for row in _acc(t, t.mr))
+    return f"""/* Score micro-tile: {t.mr} keys x {t.qt} queries, {t.mr * t.nv} accumulators in registers. */
+static inline void uol_qk_tile(const float *const *restrict kr, const float *restrict qt,
+                               float *restrict st)
+{{
+{zero}
+    for (int64_t d = 0; d < {depth}; ++d) {{
+        const uol_v {q};
+{_fmas(t, t.mr, "k", "kr[{r}][d]", "q")}
+    }}
+{_stores(t, t.mr, "st", str(ldq))}
+}}
+"""
+
+
+def value_kernel(t: Tiles, rows: int, ldp: int, ldv: int) -> str:
+    """uol_pv_tile<rows>: O^T[rows cols][QT queries] = alpha O^T + V^T (broadcast) x P^T, nk keys."""
+    p = ", ".join(f"p{v} = uol_vld(pt + j * {ldp} + {v * t.lanes})" for v in range(t.nv))
+    alpha = ", ".join(f"a{v} = uol_vld(alpha + {v * t.lanes})" for v in range(t.nv))
+    load = "\n".join("    uol_v " + ", ".join(f"{c} = uol_vmul(uol_vld(ot + {r} * {ldp} + "
+                                              f"{v * t.lanes}), a{v})" for v, c in enumerate(row))
+                     + ";" for r, row in enumerate(_acc(t, rows)))
+    return f"""/* Output micro-tile: {rows} columns x {t.qt} queries, rescaled by alpha, += V^T P^T. */
+static inline void uol_pv_tile{rows}(int64_t nk, const float *restrict pt, const float *restrict v,
+                               float *restrict ot, const float *restrict alpha)
+{{
+    const uol_v {alpha};
+{load}
+    for (int64_t j = 0; j < nk; ++j) {{
+        const uol_v {p};
+{_fmas(t, rows, "x", "v[j * " + str(ldv) + " + {r}]", "p")}
+    }}
+{_stores(t, rows, "ot", str(ldp))}
+}}
+"""
