@@ -236,9 +236,8 @@ def _body(w: CodeWriter, plan: RowPlan, isa: str, lane: int, n_rows: int, n_cols
     w.emit(f"""            for (; c + {lane} <= {n_cols}; c += {lane}) {p}_storeu_ps(yr + c, {vector});
             for (; c < {n_cols}; ++c) yr[c] = {scalar};
         }}""", L3)
+    if stream:  # each thread fences its own weakly ordered stores before the region's barrier
+        w.emit("        _mm_sfence();", L3)
     if softmax:
         w.emit("        free(e);", L2)
     w.emit("    }", L1)
-    if stream:
-        w.emit("    _mm_sfence();  /* non-temporal stores are weakly ordered: publish them before return */",
-               L3)
