@@ -247,7 +247,10 @@ def validate(ranks: str = typer.Option("2,4", help="process counts to test, e.g.
     _emit(v, as_json, tab)
     if not as_json:
         console.print(f"median error >= 1 MiB: {v['median_error_large']:.1%} (goal 15%); "
-                      f"< 64 KiB: {v['median_error_small']:.1%} (goal 30%)")
+                      f"< 64 KiB: {v['median_error_small']:.1%} (goal 30%); geomean "
+                      f"{v['geomean_error_large']:.1%} and {v['geomean_error_small']:.1%}; "
+                      f"oversubscription efficiency eta {v['oversubscription_eta']:.2f} "
+                      "(fitted on held-in sizes, used when ranks outnumber cores)")
 
 
 @app.command()
