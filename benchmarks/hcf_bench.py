@@ -76,7 +76,9 @@ def main() -> None:
         from hcf_sim.errors import parse_sizes
         from hcf_sim.training import CODECS, compare
         v = validate([2, 3, 4], parse_sizes("4KiB:16MiB"), 15)
-        res["validation"] = {k: v[k] for k in ("median_error_large", "median_error_small", "method", "cores", "torch")}
+        res["validation"] = {k: v[k] for k in ("median_error_large", "median_error_small",
+                                                "geomean_error_large", "geomean_error_small",
+                                                "oversubscription_eta", "method", "cores", "torch")}
         res["validation"]["rows"] = v["rows"]
         res["validation"]["median_error_by_ranks"] = {
             p: statistics.median([r["error"] for r in v["rows"] if r["ranks"] == p]) for p in (2, 3, 4)}
