@@ -78,22 +78,26 @@ def fit_cpu_cost(sizes: list[float], cpu_seconds: list[float], steps: int, share
 
 
 def ring_prediction(p: int, size: float, ab: AlphaBeta, cpu_step: float, cpu_byte: float, cores: int,
-                    eta: float = 1.0) -> float:
+                    eta: tuple[float, float] = (1.0, 1.0)) -> float:
     """Predicted ring all-reduce seconds: the alpha-beta time, or, when ranks outnumber cores,
-    the CPU work of all ranks spread over the cores (per-step cost plus eta times the per-byte
-    cost: eta is the oversubscription efficiency, 1 on idle cores)."""
+    the CPU work of all ranks spread over the cores: per-step and per-byte CPU costs, each times
+    its oversubscription factor eta (1, 1 on idle cores: a step then also pays for a context
+    switch, while bytes move with less spinning)."""
     c = analytical_cost("allreduce", "ring", p, size, ab)
     if p <= cores:
         return c.total
     share = p / cores
-    return max(c.total, share * (c.steps * cpu_step + eta * 2 * (p - 1) / p * size * cpu_byte))
+    return max(c.total, share * (eta[0] * c.steps * cpu_step
+                                 + eta[1] * 2 * (p - 1) / p * size * cpu_byte))
 
 
-def fit_eta(points: list[tuple[float, float, float]]) -> float:
-    """Least squares (relative) of m = L + eta B over (measured m, latency part L, byte part B)."""
-    num = sum((b / m) * (1 - lat / m) for m, lat, b in points)
-    den = sum((b / m) ** 2 for m, lat, b in points)
-    return max(num / den, 0.05) if den > 0 else 1.0
+def fit_eta(points: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """Least squares (relative) of m = eta_step L + eta_byte B over (measured m, step part L,
+    byte part B)."""
+    m, lat, byt = (np.asarray(x, float) for x in zip(*points))
+    a = np.stack([lat / m, byt / m], axis=1)
+    (e_step, e_byte), *_ = np.linalg.lstsq(a, np.ones_like(m), rcond=None)
+    return max(float(e_step), 0.05), max(float(e_byte), 0.05)
 
 
 def validate(ranks: list[int], sizes: list[int], iters: int = 10) -> dict:
@@ -101,9 +105,9 @@ def validate(ranks: list[int], sizes: list[int], iters: int = 10) -> dict:
 
     From the 2-rank run: wall time gives alpha and beta (Hockney), the ranks' CPU time a CPU
     cost per ring step and per byte. Rank counts above the core count time-share the cores:
-    their prediction is the CPU work of all ranks over the cores, with one extra parameter (the
-    oversubscription efficiency eta of the per-byte work) fitted on the held-in sizes of every
-    such rank count together, as the validation plan prescribes (never folded into beta).
+    their prediction is the CPU work of all ranks over the cores, with two explicit
+    oversubscription factors (per step, per byte) fitted on the held-in sizes of every such
+    rank count together; they are reported, never folded into alpha or beta.
     """
     if not ranks or any(r < 2 for r in ranks):
         raise HcfError(f"validation needs rank counts >= 2, got {ranks}")
@@ -124,7 +128,7 @@ def validate(ranks: list[int], sizes: list[int], iters: int = 10) -> dict:
         for s in fit_sizes:
             points.append((runs[p][s]["median"], p / cores * steps * cpu_step,
                            p / cores * 2 * (p - 1) / p * s * cpu_byte))
-    eta = fit_eta(points) if points else 1.0
+    eta = fit_eta(points) if len(points) >= 2 else (1.0, 1.0)
     rows = []
     for p in ranks:
         for s in test_sizes:
@@ -135,10 +139,11 @@ def validate(ranks: list[int], sizes: list[int], iters: int = 10) -> dict:
     large = [r["error"] for r in rows if r["size"] >= 1 << 20]
     small = [r["error"] for r in rows if r["size"] < 64 << 10]
     return {"alpha": ab.alpha, "beta": ab.beta, "fit_error": fit_err, "cores": cores,
-            "cpu_per_step": cpu_step, "cpu_per_byte": cpu_byte, "oversubscription_eta": eta,
+            "cpu_per_step": cpu_step, "cpu_per_byte": cpu_byte,
+            "oversubscription_eta": {"per_step": eta[0], "per_byte": eta[1]},
             "method": "fit on held-in sizes (every other one): 2-rank wall (alpha, beta) and CPU (per "
-                      "step, per byte); one oversubscription efficiency for rank counts above the "
-                      "core count; errors on the held-out sizes (nccl-tests style timing: "
+                      "step, per byte); oversubscription factors (per step, per byte) for rank "
+                      "counts above the core count; errors on the held-out sizes (nccl-tests style timing: "
                       "back-to-back calls, slowest rank)",
             "rows": rows, "median_error_large": statistics.median(large) if large else None,
             "median_error_small": statistics.median(small) if small else None,

@@ -249,8 +249,9 @@ def validate(ranks: str = typer.Option("2,4", help="process counts to test, e.g.
         console.print(f"median error >= 1 MiB: {v['median_error_large']:.1%} (goal 15%); "
                       f"< 64 KiB: {v['median_error_small']:.1%} (goal 30%); geomean "
                       f"{v['geomean_error_large']:.1%} and {v['geomean_error_small']:.1%}; "
-                      f"oversubscription efficiency eta {v['oversubscription_eta']:.2f} "
-                      "(fitted on held-in sizes, used when ranks outnumber cores)")
+                      "oversubscription factors (held-in fit, used when ranks outnumber cores): "
+                      f"per step {v['oversubscription_eta']['per_step']:.2f}, "
+                      f"per byte {v['oversubscription_eta']['per_byte']:.2f}")
 
 
 @app.command()

@@ -54,13 +54,13 @@ def test_ring_prediction_is_cpu_bound_only_when_ranks_outnumber_cores():
     # 4 ranks on 2 cores: 4 ranks x (6 steps x 1e-4 + 1.5 S x 1e-9) CPU seconds over 2 cores
     assert ring_prediction(4, 1e6, ab, 1e-4, 1e-9, cores=2) == pytest.approx(4 * (6e-4 + 1.5e-3) / 2)
     # eta scales only the per-byte work of oversubscribed ranks
-    assert ring_prediction(4, 1e6, ab, 1e-4, 1e-9, cores=2, eta=0.5) == pytest.approx(
-        2 * (6e-4 + 0.5 * 1.5e-3))
+    assert ring_prediction(4, 1e6, ab, 1e-4, 1e-9, cores=2, eta=(1.5, 0.5)) == pytest.approx(
+        2 * (1.5 * 6e-4 + 0.5 * 1.5e-3))
 
 
-def test_fit_eta_recovers_the_oversubscription_efficiency():
-    points = [(lat + 0.7 * b, lat, b) for lat, b in [(1e-3, 1e-4), (1e-3, 1e-3), (2e-3, 3e-2)]]
-    assert fit_eta(points) == pytest.approx(0.7)
+def test_fit_eta_recovers_the_oversubscription_factors():
+    points = [(1.3 * lat + 0.7 * b, lat, b) for lat, b in [(1e-3, 1e-4), (1e-3, 1e-3), (2e-3, 3e-2)]]
+    assert fit_eta(points) == pytest.approx((1.3, 0.7))
 
 
 def test_astra_export_and_nccl_tests_reader(tmp_path):
