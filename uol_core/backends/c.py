@@ -26,7 +26,7 @@ from uol_core.odl.ir import (
     Var,
 )
 
-GENERATOR_VERSION = "acg-c-2"
+GENERATOR_VERSION = "acg-c-3"
 
 # IR function name -> C template ({0}, {1}, ... are the rendered arguments).
 CALLS: dict[str, str] = {
