@@ -212,6 +212,16 @@ def tuner_efficiency(target, threads, exhaustive_limit: int) -> dict:
         results = {}
         for cfg in ranked:
             results[cfg] = session.measure(cfg).result.get("gflops") or 0.0
+        # The maximum of 300 noisy measurements is biased upwards: measure the five best
+        # again (a second fresh database) and let each count as the mean of its two runs.
+        recheck = TuningSession(op, sizes, target, min_seconds=0.1, db=TuningDB(
+            Path(tempfile.mkdtemp(prefix="uol-tuner-recheck-")) / "tuning.sqlite"))
+        try:
+            for cfg in sorted(results, key=results.get, reverse=True)[:5]:
+                again = recheck.measure(cfg).result.get("gflops") or 0.0
+                results[cfg] = (results[cfg] + again) / 2
+        finally:
+            recheck.close()
         best = max(results.values())
         top1 = results[ranked[0]]
         # A fresh tuning run over the same database: configs the exhaustive run measured are
@@ -272,9 +282,12 @@ def write_docs(report: dict, cmd: str, section_name: str = "CPU GEMM") -> None:
     if te:
         lines += ["", f"Tuner (matmul {te['sizes']}): exhaustive run over "
                       f"{te['exhaustive_configs']} configs ({te['exhaustive_subspace']}), best {te['exhaustive_best_gflops']:.0f}"
-                      f" GFLOP/s; the tuner reached 90% of it after "
-                      f"{te['tuner_measurements_to_90pct']} measurements; the untuned model "
-                      f"top-1 gets {100 * te['top1_fraction_of_best']:.0f}% of it."]
+                      " GFLOP/s (its five best measured twice, each the mean of both); "
+                      + (f"the tuner reached 90% of it after {te['tuner_measurements_to_90pct']} "
+                         "measurements" if te["tuner_measurements_to_90pct"] else
+                         "the tuner did not reach 90% of it within its 10 measurements (best "
+                         f"{100 * te['tuner_best_fraction']:.0f}%)")
+                      + f"; the untuned model top-1 gets {100 * te['top1_fraction_of_best']:.0f}% of it."]
     lines += ["", "Configs chosen: " + "; ".join(f"{r['op']}: {r['config']}"
                                                  for r in report["cases"]), ""]
     replace_section("\n".join(lines))
