@@ -21,32 +21,36 @@ import torch
 
 from uol_core.graph import examples, run_graph
 from uol_core.graph.fx_import import import_module
+from uol_core.graph.run import compile_graph, make_inputs
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "graph.json"
 
 
-def median_ms(fn, repeat: int) -> float:
-    """Median wall time of `fn()` in milliseconds after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
+def interleaved_ms(fns: dict, rounds: int) -> dict:
+    """Median ms of each contender, calls alternated round by round after a warm-up call each,
+    so that load from other processes on the shared cores hits every contender alike."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    times: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(v) * 1e3 for name, v in times.items()}
 
 
-def torch_compile_ms(module, x, repeat: int) -> dict:
-    """torch.compile of the same module (inductor); records the error instead when it cannot run."""
+def torch_compiled(module, x) -> tuple:
+    """torch.compile of the same module (inductor) and its compile seconds; (None, error) when
+    it cannot run (no C++ toolchain for inductor, etc.): report, do not fail the bench."""
     try:
         compiled = torch.compile(module)
         with torch.no_grad():
             start = time.perf_counter()
             compiled(x)
-            compile_s = time.perf_counter() - start
-            return {"ms": median_ms(lambda: compiled(x), repeat), "compile_s": compile_s}
-    except Exception as err:  # no C++ toolchain for inductor, etc.: report, do not fail the bench
-        return {"ms": None, "error": str(err).splitlines()[0][:200]}
+            return compiled, {"compile_s": time.perf_counter() - start}
+    except Exception as err:
+        return None, {"ms": None, "error": str(err).splitlines()[0][:200]}
 
 
 def write_section(result: dict, compiled: dict) -> None:
@@ -89,11 +93,19 @@ def main() -> None:
     module = examples.TransformerBlock(args.hidden, args.heads, args.mlp).eval()
     x = torch.randn(1, args.seq, args.hidden)
     graph = import_module(module, x)
-    report = run_graph(graph, args.backend, "host", repeat=args.repeat)
+    report = run_graph(graph, args.backend, "host", repeat=args.repeat)  # verify, per-group rows
+    ours = compile_graph(graph, args.backend, "host")
+    env = make_inputs(graph, 0)
     with torch.no_grad():
-        eager_ms = median_ms(lambda: module(x), args.repeat)
-        compiled = {"ms": None, "skipped": True} if args.no_compile else torch_compile_ms(module, x, args.repeat)
-    total = report["total_ms"]
+        fns = {"uol": lambda: ours(env), "eager": lambda: module(x)}
+        compiled_module, compiled = (None, {"ms": None, "skipped": True}) if args.no_compile \
+            else torch_compiled(module, x)
+        if compiled_module is not None:
+            fns["compile"] = lambda: compiled_module(x)
+        ms = interleaved_ms(fns, max(10, args.repeat))
+    total, eager_ms = ms["uol"], ms["eager"]
+    if "compile" in ms:
+        compiled["ms"] = ms["compile"]
     result = {
         "benchmark": "transformer block end to end (batch 1, fp32)",
         "shape": {"seq": args.seq, "hidden": args.hidden, "heads": args.heads, "mlp": args.mlp},
