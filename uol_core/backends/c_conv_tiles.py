@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from uol_core.backends.c import CodeWriter, index_id, tensor_id
-from uol_core.backends.c_gemm import ISA
+from uol_core.backends.c_gemm import ISA, emit_rank1, emit_tile_store
 
 if TYPE_CHECKING:
     from uol_core.backends.c_conv import ConvPlan
@@ -194,12 +194,7 @@ def _micro_rows(w: CodeWriter, t: RowTiles, isa: str, dims: Mapping[str, int], l
     if PIN[isa]:
         w.emit('        __asm__("" : ' + ", ".join(f'"+{PIN[isa]}"(x{v})' for v in range(t.nv))
                + ");  /* keep the inputs in registers */", line)
-    for i in range(t.mr):
-        w.emit(f"        {{ const {vec} ai = " + ops["bcast"].format(f"a[{i}]") + "; "
-               + " ".join(f"{c} = " + ops["fma"].format("ai", f"x{v}", c) + ";"
-                          for v, c in enumerate(acc[i])) + " }", line)
+    emit_rank1(w, ops, vec, acc, [f"x{v}" for v in range(t.nv)], line)
     w.emit("        a += MR;\n    }", line)
-    for i in range(t.mr):
-        w.emit("    " + " ".join(ops["store"].format(f"tile + {(i * t.nv + v) * t.lanes}", c) + ";"
-                                 for v, c in enumerate(acc[i])), line)
+    emit_tile_store(w, ops, acc, lambda i, v: (i * t.nv + v) * t.lanes, line)
     w.emit("}\n", line)

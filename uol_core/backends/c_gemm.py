@@ -102,15 +102,26 @@ def _micro_kernel(w: CodeWriter, cfg: TileConfig, target, line: int) -> None:
     for v in range(nv):
         w.emit(f"        const {isa['vec']} b{v} = " + isa["load"].format(f"b + {v * lane}") + ";",
                line)
-    for i in range(cfg.mr):
-        w.emit(f"        {{ const {isa['vec']} ai = " + isa["bcast"].format(f"a[{i}]") + "; "
-               + " ".join(f"{c} = " + isa["fma"].format("ai", f"b{v}", c) + ";"
-                          for v, c in enumerate(acc[i])) + " }", line)
+    emit_rank1(w, isa, isa["vec"], acc, [f"b{v}" for v in range(nv)], line)
     w.emit("        a += MR; b += NR;\n    }", line)
-    for i in range(cfg.mr):
-        w.emit("    " + " ".join(isa["store"].format(f"tile + {i * cfg.nr + v * lane}", c) + ";"
-                                 for v, c in enumerate(acc[i])), line)
+    emit_tile_store(w, isa, acc, lambda i, v: i * cfg.nr + v * lane, line)
     w.emit("}\n", line)
+
+
+def emit_rank1(w: CodeWriter, ops: dict, vec: str, acc: list[list[str]], operands: list[str],
+               line: int) -> None:
+    """acc[i][v] += a[i] * operands[v] for every row i of a register tile (one broadcast per row)."""
+    for i, row in enumerate(acc):
+        w.emit(f"        {{ const {vec} ai = " + ops["bcast"].format(f"a[{i}]") + "; "
+               + " ".join(f"{c} = " + ops["fma"].format("ai", operands[v], c) + ";"
+                          for v, c in enumerate(row)) + " }", line)
+
+
+def emit_tile_store(w: CodeWriter, ops: dict, acc: list[list[str]], offset, line: int) -> None:
+    """Store a register tile to `tile`, element offset `offset(i, v)` for row i, vector v."""
+    for i, row in enumerate(acc):
+        w.emit("    " + " ".join(ops["store"].format(f"tile + {offset(i, v)}", c) + ";"
+                                 for v, c in enumerate(row)), line)
 
 
 def _packing(w: CodeWriter, line: int) -> None:
