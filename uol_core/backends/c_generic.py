@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from uol_core.acg.fusion import FusionGroup, FusionPlan, column_reduce, plan_fusion
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c import CodeWriter, index_id, size_id, tensor_id
-from uol_core.backends.c_columns import ColumnRider, column_reduction
+from uol_core.backends.c_columns import column_reduction
 from uol_core.backends.c_expr import (
     PRELUDE,
     REDUCE_C,
@@ -29,6 +29,7 @@ from uol_core.backends.c_expr import (
     render,
     store,
 )
+from uol_core.backends.c_regions import column_rider, hoist_invariant_reads, region_pointers
 from uol_core.backends.c_stencil import (
     emit_halo_copies,
     halo_address,
@@ -36,7 +37,7 @@ from uol_core.backends.c_stencil import (
     halo_name,
 )
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, DType, Op, Reduce, Scan, children, walk
+from uol_core.odl.ir import Access, DType, Op, Reduce, Scan, walk
 from uol_core.runtime.shapes import shape_of
 
 GENERATOR = "uol-c-generic-1"
@@ -64,6 +65,13 @@ class _Layout:
         self.halos = halo_margins(op, sizes)
         self.region_names: dict[str, str] = {}  # tensor -> its restrict copy inside a parallel region
         self.hoisted: dict[str, str] = {}  # rendered access -> const local read before the loop
+
+    def context(self, i: int, cfg: Mapping) -> ExprContext:
+        """A fresh expression context for statement i (its reductions' extents bound)."""
+        reductions = {r: {n: f.evaluate(dict(self.sizes)) for n, f in m.items()}
+                      for r, m in stmt_extents(self.op, i).reductions.items()}
+        return ExprContext(self.real, {n: self.value_dtype(n) for n in self.shapes}, self.access,
+                           self.bounds, reductions, self.dims, simd=bool(cfg.get("simd", 1)))
 
     def elem_type(self, name: str) -> str:
         decl = self.op.tensor(name)
@@ -173,14 +181,14 @@ def _group(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, cfg: Mapping, th
     line = op.stmts[g.stmts[0]].line
     pad = "    "
     if g.depth:
-        riders = {i: _rider(op, lay, i, cfg) for i in g.riders}
+        riders = {i: column_rider(op, lay, i, cfg) for i in g.riders}
         for rider in riders.values():
             rider.allocate(w, pad)
         w.emit(f"{pad}#pragma omp parallel num_threads({threads})\n{pad}{{", line)
         for name in g.private:
             w.emit(f"{pad}    {lay.elem_type(name)} *restrict {tensor_id(name)} = "
                    f"malloc(sizeof({lay.elem_type(name)}) * {lay.count(name)});", line)
-        _region_pointers(w, op, lay, g, pad + "    ", line)
+        region_pointers(w, op, lay, g, pad + "    ", line)
         for rider in riders.values():
             rider.start(w, pad + "    ")
         chunk = int(cfg.get("chunk") or 0)
@@ -209,34 +217,6 @@ def _group(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, cfg: Mapping, th
             _statement(w, op, lay, i, 0, pad, cfg, top=True)
 
 
-def _rider(op: Op, lay: _Layout, i: int, cfg: Mapping) -> ColumnRider:
-    """The emitter of statement i riding a row pass (its own expression context)."""
-    ext = stmt_extents(op, i)
-    reductions = {r: {n: f.evaluate(dict(lay.sizes)) for n, f in m.items()}
-                  for r, m in ext.reductions.items()}
-    ctx = ExprContext(lay.real, {n: lay.value_dtype(n) for n in lay.shapes}, lay.access,
-                      lay.bounds, reductions, lay.dims, simd=bool(cfg.get("simd", 1)))
-    return ColumnRider(op, lay, op.stmts[i], ctx, w_threads(cfg))
-
-
-def _region_pointers(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, pad: str, line: int) -> None:
-    """Restrict copies of the shared tensors a parallel pass touches. gcc drops `restrict` from
-    variables an OpenMP region captures, so without the copies a store to one output may alias
-    a row statistic read by the same loop (an output like mu) and the loop stays scalar."""
-    used: set[str] = set()
-    for i in g.stmts:
-        used.add(op.stmts[i].target)
-        used.update(n.tensor for n in walk(op.stmts[i].expr) if isinstance(n, Access))
-    inputs = {d.name for d in op.inputs}
-    for name in sorted(used - set(g.private)):
-        if name not in lay.shapes:
-            continue
-        qual = "const " if name in inputs else ""
-        local = f"{tensor_id(name)}_r"
-        w.emit(f"{pad}{qual}{lay.elem_type(name)} *restrict {local} = {tensor_id(name)};", line)
-        lay.region_names[name] = local
-
-
 def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str, cfg: Mapping,
                top: bool = False) -> None:
     """Loops of statement i past the shared ones, its reductions, and the store."""
@@ -244,11 +224,8 @@ def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str
     ext = stmt_extents(op, i)
     sizes = lay.sizes
     free = {n: f.evaluate(dict(sizes)) for n, f in ext.free.items()}
-    reductions = {r: {n: f.evaluate(dict(sizes)) for n, f in m.items()}
-                  for r, m in ext.reductions.items()}
     scans = [n for n in walk(stmt.expr) if isinstance(n, Scan)]
-    ctx = ExprContext(lay.real, {n: lay.value_dtype(n) for n in lay.shapes}, lay.access,
-                      lay.bounds, reductions, lay.dims, simd=bool(cfg.get("simd", 1)))
+    ctx = lay.context(i, cfg)
     w.emit(f"{pad}{{ /* line {stmt.line}: {stmt.target}[{', '.join(stmt.indices)}] */", stmt.line)
     inner = pad + "    "
     for p in range(depth):
@@ -286,7 +263,7 @@ def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str
                 w.emit(f"{inner}{ctx.ctype(kind(s, ctx))} {ctx.scans[id(s)]} = {init};", stmt.line)
         simd = n == len(rest) - 1 and name != scan_index and ctx.simd and not innermost_reduces
         if simd and swap is None:
-            _hoist_invariant_reads(w, lay, stmt, name, inner)
+            hoist_invariant_reads(w, lay, stmt, name, inner)
         if parallel and n == 0:
             w.emit(f"{inner}#pragma omp parallel for{' simd' if simd else ''} "
                    f"num_threads({w_threads(cfg)}) schedule(static)", stmt.line)
@@ -320,29 +297,6 @@ def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str
         inner = inner[:-4]
         w.emit(f"{inner}}}", stmt.line)
     w.emit(f"{pad}}}", stmt.line)
-
-
-def _hoist_invariant_reads(w: CodeWriter, lay: _Layout, stmt, index: str, pad: str) -> None:
-    """Read the elements the vector loop over `index` does not move along (a row's mean, a
-    scale) once, before the loop: gcc keeps such loads inside and then declines to vectorise
-    when the tensor is also an output of the kernel."""
-    seen: list = []
-
-    def visit(e) -> None:
-        if isinstance(e, (Reduce, Scan)):
-            return  # reductions run their own loops
-        if (isinstance(e, Access) and e.pad is None and e.tensor != stmt.target and e not in seen
-                and all(index not in f.symbols for f in e.indices)):
-            seen.append(e)
-        for c in children(e):
-            visit(c)
-
-    visit(stmt.expr)
-    for k, a in enumerate(seen):
-        text = lay.access(a)
-        local = f"inv{k}_{tensor_id(a.tensor)}"
-        w.emit(f"{pad}const {lay.elem_type(a.tensor)} {local} = {text};", stmt.line)
-        lay.hoisted[text] = local
 
 
 def _interchangeable(reds: list, rest: list[str], free: dict[str, int], scan_index,

@@ -1,0 +1,57 @@
+"""What the generic C emitter adds inside a parallel pass: restrict copies of the shared
+tensors, reads hoisted out of vector loops, and column reductions riding the row loop."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from uol_core.acg.fusion import FusionGroup
+from uol_core.backends.c import CodeWriter, tensor_id
+from uol_core.backends.c_columns import ColumnRider
+from uol_core.odl.ir import Access, Op, Reduce, Scan, children, walk
+
+
+def region_pointers(w: CodeWriter, op: Op, lay, g: FusionGroup, pad: str, line: int) -> None:
+    """Restrict copies of the shared tensors a parallel pass touches. gcc drops `restrict` from
+    variables an OpenMP region captures, so without the copies a store to one output may alias
+    a row statistic read by the same loop (an output like mu) and the loop stays scalar."""
+    used: set[str] = set()
+    for i in g.stmts:
+        used.add(op.stmts[i].target)
+        used.update(n.tensor for n in walk(op.stmts[i].expr) if isinstance(n, Access))
+    inputs = {d.name for d in op.inputs}
+    for name in sorted(used - set(g.private)):
+        if name not in lay.shapes:
+            continue
+        qual = "const " if name in inputs else ""
+        local = f"{tensor_id(name)}_r"
+        w.emit(f"{pad}{qual}{lay.elem_type(name)} *restrict {local} = {tensor_id(name)};", line)
+        lay.region_names[name] = local
+
+
+def hoist_invariant_reads(w: CodeWriter, lay, stmt, index: str, pad: str) -> None:
+    """Read the elements the vector loop over `index` does not move along (a row's mean, a
+    scale) once, before the loop: gcc keeps such loads inside and then declines to vectorise
+    when the tensor is also an output of the kernel."""
+    seen: list = []
+
+    def visit(e) -> None:
+        if isinstance(e, (Reduce, Scan)):
+            return  # reductions run their own loops
+        if (isinstance(e, Access) and e.pad is None and e.tensor != stmt.target and e not in seen
+                and all(index not in f.symbols for f in e.indices)):
+            seen.append(e)
+        for c in children(e):
+            visit(c)
+
+    visit(stmt.expr)
+    for k, a in enumerate(seen):
+        text = lay.access(a)
+        local = f"inv{k}_{tensor_id(a.tensor)}"
+        w.emit(f"{pad}const {lay.elem_type(a.tensor)} {local} = {text};", stmt.line)
+        lay.hoisted[text] = local
+
+
+def column_rider(op: Op, lay, i: int, cfg: Mapping) -> ColumnRider:
+    """The emitter of statement i riding a row pass (its own expression context)."""
+    return ColumnRider(op, lay, op.stmts[i], lay.context(i, cfg), int(cfg.get("threads") or 1))
