@@ -24,35 +24,35 @@ class CKernel:
         self.fn = getattr(_library(str(self.path)), src.entry)
         self.fn.restype = None
         self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)]
+        # per argument, worked out once: name, torch dtype, shape (each call only checks them)
+        self._args = [(name, TORCH_DTYPES[op.tensor(name).dtype], shape_of(op, name, self.sizes))
+                      for name in src.meta["args"]]
+        self._outputs = [(d.name, TORCH_DTYPES[d.dtype], shape_of(op, d.name, self.sizes))
+                         for d in op.outputs]
+        self._ptr_type = ctypes.c_void_p * len(self._args)
 
     def outputs_like(self) -> dict[str, torch.Tensor]:
         """Fresh output tensors of the declared shapes and dtypes."""
-        return {d.name: torch.empty(shape_of(self.op, d.name, self.sizes), dtype=TORCH_DTYPES[d.dtype])
-                for d in self.op.outputs}
+        return {name: torch.empty(shape, dtype=dtype) for name, dtype, shape in self._outputs}
 
     def run(self, tensors: Mapping[str, torch.Tensor],
             out: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """Call the kernel; inputs are converted to their declared dtype and made contiguous."""
         outs = dict(out) if out is not None else self.outputs_like()
         held, strides = [], []
-        ptrs = (ctypes.c_void_p * len(self.src.meta["args"]))()
-        for n, name in enumerate(self.src.meta["args"]):
-            decl = self.op.tensor(name)
+        for name, dtype, want in self._args:
             t = outs[name] if name in outs else tensors[name]
-            want = shape_of(self.op, name, self.sizes)
-            if tuple(t.shape) != want:
+            if t.shape != want:
                 raise ShapeError(f"{name} has shape {tuple(t.shape)}; this kernel was built for {want}")
             if name not in outs:
-                t = t.to(TORCH_DTYPES[decl.dtype]).contiguous()
-            elif not t.is_contiguous() or t.dtype != TORCH_DTYPES[decl.dtype]:
-                raise ShapeError(f"output {name} must be a contiguous {TORCH_DTYPES[decl.dtype]} tensor")
+                t = t.to(dtype).contiguous()
+            elif not t.is_contiguous() or t.dtype != dtype:
+                raise ShapeError(f"output {name} must be a contiguous {dtype} tensor")
             held.append(t)
-            ptrs[n] = t.data_ptr()
             strides.extend(t.stride())
-        arr = (ctypes.c_int64 * max(1, len(strides)))(*strides)
-        self.fn(ptrs, arr)
+        ptrs = self._ptr_type(*[t.data_ptr() for t in held])
+        self.fn(ptrs, (ctypes.c_int64 * max(1, len(strides)))(*strides))
         return outs
-
 
     def run_with(self, tensors: Mapping[str, torch.Tensor], out=None) -> dict[str, torch.Tensor]:
         """`run` with `out` as compile() takes it: None, one tensor, or a dict by output name."""
