@@ -58,3 +58,4 @@ def test_row_template_golden(name, request):
     if request.config.getoption("--update-golden", default=False) or not path.exists():
         path.write_text(text)
     assert text == path.read_text(), f"{path.name} changed: rerun with --update-golden and review"
+
