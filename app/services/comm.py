@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-from app.services.runner import REPO_ROOT
+from app.services.runner import run_json_child
 
 MAX_DRAW_GPUS = 256  # the page draws every node; bigger clusters belong to the CLI
 MAX_FLOW_GPUS = 64  # flow-level (per-link loads) up to here, analytical above
@@ -138,17 +135,12 @@ def measure_gloo(sizes: list[int], ranks: int = 2, iters: int = 5,
             "t = json.loads(sys.argv[1])\n"
             f"print({MARK!r} + json.dumps(run_local(t, int(sys.argv[2]))))\n")
     task = json.dumps({"kind": "allreduce", "sizes": sizes, "iters": iters, "warmup": 2})
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    try:
-        proc = subprocess.run([sys.executable, "-c", code, task, str(ranks)], capture_output=True,
-                              text=True, timeout=timeout, env=env, cwd=str(REPO_ROOT))
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"the gloo run did not finish within {timeout:.0f} s"}
-    if MARK not in proc.stdout:
-        return {"ok": False, "error": f"gloo run failed (status {proc.returncode}): "
-                                      f"{proc.stderr.strip()[-500:]}"}
-    rows = json.loads(proc.stdout.rsplit(MARK, 1)[1])["rows"]
+    res = run_json_child(["-c", code, task, str(ranks)], MARK, None, timeout,
+                         timed_out="the gloo run did not finish within {timeout:.0f} s",
+                         failed="gloo run failed (status {status}): ", tail=500)
+    if "rows" not in res:
+        return res
+    rows = res["rows"]
     # fit on the smallest and largest sizes, so the ones between are held out (a real check)
     ends = [rows[0], rows[-1]] if len(rows) > 2 else rows
     a, b, _ = fit_alpha_beta([r["size"] for r in ends], [r["median"] for r in ends])

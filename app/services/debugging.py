@@ -6,14 +6,12 @@ import functools
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import uuid
 from pathlib import Path
 
 from app.services.debug_child import MARK
-from app.services.runner import REPO_ROOT
+from app.services.runner import run_json_child
 
 TRACE_TIMEOUT_S = 120.0
 MAX_KERNEL_BYTES = 64 * 1024  # an uploaded kernel file larger than this is refused
@@ -37,19 +35,10 @@ def _root() -> Path:
 
 
 def _run_child(request: dict, timeout: float) -> dict:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    try:
-        proc = subprocess.run([sys.executable, "-m", "app.services.debug_child"],
-                              input=json.dumps(request), capture_output=True, text=True,
-                              timeout=timeout, env=env, cwd=str(REPO_ROOT))
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"the trace did not finish within {timeout:.0f} s; "
-                                      "the worker was stopped (try fewer programs or smaller shapes)"}
-    if MARK not in proc.stdout:
-        return {"ok": False, "error": f"the worker exited with status {proc.returncode}: "
-                                      f"{proc.stderr.strip()[-600:]}"}
-    return json.loads(proc.stdout.rsplit(MARK, 1)[1])
+    return run_json_child(["-m", "app.services.debug_child"], MARK, json.dumps(request), timeout,
+                          timed_out="the trace did not finish within {timeout:.0f} s; the worker "
+                                    "was stopped (try fewer programs or smaller shapes)",
+                          env={"TRITON_INTERPRET": "1"})
 
 
 def trace_library_op(op: str, sizes: dict, timeout: float = TRACE_TIMEOUT_S) -> dict:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from app.services import history
 from app.services.profile_child import MARK
-from app.services.runner import REPO_ROOT
+from app.services.runner import run_json_child
 
 PROFILE_TIMEOUT_S = 240.0
 
@@ -25,20 +23,10 @@ def _root() -> Path:
 def profile_op(op: str, sizes: dict, target: str = "host",
                timeout: float = PROFILE_TIMEOUT_S) -> dict:
     """Compile, verify, time and callgrind one op in the worker; record it as a history run."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     request = {"op": op, "sizes": sizes, "target": target}
-    try:
-        proc = subprocess.run([sys.executable, "-m", "app.services.profile_child"],
-                              input=json.dumps(request), capture_output=True, text=True,
-                              timeout=timeout, env=env, cwd=str(REPO_ROOT))
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"profiling did not finish within {timeout:.0f} s; "
-                                      "the worker was stopped (use smaller sizes)"}
-    if MARK not in proc.stdout:
-        return {"ok": False, "error": f"the worker exited with status {proc.returncode}: "
-                                      f"{proc.stderr.strip()[-600:]}"}
-    res = json.loads(proc.stdout.rsplit(MARK, 1)[1])
+    res = run_json_child(["-m", "app.services.profile_child"], MARK, json.dumps(request), timeout,
+                         timed_out="profiling did not finish within {timeout:.0f} s; the worker "
+                                   "was stopped (use smaller sizes)")
     if not res.get("ok"):
         return res
     report = res["report"]

@@ -21,26 +21,43 @@ MARK = "@@RESULT@@"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _worker(request: dict, timeout: float) -> dict:
-    """Run app.services.run_child with the request; map crashes and timeouts to readable errors."""
-    env = dict(os.environ)
+def run_json_child(args: list[str], mark: str, stdin: str | None, timeout: float, *,
+                   timed_out: str, failed: str = "the worker exited with status {status}: ",
+                   env: dict | None = None, tail: int = 600) -> dict:
+    """Run `python <args>` in a worker process and return the JSON it prints after `mark`.
+
+    A timeout, a death by signal or output without the mark becomes {"ok": False, "error"}
+    (the messages name what ran), so the server keeps serving whatever the child did.
+    """
+    full_env = dict(os.environ, **(env or {}))
     # the child imports `app` the same way this process did, installed or from a checkout
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                           full_env.get("PYTHONPATH")]))
     try:
-        proc = subprocess.run([sys.executable, "-m", "app.services.run_child"],
-                              input=json.dumps(request), capture_output=True, text=True,
-                              timeout=timeout, env=env, cwd=str(REPO_ROOT))
+        proc = subprocess.run([sys.executable, *args], input=stdin, capture_output=True,
+                              text=True, timeout=timeout, env=full_env, cwd=str(REPO_ROOT))
     except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"the kernel did not finish within {timeout:.0f} s "
-                                      "(timeout); the worker was stopped"}
+        return {"ok": False, "error": timed_out.format(timeout=timeout)}
     if proc.returncode < 0:
         name = signal.Signals(-proc.returncode).name
-        return {"ok": False, "error": f"the kernel crashed: the worker process died with {name}. "
-                                      f"{proc.stderr.strip()[-800:]}".strip()}
-    if MARK not in proc.stdout:
-        return {"ok": False, "error": f"the worker exited with status {proc.returncode} and no "
-                                      f"result: {proc.stderr.strip()[-800:]}"}
-    return json.loads(proc.stdout.rsplit(MARK, 1)[1])
+        return {"ok": False, "error": f"the worker process died with {name}. "
+                                      f"{proc.stderr.strip()[-tail:]}".strip()}
+    if mark not in proc.stdout:
+        return {"ok": False, "error": failed.format(status=proc.returncode)
+                + proc.stderr.strip()[-tail:]}
+    return json.loads(proc.stdout.rsplit(mark, 1)[1])
+
+
+def _worker(request: dict, timeout: float) -> dict:
+    """Run app.services.run_child with the request; map crashes and timeouts to readable errors."""
+    res = run_json_child(["-m", "app.services.run_child"], MARK, json.dumps(request), timeout,
+                         timed_out="the kernel did not finish within {timeout:.0f} s (timeout); "
+                                   "the worker was stopped",
+                         failed="the worker exited with status {status} and no result: ",
+                         tail=800)
+    if not res.get("ok", True) and res["error"].startswith("the worker process died with"):
+        res["error"] = "the kernel crashed: " + res["error"]
+    return res
 
 
 _WORKER_LOCK = threading.Lock()
