@@ -83,6 +83,20 @@ def test_structure_errors():
     assert "inline ODL" in check(data)
 
 
+def test_tensor_names_must_be_strings():
+    # found by the graph fuzzer: lists and nulls as tensor names crashed later stages
+    data = mlp()
+    data["nodes"][0]["inputs"]["X"] = ["x"]
+    assert "non-empty strings" in check(data)
+    data = mlp()
+    data["nodes"][1]["outputs"]["Y"] = None
+    assert "non-empty strings" in check(data)
+    node = {"name": "r", "torch": "torch.relu", "args": [{"tensor": None}], "outputs": {"out": "y"}}
+    assert "string name" in check(mlp(nodes=[node]))
+    node = {"name": "r", "torch": "torch.relu", "args": {"tensor": "x"}, "outputs": {"out": "y"}}
+    assert "must be a list" in check(mlp(nodes=[node]))
+
+
 def test_json_torch_targets_are_restricted():
     node = {"name": "s", "torch": "torch.save", "args": [], "outputs": {"out": "z"}}
     assert "disallowed" in check(mlp(nodes=[node]))

@@ -6,9 +6,9 @@ Runs as `python -m app.services.debug_child` with a JSON request on stdin, so a 
 
 from __future__ import annotations
 
-import json
 import os
-import sys
+
+from app.services.child_io import serve_one
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported anywhere
 
@@ -58,12 +58,7 @@ def trace(request: dict) -> dict:
 
 def main() -> None:
     """Read the request, trace, print the marked JSON summary (or the error)."""
-    request = json.loads(sys.stdin.read())
-    try:
-        result = {"ok": True, "summary": trace(request)}
-    except Exception as exc:  # reported in the page; the server never sees the exception
-        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    print(MARK + json.dumps(result, default=str))
+    serve_one(trace, MARK, "summary")
 
 
 if __name__ == "__main__":

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-from app.services.runner import REPO_ROOT
+from app.services.runner import REPO_ROOT, run_json_child
 
 SAMPLES = REPO_ROOT / "sample_graphs"
 MAX_GRAPH_JSON = 256 * 1024
@@ -73,20 +70,9 @@ def structure(graph) -> dict:
 def run(source: dict, target: str = "host", timeout: float = RUN_TIMEOUT_S) -> dict:
     """Run the whole graph in the worker: per-group time against torch eager, verification."""
     from app.services.graph_child import MARK
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    try:
-        proc = subprocess.run([sys.executable, "-m", "app.services.graph_child"],
-                              input=json.dumps({"source": source, "target": target}),
-                              capture_output=True, text=True, timeout=timeout, env=env,
-                              cwd=str(REPO_ROOT))
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"the graph run did not finish within {timeout:.0f} s"}
-    if MARK not in proc.stdout:
-        return {"ok": False, "error": f"the worker exited with status {proc.returncode}: "
-                                      f"{proc.stderr.strip()[-600:]}"}
-    return json.loads(proc.stdout.rsplit(MARK, 1)[1])
+    return run_json_child(["-m", "app.services.graph_child"], MARK,
+                          json.dumps({"source": source, "target": target}), timeout,
+                          timed_out="the graph run did not finish within {timeout:.0f} s")
 
 
 def open_in_studio(source: dict, node_name: str) -> int:

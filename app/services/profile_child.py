@@ -6,8 +6,7 @@ the server process.
 
 from __future__ import annotations
 
-import json
-import sys
+from app.services.child_io import serve_one
 
 MARK = "@@PROFILE@@"
 
@@ -30,12 +29,7 @@ def profile(request: dict) -> dict:
 
 def main() -> None:
     """Read the request, profile, print the marked JSON report (or the error)."""
-    request = json.loads(sys.stdin.read())
-    try:
-        result = {"ok": True, "report": profile(request)}
-    except Exception as exc:  # reported in the page; the server never sees the exception
-        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    print(MARK + json.dumps(result, default=str))
+    serve_one(profile, MARK, "report")
 
 
 if __name__ == "__main__":

@@ -6,12 +6,14 @@ crashes or hangs takes down this process only; the server reads the exit status.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import statistics
-import sys
 import time
+
+from app.services.child_io import serve_one
+
+MARK = "@@RESULT@@"  # what the parent (runner.py) looks for in this process's output
 
 TOLERANCE = 1e-4  # f32, relative to 1 + |reference|, as the Triton runner uses
 
@@ -104,12 +106,7 @@ def run(request: dict) -> dict:
 
 def main() -> None:
     """Read one request from stdin, write one JSON result line to stdout."""
-    request = json.loads(sys.stdin.read())
-    try:
-        result = run(request)
-    except Exception as exc:  # reported to the page; a crash (signal) is seen by the parent
-        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    sys.stdout.write("\n@@RESULT@@" + json.dumps(result) + "\n")
+    serve_one(run, MARK)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ import threading
 from pathlib import Path
 
 from app.services import history
+from app.services.run_child import MARK
 
 RUN_TIMEOUT_S = 120.0
-MARK = "@@RESULT@@"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -161,6 +161,15 @@ def _library_op(node: str, name: str) -> Op:
     return load_op(name)
 
 
+def _names(where: str, mapping: dict) -> dict[str, str]:
+    """A name -> tensor-name mapping whose keys and values are all non-empty strings."""
+    bad = [(k, v) for k, v in mapping.items()
+           if not (isinstance(k, str) and k and isinstance(v, str) and v)]
+    if bad:
+        raise GraphError(f"{where}: names must be non-empty strings, got {bad[0][0]!r}: {bad[0][1]!r}")
+    return dict(mapping)
+
+
 def _node(index: int, data: Any) -> Node:
     if not isinstance(data, dict):
         raise GraphError(f"nodes[{index}]: expected an object, got {data!r}")
@@ -174,12 +183,19 @@ def _node(index: int, data: Any) -> Node:
     outputs = data.get("outputs", {})
     if not isinstance(outputs, dict) or not outputs:
         raise GraphError(f"node {name}: \"outputs\" must map op outputs to tensor names")
+    outputs = _names(f"node {name} outputs", outputs)
     if kinds[0] == "torch":
         target = str(data["torch"])
         if list(outputs) != ["out"]:
             raise GraphError(f"node {name}: a torch node has one output, written {{\"out\": tensor}}")
+        args, kwargs = data.get("args", []), data.get("kwargs", {})
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise GraphError(f"node {name}: \"args\" must be a list and \"kwargs\" an object")
+        refs = tensor_refs([args, kwargs])
+        if not all(isinstance(t, str) and t for t in refs):
+            raise GraphError(f"node {name}: every {{\"tensor\": name}} needs a string name")
         return Node(name, "torch", source=target, outputs=dict(outputs),
-                    args=list(data.get("args", [])), kwargs=dict(data.get("kwargs", {})),
+                    args=list(args), kwargs=dict(kwargs),
                     fn=resolve_torch(target), label=data.get("label", "torch"))
     if kinds[0] == "op":
         op, source = _library_op(name, str(data["op"])), str(data["op"])
@@ -191,6 +207,7 @@ def _node(index: int, data: Any) -> Node:
     inputs = data.get("inputs", {})
     if not isinstance(inputs, dict):
         raise GraphError(f"node {name}: \"inputs\" must map op inputs to tensor names")
+    inputs = _names(f"node {name} inputs", inputs)
     want_in, want_out = [d.name for d in op.inputs], [d.name for d in op.outputs]
     if sorted(inputs) != sorted(want_in):
         raise GraphError(f"node {name}: {op.name} takes inputs {want_in}, the node binds {sorted(inputs)}")
