@@ -77,7 +77,12 @@ class TorchOp:
         missing = [n for n in self.inputs if n not in tensors]
         if missing:
             raise TypeError(f"{self.op.name} needs inputs {', '.join(missing)}")
-        result = self._op(*(tensors[n] for n in self.inputs))[: len(self.outputs)]
+        ordered = [tensors[n] for n in self.inputs]
+        if torch.compiler.is_compiling() or not _plain(ordered):
+            result = self._op(*ordered)  # the registered custom op: traced, no graph break
+        else:
+            result = _EagerCall.apply(self, *ordered)
+        result = result[: len(self.outputs)]
         return result[0] if len(self.outputs) == 1 else dict(zip(self.outputs, result))
 
     # ------------------------------------------------------------------ registration
@@ -127,6 +132,35 @@ class TorchOp:
             feed[grad.grad_of_output[name]] = (up if up is not None else torch.zeros_like(outs[name])).contiguous()
         result = self.runners(saved[: len(self.inputs)])[1](feed)
         return tuple(result[grad.grad_of_input[n]] if n in grad.wrt else None for n in self.inputs)
+
+
+class _EagerCall(torch.autograd.Function):
+    """The same forward and backward as the registered custom op, called without the
+    dispatcher: in eager mode its Python layers (schema checks, redispatch, the generic
+    autograd wrapper) cost about 100 us a call, as much as a 128x256x256 GEMM here.
+    Under torch.compile the custom op runs instead, so graphs still see one `uol::` node."""
+
+    @staticmethod
+    def forward(ctx, top: TorchOp, *values: torch.Tensor):
+        ctx.set_materialize_grads(False)  # saved-only outputs (z of a linear) get no gradient
+        ctx.top = top
+        outputs = _as_tuple(top._forward_impl(*values))
+        top._setup(ctx, values, outputs)
+        ctx.mark_non_differentiable(*outputs[len(top.outputs):])
+        return outputs
+
+    @staticmethod
+    def backward(ctx, *upstream: torch.Tensor):
+        top = ctx.top
+        if not any(ctx.needs_input_grad[1:]):
+            return (None,) * (len(top.inputs) + 1)
+        return (None, *top._backward(ctx, *upstream[: len(top.outputs)]))
+
+
+def _plain(values: list[torch.Tensor]) -> bool:
+    """Ordinary CPU/CUDA tensors (no fake, functional or other subclass mode tracing them)."""
+    return all(type(v) is torch.Tensor or type(v) is torch.nn.Parameter for v in values) \
+        and not torch._C._is_any_autocast_enabled()
 
 
 def _as_tuple(value) -> tuple:

@@ -8,6 +8,14 @@ from uol_core.backends.base import KernelSource
 from uol_core.odl.ir import Op
 
 
+def whole_op_template(op: Op) -> bool:
+    """Whether a template takes `op` as a whole (flash attention), which beats splitting a
+    multi-statement op at its contractions into one kernel per group."""
+    from uol_core.backends import c_attention
+
+    return c_attention.flash_plan(op) is not None
+
+
 def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None) -> KernelSource:
     """The best C kernel this backend has for `op` at `sizes` (never refuses a valid op)."""
     import os

@@ -115,9 +115,9 @@ def _all_f32(tensors: Mapping[str, torch.Tensor]) -> bool:
 def _whole_op_template(op: Op) -> bool:
     """Whether the C backend has a template for the op as a whole (flash attention), which
     beats splitting it at its contractions."""
-    from uol_core.backends import c_attention
+    from uol_core.backends.c_route import whole_op_template
 
-    return c_attention.flash_plan(op) is not None
+    return whole_op_template(op)
 
 
 def statement_groups(op: Op) -> list[tuple[int, ...]]:
