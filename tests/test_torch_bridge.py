@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from uol_core.nn import UolLayerNorm, UolLinear, swap_modules
+from uol_core.nn import UolLayerNorm, UolLinear, UolMLP, swap_modules
 from uol_core.torch_bridge import to_torch
 
 torch.manual_seed(0)
@@ -61,7 +61,7 @@ def test_several_outputs_come_back_as_a_dict():
 def test_swap_modules_keeps_outputs_and_gradients():
     model = nn.Sequential(nn.Linear(12, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 3))
     ours = copy.deepcopy(model)
-    assert swap_modules(ours) == ["0+gelu", "2", "3"]
+    assert swap_modules(ours, mlp=False) == ["0+gelu", "2", "3"]
     assert isinstance(ours[0], UolLinear) and isinstance(ours[2], UolLayerNorm)
     x = torch.randn(5, 12)
     torch.testing.assert_close(ours(x), model(x), rtol=1e-5, atol=1e-5)
@@ -69,6 +69,26 @@ def test_swap_modules_keeps_outputs_and_gradients():
     ours(x).square().sum().backward()
     torch.testing.assert_close(ours[0].weight.grad, model[0].weight.grad.T, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(ours[2].weight.grad, model[2].weight.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_swap_modules_fuses_an_mlp_into_one_op():
+    model = nn.Sequential(nn.Linear(12, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 16),
+                          nn.ReLU(), nn.RMSNorm(16), nn.Linear(16, 3, bias=False), nn.Softmax(-1))
+    ours = copy.deepcopy(model)
+    assert swap_modules(ours) == ["0-6 (mlp)"]
+    assert isinstance(ours[0], UolMLP) and isinstance(ours[3], nn.Identity)
+    assert isinstance(ours[7], nn.Softmax)  # not supported: stays torch's
+    x = torch.randn(2, 5, 12)
+    torch.testing.assert_close(ours(x), model(x), rtol=1e-5, atol=1e-5)
+    model(x).square().sum().backward()
+    ours(x).square().sum().backward()
+    mlp = ours[0]
+    expected = {"l0_weight": model[0].weight.grad.T, "l0_bias": model[0].bias.grad,
+                "l2_weight": model[2].weight.grad, "l2_bias": model[2].bias.grad,
+                "l3_weight": model[3].weight.grad.T, "l5_weight": model[5].weight.grad,
+                "l6_weight": model[6].weight.grad.T}
+    for name, grad in expected.items():
+        torch.testing.assert_close(getattr(mlp, name).grad, grad, rtol=1e-4, atol=1e-5)
 
 
 def test_linear_on_three_dimensional_input():

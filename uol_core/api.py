@@ -131,6 +131,10 @@ class CompiledKernel:
             measured, rank = recorded(self.op, self.sizes, self.target, cfg)
         return explain(space, model, cfg, measured=measured, measured_rank=rank)
 
+    def native_for(self, shapes: Mapping[str, tuple]):
+        """The loaded kernel (NativeKernel or CKernel) for these input shapes."""
+        return self._specialise(bind_sizes(self.op, dict(shapes)))[2]
+
     def __call__(self, out=None, **tensors: torch.Tensor):
         """Run on named input tensors; returns the output (or a dict for several outputs)."""
         shapes = tuple((n, tuple(t.shape)) for n, t in tensors.items())

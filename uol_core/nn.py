@@ -9,10 +9,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from uol_core.nn_mlp import UolMLP, activation_of, layer_spec
 from uol_core.odl import parse
 from uol_core.torch_bridge import TorchOp, to_torch
-
-ACTIVATIONS = {nn.ReLU: "relu", nn.GELU: "gelu", nn.SiLU: "silu"}
 
 _LINEAR = """op {name}(X: f32[M, K], W: f32[K, N], b: f32[N]) -> Y: f32[M, N]:
     Y[m, n] = {body}
@@ -116,52 +115,68 @@ _ATTENTION = """op attention_scaled(Q: f32[B, NH, S, D], K: f32[B, NH, T, D], V:
 """
 
 
-def swap_modules(model: nn.Module, backend: str = "auto") -> list[str]:
+def swap_modules(model: nn.Module, backend: str = "auto", mlp: bool = True) -> list[str]:
     """Replace supported submodules in place; returns what was swapped (dotted names).
 
-    Linear followed by ReLU / GELU (exact) / SiLU in a Sequential becomes one fused
-    UolLinear; other Linear, LayerNorm and RMSNorm layers become their Uol versions.
+    With `mlp` (the default), a run of two or more layers in a Sequential (Linear with an
+    optional ReLU / GELU (exact) / SiLU after it, LayerNorm, RMSNorm) becomes one `UolMLP`
+    in the run's first slot, the rest turning into Identity; otherwise, and for layers
+    outside such runs, Linear followed by an activation becomes one fused UolLinear, other
+    Linear, LayerNorm and RMSNorm layers their Uol versions.
     """
     swapped: list[str] = []
-    _swap(model, "", backend, swapped)
+    _swap(model, "", backend, swapped, mlp)
     return swapped
 
 
-def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str]) -> None:
+def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str], mlp: bool) -> None:
     names = list(module._modules)
-    skip: set[str] = set()
-    for index, name in enumerate(names):
-        child = module._modules[name]
+    children = [module._modules[n] for n in names]
+    index = 0
+    while index < len(names):
+        name, child = names[index], children[index]
         path = f"{prefix}{name}"
-        if child is None or name in skip:
+        if child is None:
+            index += 1
             continue
-        nxt = module._modules.get(names[index + 1]) if index + 1 < len(names) else None
+        chain = _chain(children, index) if mlp and isinstance(module, nn.Sequential) else []
+        if len(chain) >= 2:
+            module._modules[name] = UolMLP.from_torch(children, [s for s, _ in chain], backend)
+            taken = sum(n for _, n in chain)
+            for other in names[index + 1: index + taken]:
+                module._modules[other] = nn.Identity()
+            swapped.append(f"{path}-{prefix}{names[index + taken - 1]} (mlp)")
+            index += taken
+            continue
+        nxt = children[index + 1] if index + 1 < len(names) else None
+        step = 1
         if isinstance(child, nn.Linear):
-            act = _activation(nxt) if isinstance(module, nn.Sequential) else None
+            act = activation_of(nxt) if isinstance(module, nn.Sequential) else None
             module._modules[name] = UolLinear.from_torch(child, act, backend)
             if act:
                 module._modules[names[index + 1]] = nn.Identity()
-                skip.add(names[index + 1])
+                step = 2
             swapped.append(path + (f"+{act}" if act else ""))
-        elif isinstance(child, nn.LayerNorm) and len(child.normalized_shape) == 1 \
-                and child.elementwise_affine and child.bias is not None:
-            new = UolLayerNorm(child.normalized_shape[0], child.eps, backend)
-            new.load_state_dict(child.state_dict())
-            module._modules[name] = new
-            swapped.append(path)
-        elif isinstance(child, nn.RMSNorm) and len(child.normalized_shape) == 1 \
-                and child.elementwise_affine:
-            eps = child.eps if child.eps is not None else torch.finfo(torch.float32).eps
-            new = UolRMSNorm(child.normalized_shape[0], eps, backend)
+        elif isinstance(child, (nn.LayerNorm, nn.RMSNorm)) and layer_spec(children, index):
+            spec = layer_spec(children, index)[0]
+            kind = UolLayerNorm if spec.kind == "layernorm" else UolRMSNorm
+            new = kind(spec.size_in, spec.eps, backend)
             new.load_state_dict(child.state_dict())
             module._modules[name] = new
             swapped.append(path)
         else:
-            _swap(child, path + ".", backend, swapped)
+            _swap(child, path + ".", backend, swapped, mlp)
+        index += step
 
 
-def _activation(module: nn.Module | None) -> str | None:
-    for kind, name in ACTIVATIONS.items():
-        if isinstance(module, kind) and getattr(module, "approximate", "none") == "none":
-            return name
-    return None
+def _chain(children: list[nn.Module], start: int) -> list[tuple]:
+    """The longest run of supported layers from `start` (layer spec, modules it takes)."""
+    chain: list[tuple] = []
+    at = start
+    while at < len(children):
+        found = layer_spec(children, at)
+        if found is None:
+            break
+        chain.append(found)
+        at += found[1]
+    return chain

@@ -16,12 +16,14 @@ from uol_core.odl.grad import GradOp, derive_grad, differentiable_inputs
 from uol_core.odl.ir import Op, retyped
 from uol_core.odl.printer import format_op
 from uol_core.runtime.dispatch import OpRunner, output_dtypes
+from uol_core.runtime.launch import LaunchPlan, plan_for
 from uol_core.runtime.reference import TORCH_DTYPES
 from uol_core.runtime.shapes import bind_sizes, shape_of
 
 _LIBRARY = torch.library.Library("uol", "FRAGMENT")
 _REGISTERED: dict[str, TorchOp] = {}
 _ODL_TYPES = {t: d for d, t in TORCH_DTYPES.items()}
+_UNPLANNED = object()
 
 
 class TorchOp:
@@ -41,6 +43,8 @@ class TorchOp:
         self.inputs = [d.name for d in op.inputs]
         self.outputs = [d.name for d in op.outputs]
         self.all_outputs = [d.name for d in self.forward_op.outputs]
+        self._plans: dict[tuple, LaunchPlan | None] = {}
+        self._subsets: dict[tuple[str, ...], tuple[GradOp, OpRunner] | None] = {}
         digest = hashlib.sha1(f"{format_op(op)}|{backend}|{target}".encode()).hexdigest()[:10]
         self.qualname = f"uol::{op.name}_{digest}"
         self._register(digest)
@@ -99,7 +103,22 @@ class TorchOp:
         namespace = getattr(torch.ops.uol, name)
         self._op: Callable = lambda *values: _as_tuple(namespace(*values))
 
+    def _planned(self, key: tuple, runner: Callable[[], OpRunner], names: list[str],
+                 values: list[torch.Tensor]):
+        """Outputs of a runner through a launch plan made once per key, shapes and dtypes;
+        None when the runner is not all C kernels."""
+        key = (*key, *((v.shape, v.dtype) for v in values))
+        plan = self._plans.get(key, _UNPLANNED)
+        if plan is _UNPLANNED:
+            plan = plan_for(runner(), dict(zip(names, values)), names)
+            self._plans[key] = plan
+        return None if plan is None else plan(values)
+
     def _forward_impl(self, *values: torch.Tensor):
+        planned = self._planned(("forward",), lambda: self.runners(values)[0], self.inputs,
+                                list(values))
+        if planned is not None:
+            return planned[0] if len(planned) == 1 else tuple(planned)
         outputs = self.runners(values)[0](dict(zip(self.inputs, values)))
         # A custom op may not return a view of its input (the reference can, for copies).
         storages = {v.untyped_storage().data_ptr() for v in values}
@@ -122,16 +141,42 @@ class TorchOp:
         ctx.save_for_backward(*inputs, *outs)
 
     def _backward(self, ctx, *upstream: torch.Tensor):
-        grad = self.grad
         saved = ctx.saved_tensors
-        values = dict(zip(self.inputs, saved[: len(self.inputs)]))
+        inputs = saved[: len(self.inputs)]
+        grad, runner = self.grad, lambda: self.runners(inputs)[1]
+        needs = tuple(getattr(ctx, "needs_input_grad", ()))[-len(self.inputs):]
+        if len(needs) == len(self.inputs):
+            wanted = tuple(n for n, need in zip(self.inputs, needs) if need and n in grad.wrt)
+            if not wanted:
+                return (None,) * len(self.inputs)
+            subset = self._subset_grad(wanted, inputs) if wanted != grad.wrt else None
+            if subset is not None:
+                grad, runner = subset[0], lambda: subset[1]
         outs = dict(zip(self.all_outputs, saved[len(self.inputs):]))
-        feed = dict(values)
+        feed = dict(zip(self.inputs, inputs))
         feed.update({n: outs[n] for n in (*grad.saved, *grad.saved_extra)})
         for name, up in zip(self.outputs, upstream):
             feed[grad.grad_of_output[name]] = (up if up is not None else torch.zeros_like(outs[name])).contiguous()
-        result = self.runners(saved[: len(self.inputs)])[1](feed)
+        names = [d.name for d in grad.op.inputs]
+        planned = self._planned(("backward", grad.wrt), runner, names, [feed[n] for n in names])
+        result = dict(zip([d.name for d in grad.op.outputs], planned)) if planned is not None \
+            else runner()(feed)
         return tuple(result[grad.grad_of_input[n]] if n in grad.wrt else None for n in self.inputs)
+
+    def _subset_grad(self, wanted: tuple[str, ...], inputs) -> tuple[GradOp, OpRunner] | None:
+        """The backward for only the inputs that need a gradient (a first layer's dX is a
+        whole GEMM nobody reads); None when it needs a value the forward did not save or the
+        call runs in another float type than the op declares."""
+        floats = [v.dtype for n, v in zip(self.inputs, inputs) if n in self.differentiable]
+        if floats and floats[0] != TORCH_DTYPES[self.op.tensor(self.differentiable[0]).dtype]:
+            return None
+        if wanted not in self._subsets:
+            sub = derive_grad(self.op, wanted)
+            available = {*self.inputs, *self.all_outputs, *sub.grad_of_output.values()}
+            usable = all(d.name in available for d in sub.op.inputs)
+            self._subsets[wanted] = (sub, OpRunner(sub.op, self.backend, self.target)) \
+                if usable else None
+        return self._subsets[wanted]
 
 
 class _EagerCall(torch.autograd.Function):

@@ -31,6 +31,10 @@ class CKernel:
                          for d in op.outputs]
         self._ptr_type = ctypes.c_void_p * len(self._args)
 
+    def launch_args(self) -> list[tuple[str, tuple, torch.dtype]]:
+        """Name, shape and dtype of every argument, in the order the entry takes them."""
+        return [(name, shape, dtype) for name, dtype, shape in self._args]
+
     def outputs_like(self) -> dict[str, torch.Tensor]:
         """Fresh output tensors of the declared shapes and dtypes."""
         return {name: torch.empty(shape, dtype=dtype) for name, dtype, shape in self._outputs}

@@ -30,6 +30,7 @@ class OpRunner:
     used: dict[tuple, str] = field(default_factory=dict)
     reason: dict[tuple, str] = field(default_factory=dict)
     _kernels: dict[tuple, Callable] = field(default_factory=dict)
+    _steps: dict[tuple, Callable] = field(default_factory=dict)  # key -> shapes -> kernel steps
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -47,6 +48,14 @@ class OpRunner:
         if key not in self._kernels:
             self._kernels[key] = self._build(key, tensors)
         return self.used[key]
+
+    def kernel_steps(self, tensors: Mapping[str, torch.Tensor]) -> list | None:
+        """The loaded C kernels that one call runs, in order (None when a step is not C)."""
+        key = tuple((n, tuple(t.shape), t.dtype) for n, t in sorted(tensors.items()))
+        if key not in self._kernels:
+            self._kernels[key] = self._build(key, tensors)
+        steps = self._steps.get(key)
+        return steps({n: tuple(t.shape) for n, t in tensors.items()}) if steps else None
 
     def _build(self, key: tuple, tensors: Mapping[str, torch.Tensor]) -> Callable:
         if self.backend in ("c", "auto"):
@@ -75,6 +84,7 @@ class OpRunner:
         _ = kernel.source  # builds now, so an unsupported op is found here, not mid-run
         self.used[key] = "c"
         outputs = [d.name for d in self.op.outputs]
+        self._steps[key] = lambda shapes: [kernel.native_for(shapes)]
 
         def run(ts: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             result = kernel(**{n: t.contiguous() for n, t in ts.items()})
@@ -90,6 +100,7 @@ class OpRunner:
         self.used[key] = "c (" + " | ".join(
             ",".join(self.op.stmts[i].target for i in g) for g in groups) + ")"
         outputs = [d.name for d in self.op.outputs]
+        self._steps[key] = lambda shapes: _group_steps(runners, shapes)
 
         def run(ts: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             env = dict(ts)
@@ -108,6 +119,22 @@ class OpRunner:
         return lambda ts: run_triton(source, self.op, dict(ts))
 
 
+def _group_steps(runners: list[OpRunner], shapes: Mapping[str, tuple]) -> list | None:
+    """Kernel steps of a grouped op: each group's, with the shapes earlier groups produce."""
+    env = dict(shapes)
+    steps: list = []
+    for runner in runners:
+        sub = {d.name: torch.empty(env[d.name], dtype=TORCH_DTYPES[d.dtype], device="meta")
+               for d in runner.op.inputs}
+        got = runner.kernel_steps(sub)
+        if got is None:
+            return None
+        for native in got:
+            env.update({name: shape for name, shape, _ in native.launch_args()})
+        steps.extend(got)
+    return steps
+
+
 def _all_f32(tensors: Mapping[str, torch.Tensor]) -> bool:
     return all(t.dtype == torch.float32 for t in tensors.values() if t.is_floating_point())
 
@@ -121,24 +148,48 @@ def _whole_op_template(op: Op) -> bool:
 
 
 def statement_groups(op: Op) -> list[tuple[int, ...]]:
-    """Statements split at contractions: a contraction and the maps right after it that read
-    it form one group (the GEMM template fuses them as an epilogue); the statements between
-    contractions form one group each (one fused kernel)."""
+    """Statements split at contractions, each group one kernel.
+
+    A contraction and the maps right after it that read it form one group (the GEMM template
+    fuses them as an epilogue). Every other statement joins the earliest group of
+    non-contraction statements that runs after everything it reads, preferring one that
+    already touches its tensors: so the bias gradient `db = sum over rows of g` rides the
+    pass that makes `g` instead of costing a kernel launch and a pass of its own."""
     from uol_core.odl.patterns import classify
 
     kinds = classify(op).statements
     groups: list[list[int]] = []
+    home: dict[str, int] = {}  # tensor -> index of the group that writes it
+
+    def is_contraction(group: list[int]) -> bool:
+        return kinds[group[0]].kind == "contraction"
+
     for index, pattern in enumerate(kinds):
-        reads = {n.tensor for n in walk(op.stmts[index].expr) if isinstance(n, Access)}
+        stmt = op.stmts[index]
+        reads = {n.tensor for n in walk(stmt.expr) if isinstance(n, Access)}
+        ready = max((home[r] for r in reads if r in home), default=0)
         last = groups[-1] if groups else None
         if pattern.kind == "contraction":
             groups.append([index])
-        elif (last and kinds[last[0]].kind == "contraction" and pattern.kind == "map" \
-                and op.stmts[last[-1]].target in reads) or (last and kinds[last[0]].kind != "contraction"):
+        elif last and is_contraction(last) and pattern.kind == "map" \
+                and op.stmts[last[-1]].target in reads:
             last.append(index)
         else:
-            groups.append([index])
+            eligible = [g for g in range(ready, len(groups)) if not is_contraction(groups[g])]
+            touching = [g for g in eligible if reads & _group_tensors(op, groups[g])]
+            choice = (touching or eligible or [None])[0]
+            if choice is None:
+                groups.append([index])
+            else:
+                groups[choice].append(index)
+        home[stmt.target] = next(g for g, members in enumerate(groups) if index in members)
     return [tuple(g) for g in groups]
+
+
+def _group_tensors(op: Op, group: list[int]) -> set[str]:
+    """Tensors a group reads or writes."""
+    return {op.stmts[i].target for i in group} | {
+        n.tensor for i in group for n in walk(op.stmts[i].expr) if isinstance(n, Access)}
 
 
 def group_op(op: Op, indices: tuple[int, ...]) -> Op:
@@ -153,7 +204,8 @@ def _group_op(op: Op, indices: tuple[int, ...]) -> Op:
     defined = {s.target for s in stmts}
     read = list(dict.fromkeys(n.tensor for s in stmts for n in walk(s.expr)
                               if isinstance(n, Access) and n.tensor not in defined))
-    later = {n.tensor for i, s in enumerate(op.stmts) if i > max(indices)
+    # read outside the group (single assignment: any such reader runs after this group)
+    later = {n.tensor for i, s in enumerate(op.stmts) if i not in indices
              for n in walk(s.expr) if isinstance(n, Access)}
     wanted = {d.name for d in op.outputs} | later
     outputs = tuple(op.tensor(s.target) for s in stmts if s.target in wanted) or \

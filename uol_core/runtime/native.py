@@ -28,6 +28,10 @@ class NativeKernel:
         self.shapes = {k: tuple(v) for k, v in shapes.items()}
         self._ptr_type = ctypes.c_void_p * len(self.args)
 
+    def launch_args(self) -> list[tuple[str, tuple, torch.dtype]]:
+        """Name, shape and dtype of every argument, in the order the entry takes them."""
+        return [(name, self.shapes[name], torch.float32) for name in self.args]
+
     def __call__(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Run on `tensors` (every arg by name; outputs written in place)."""
         ordered = [tensors[name] for name in self.args]

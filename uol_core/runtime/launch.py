@@ -1,0 +1,72 @@
+"""Launch plans: an op's C kernels called in order on a list of tensors (entry point `plan_for`).
+
+A training step calls each small kernel thousands of times at the same shapes. The general
+path finds the kernel by name and shape, checks every argument and rebuilds the stride array
+on every call (tens of microseconds, as long as a 128x256x256 GEMM here). A plan does that
+work once: argument slots, output shapes and the strides of contiguous tensors are fixed when
+it is made, so a call allocates the outputs and passes pointers, nothing else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from uol_core.runtime.dispatch import OpRunner
+
+
+class LaunchPlan:
+    """Run kernel steps on inputs given in a fixed order; returns the named outputs in order."""
+
+    def __init__(self, inputs: Sequence[str], input_specs: Mapping[str, tuple], steps: list,
+                 outputs: Sequence[str]) -> None:
+        slot = {name: i for i, name in enumerate(inputs)}
+        self.input_specs = [input_specs[n] for n in inputs]  # (shape, dtype) per input
+        self.allocs: list[tuple[tuple, torch.dtype]] = []
+        self.steps: list[tuple] = []
+        for native in steps:
+            args = native.launch_args()
+            for name, shape, dtype in args:
+                if name not in slot:  # first written here: an output or an intermediate
+                    slot[name] = len(inputs) + len(self.allocs)
+                    self.allocs.append((tuple(shape), dtype))
+            strides = [s for _, shape, _ in args for s in _contiguous_strides(shape)]
+            self.steps.append((native.fn, tuple(slot[name] for name, _, _ in args),
+                               ctypes.c_void_p * len(args),
+                               (ctypes.c_int64 * max(1, len(strides)))(*strides)))
+        self.outputs = tuple(slot[name] for name in outputs)
+
+    def __call__(self, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        env = [v if v.is_contiguous() else v.contiguous() for v in values]
+        env.extend(torch.empty(shape, dtype=dtype) for shape, dtype in self.allocs)
+        for fn, slots, ptr_type, strides in self.steps:
+            fn(ptr_type(*[env[i].data_ptr() for i in slots]), strides)
+        return [env[i] for i in self.outputs]
+
+
+def plan_for(runner: OpRunner, tensors: Mapping[str, torch.Tensor],
+             order: Sequence[str]) -> LaunchPlan | None:
+    """A plan for `runner` at these tensors' shapes and dtypes, inputs taken in `order`;
+    None when a step is not a compiled C kernel (reference or Triton) or a tensor is not on
+    the CPU."""
+    if any(t.device.type != "cpu" for t in tensors.values()):
+        return None
+    steps = runner.kernel_steps(tensors)
+    if not steps:
+        return None
+    for native in steps:  # inputs must already have the dtype each kernel reads
+        for name, _, dtype in native.launch_args():
+            if name in tensors and tensors[name].dtype != dtype:
+                return None
+    specs = {n: (tuple(t.shape), t.dtype) for n, t in tensors.items()}
+    return LaunchPlan(order, specs, steps, [d.name for d in runner.op.outputs])
+
+
+def _contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides, step = [], 1
+    for extent in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(1, int(extent))
+    return strides[::-1]
