@@ -96,3 +96,16 @@ def test_linear_on_three_dimensional_input():
     x = torch.randn(2, 3, 8)
     expected = torch.nn.functional.silu(x @ layer.weight + layer.bias)
     torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_mlp_backward_saves_hidden_activations_and_skips_unneeded_gradients():
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    swap_modules(model)
+    fn = model[0].fn
+    # Recomputing a hidden activation would cost its GEMM again: the MLP saves them.
+    assert not any("recomputed although a reduction" in n for n in fn.grad.notes)
+    assert "h0" in fn.grad.saved_extra or "z_h0" in fn.grad.saved_extra
+    x = torch.randn(5, 8)  # no gradient wanted for the input: its GEMM (dX) is not run
+    model(x).sum().backward()
+    assert ("l0_weight", "l0_bias", "l2_weight", "l2_bias") in fn._subsets
+    assert model[0].l0_weight.grad is not None

@@ -15,7 +15,7 @@ import torch
 from uol_core.odl.grad import GradOp, derive_grad, differentiable_inputs
 from uol_core.odl.ir import Op, retyped
 from uol_core.odl.printer import format_op
-from uol_core.runtime.dispatch import OpRunner, output_dtypes
+from uol_core.runtime.dispatch import OpRunner, output_dtypes, whole_op_template
 from uol_core.runtime.launch import LaunchPlan, plan_for
 from uol_core.runtime.reference import TORCH_DTYPES
 from uol_core.runtime.shapes import bind_sizes, shape_of
@@ -34,7 +34,12 @@ class TorchOp:
         self.backend = backend
         self.target = target
         self.differentiable = differentiable_inputs(op)
-        self._grad: GradOp | None = derive_grad(op) if self.differentiable else None
+        # Attention-like ops whose fused C backward recomputes the wide scores save less (see
+        # `_wide_backward`); every dtype variant and gradient subset follows the same choice,
+        # so the forward's saves are what each backward reads.
+        self._wide = bool(self.differentiable) and _wide_backward(op)
+        self._grad: GradOp | None = derive_grad(op, recompute_wide=self._wide) \
+            if self.differentiable else None
         # The forward runs the op that also writes what the backward saves (z of a linear
         # layer, row statistics of a norm); callers see only the op's own outputs.
         self.forward_op = self._grad.forward_with_saves if self._grad else op
@@ -68,7 +73,7 @@ class TorchOp:
                 forward, grad = self.forward_runner, self._grad
             else:
                 op = retyped(self.op, _ODL_TYPES[dtype])
-                grad = derive_grad(op) if self.differentiable else None
+                grad = derive_grad(op, recompute_wide=self._wide) if self.differentiable else None
                 forward = OpRunner(grad.forward_with_saves if grad else op, self.backend,
                                    self.target)
             self._variants[dtype] = (
@@ -171,7 +176,7 @@ class TorchOp:
         if floats and floats[0] != TORCH_DTYPES[self.op.tensor(self.differentiable[0]).dtype]:
             return None
         if wanted not in self._subsets:
-            sub = derive_grad(self.op, wanted)
+            sub = derive_grad(self.op, wanted, recompute_wide=self._wide)
             available = {*self.inputs, *self.all_outputs, *sub.grad_of_output.values()}
             usable = all(d.name in available for d in sub.op.inputs)
             self._subsets[wanted] = (sub, OpRunner(sub.op, self.backend, self.target)) \
@@ -206,6 +211,13 @@ def _plain(values: list[torch.Tensor]) -> bool:
     """Ordinary CPU/CUDA tensors (no fake, functional or other subclass mode tracing them)."""
     return all(type(v) is torch.Tensor or type(v) is torch.nn.Parameter for v in values) \
         and not torch._C._is_any_autocast_enabled()
+
+
+def _wide_backward(op: Op) -> bool:
+    """Whether to recompute wide intermediates (attention's scores) in the backward: only
+    when the C backend has a template that fuses that recomputation (the flash backward);
+    elsewhere recomputing a reduction would cost a whole pass or a GEMM, so it is saved."""
+    return whole_op_template(derive_grad(op, recompute_wide=True).op)
 
 
 def _as_tuple(value) -> tuple:

@@ -10,6 +10,10 @@ queries lie along the vector lanes: Q^T is packed once, then each block of BK ke
 BK x BQ score tile S^T = K Q^T, the online softmax (running max m, sum l, rescale alpha), and
 O^T = alpha O^T + V^T P^T, both products in register micro-tiles (c_attention_tiles) that
 broadcast K and V straight from memory. Nothing of size S x T is ever stored.
+The forward that training runs (grad's forward_with_saves) splits O into z = sum[j](p * V) and
+O = z / l and returns mx, l and z too: the same kernel then also writes those row statistics
+(m and l are final after the last key block) and z = O^T before the division, for the flash
+backward (c_attention_bwd) to recompute p = exp(s - mx) from.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class FlashPlan:
     i: str
     j: str
     reduce: Reduce  # the Q.K sum inside the score expression
+    saves: tuple[str | None, str | None, str | None] = (None, None, None)  # mx, l, z as outputs
 
 
 def _pure(access, names) -> bool:
@@ -48,11 +53,18 @@ def _pure(access, names) -> bool:
 
 
 def flash_plan(op: Op) -> FlashPlan | None:
-    """The plan when `op` is naive attention as above (f32, intermediates not outputs), else None."""
-    if len(op.stmts) != 5 or {d.dtype for d in op.inputs + op.outputs + op.locals} != {DType.f32}:
+    """The plan when `op` is naive attention as above (f32, s and p not outputs), else None.
+
+    Also takes the split form O = z / l with z = sum[j](p * V) (the forward with saves), where
+    mx, l and z may be outputs: the kernel then writes them as well.
+    """
+    if len(op.stmts) not in (5, 6) or {d.dtype for d in op.inputs + op.outputs + op.locals} != {DType.f32}:
         return None
-    s, mx, p, lsum, o = op.stmts
-    if {s.target, mx.target, p.target, lsum.target} & {d.name for d in op.outputs}:
+    s, mx, p, lsum = op.stmts[:4]
+    outputs = {d.name for d in op.outputs}
+    if {s.target, p.target} & outputs or (len(op.stmts) == 5 and {mx.target, lsum.target} & outputs):
+        return None
+    if len(s.indices) < 2:  # scores are indexed by at least a query and a key
         return None
     *prefix, i, j = s.indices
     reds = [n for n in walk(s.expr) if isinstance(n, Reduce)]
@@ -67,13 +79,16 @@ def flash_plan(op: Op) -> FlashPlan | None:
         return None
     if not _row_stats(op, prefix) or not _output(op, len(prefix)):
         return None
-    v = o.expr.lhs.body.rhs.tensor
-    return FlashPlan(a.tensor, b.tensor, v, o.target, tuple(prefix), i, j, red)
+    value = op.stmts[4].expr if len(op.stmts) == 6 else op.stmts[4].expr.lhs
+    saves = tuple(t if t in outputs else None for t in (mx.target, lsum.target, op.stmts[4].target)) \
+        if len(op.stmts) == 6 else (None, None, None)
+    return FlashPlan(a.tensor, b.tensor, value.body.rhs.tensor, op.stmts[-1].target,
+                     tuple(prefix), i, j, red, saves)
 
 
 def _row_stats(op: Op, prefix: list[str]) -> bool:
     """mx = max_j s, p = exp(s - mx), l = sum_j p, each at matching positions."""
-    s, mx, p, lsum, _ = op.stmts
+    s, mx, p, lsum = op.stmts[:4]
     n = len(prefix)
     e = mx.expr
     if not (isinstance(e, Reduce) and e.op == "max" and len(e.indices) == 1
@@ -92,18 +107,27 @@ def _row_stats(op: Op, prefix: list[str]) -> bool:
 
 
 def _output(op: Op, n: int) -> bool:
-    """O[P, i, e] = sum[j](p[P, i, j] * V[P, j, e]) / l[P, i]."""
-    _, _, p, lsum, o = op.stmts
+    """O[P, i, e] = sum[j](p[P, i, j] * V[P, j, e]) / l[P, i], or that split into z and z / l."""
+    p, lsum = op.stmts[2], op.stmts[3]
+    o = op.stmts[-1]
     e = o.expr
-    if not (isinstance(e, Binary) and e.op == "div" and isinstance(e.lhs, Reduce)
-            and e.lhs.op == "sum" and len(e.lhs.indices) == 1 and len(o.indices) == n + 2):
+    if not (isinstance(e, Binary) and e.op == "div" and len(o.indices) == n + 2):
         return False
-    jj = e.lhs.indices[0]
-    body = e.lhs.body
     *pre, i, ee = o.indices
+    if not (_pure(e.rhs, (*pre, i)) and e.rhs.tensor == lsum.target):
+        return False
+    value, idx = e.lhs, o.indices
+    if len(op.stmts) == 6:  # O = z / l, z[P, i, e] = sum[j](p * V) at the same positions
+        z = op.stmts[4]
+        if not (_pure(value, o.indices) and value.tensor == z.target and len(z.indices) == n + 2):
+            return False
+        value, idx = z.expr, z.indices
+    if not (isinstance(value, Reduce) and value.op == "sum" and len(value.indices) == 1):
+        return False
+    jj, body = value.indices[0], value.body
+    *pre, i, ee = idx
     return (isinstance(body, Binary) and body.op == "mul" and _pure(body.lhs, (*pre, i, jj))
-            and body.lhs.tensor == p.target and _pure(body.rhs, (*pre, jj, ee))
-            and _pure(e.rhs, (*pre, i)) and e.rhs.tensor == lsum.target)
+            and body.lhs.tensor == p.target and _pure(body.rhs, (*pre, jj, ee)))
 
 
 def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
@@ -123,13 +147,15 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
     bq = min(max(tiles.qt, int(cfg["bq"]) // tiles.qt * tiles.qt), -(-S // tiles.qt) * tiles.qt)
     bk = min(max(tiles.mr, int(cfg["bk"]) // tiles.mr * tiles.mr), -(-T // tiles.mr) * tiles.mr)
     shapes = {t: [f.evaluate(dict(sizes)) for f in op.tensor(t).shape]
-              for t in (plan.q, plan.k, plan.v, plan.out)}
+              for t in (plan.q, plan.k, plan.v, plan.out, *filter(None, plan.saves))}
     w = CodeWriter(default_line=op.line)
     entry = f"uol_{op.name}"
     args = [d.name for d in op.inputs] + [d.name for d in op.outputs]
     w.emit(f"/* {op.name}: flash attention generated by UOL ({GENERATOR}); S={S} T={T} D={D} "
            f"E={E}, BQ={bq} BK={bk}, {tiles.mr}x{tiles.qt} register tiles ({tiles.isa}).\n"
-           "   Scores, mx, p, l stay in per-thread tiles: the S x T matrix is never stored. */")
+           "   Scores, mx, p, l stay in per-thread tiles: the S x T matrix is never stored."
+           + (" The row statistics " + ", ".join(filter(None, plan.saves)) + " are written too,"
+              " for the flash backward." if any(plan.saves) else "") + " */")
     w.emit("#include <stdint.h>\n#include <math.h>\n#include <omp.h>" + PRELUDE)
     w.emit(tiles.prelude())
     for name in op.dims:
@@ -254,6 +280,17 @@ def _body(w: CodeWriter, op: Op, plan: FlashPlan, n: dict, base: dict, sizes,
 {pad}    const float inv = 1.0f / l[ii];
 {pad}    float *restrict orow = {OUT} + {base[plan.out]}(q0 + ii) * {E};
 {pad}    for (int64_t e = 0; e < {E}; ++e) orow[e] = ot[e][ii] * inv;
-{pad}}}
+{_saves(plan, base, E, pad)}{pad}}}
     }}
 }}""", op.stmts[4].line)
+
+
+def _saves(plan: FlashPlan, base: dict, E: int, pad: str) -> str:
+    """C lines writing the row statistics the op returns (mx, l) and z = O^T before / l."""
+    mx, lsum, z = plan.saves
+    lines = [f"{pad}    {tensor_id(t)}[{base[t]}q0 + ii] = {v}[ii];"
+             for t, v in ((mx, "m"), (lsum, "l")) if t]
+    if z:
+        lines.append(f"{pad}    for (int64_t e = 0; e < {E}; ++e) "
+                     f"{tensor_id(z)}[{base[z]}(q0 + ii) * {E} + e] = ot[e][ii];")
+    return "".join(line + "\n" for line in lines)

@@ -94,13 +94,15 @@ def _fmas(t: Tiles, rows: int, name: str, src: str, vec: str) -> str:
                      + " }" for r, row in enumerate(_acc(t, rows)))
 
 
-def score_kernel(t: Tiles, depth: int, ldq: int) -> str:
-    """uol_qk_tile: S^T[MR keys][QT queries] = K rows (broadcast) x Q^T (depth x QT, row stride ldq)."""
+def score_kernel(t: Tiles, depth: int, ldq: int, lds: int | None = None,
+                 name: str = "uol_qk_tile") -> str:
+    """uol_qk_tile: S^T[MR keys][QT queries] = K rows (broadcast) x Q^T (depth x QT, row stride
+    ldq), stored with row stride lds (default ldq)."""
     q = ", ".join(f"q{v} = uol_vld(qt + d * {ldq} + {v * t.lanes})" for v in range(t.nv))
     zero = "\n".join("    uol_v " + ", ".join(f"{c} = uol_vset(0.0f)" for c in row) + ";"
                      for row in _acc(t, t.mr))
     return f"""/* Score micro-tile: {t.mr} keys x {t.qt} queries, {t.mr * t.nv} accumulators in registers. */
-static inline void uol_qk_tile(const float *const *restrict kr, const float *restrict qt,
+static inline void {name}(const float *const *restrict kr, const float *restrict qt,
                                float *restrict st)
 {{
 {zero}
@@ -108,7 +110,7 @@ static inline void uol_qk_tile(const float *const *restrict kr, const float *res
         const uol_v {q};
 {_fmas(t, t.mr, "k", "kr[{r}][d]", "q")}
     }}
-{_stores(t, t.mr, "st", str(ldq))}
+{_stores(t, t.mr, "st", str(lds or ldq))}
 }}
 """
 
@@ -131,5 +133,27 @@ static inline void uol_pv_tile{rows}(int64_t nk, const float *restrict pt, const
 {_fmas(t, rows, "x", "v[j * " + str(ldv) + " + {r}]", "p")}
     }}
 {_stores(t, rows, "ot", str(ldp))}
+}}
+"""
+
+
+def acc_kernel(t: Tiles, name: str, rows: int, a_row: int, a_k: int, ldb: int, ldc: int) -> str:
+    """<name><rows>: C[rows][QT] += sum_k A(r, k) B[k][QT], A(r, k) = a[r * a_row + k * a_k]
+    broadcast, B rows and C rows (strides ldb, ldc) along the lanes: the flash backward's dV, dK
+    (A = P^T or dS^T rows) and dQ (A = dS^T columns) with the head dimension on the lanes."""
+    b = ", ".join(f"b{v} = uol_vld(b + k * {ldb} + {v * t.lanes})" for v in range(t.nv))
+    load = "\n".join("    uol_v " + ", ".join(f"{c} = uol_vld(c + {r * ldc + v * t.lanes})"
+                                              for v, c in enumerate(row)) + ";"
+                     for r, row in enumerate(_acc(t, rows)))
+    return f"""/* {rows} x {t.qt} accumulator tile in registers, loaded once and stored once per call. */
+static inline void {name}{rows}(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{{
+{load}
+    for (int64_t k = 0; k < nk; ++k) {{
+        const uol_v {b};
+{_fmas(t, rows, "x", "a[{r} * " + str(a_row) + " + k * " + str(a_k) + "]", "b")}
+    }}
+{_stores(t, rows, "c", str(ldc))}
 }}
 """

@@ -9,18 +9,18 @@ from uol_core.odl.ir import Op
 
 
 def whole_op_template(op: Op) -> bool:
-    """Whether a template takes `op` as a whole (flash attention), which beats splitting a
-    multi-statement op at its contractions into one kernel per group."""
-    from uol_core.backends import c_attention
+    """Whether a template takes `op` as a whole (flash attention, forward or backward), which
+    beats splitting a multi-statement op at its contractions into one kernel per group."""
+    from uol_core.backends import c_attention, c_attention_bwd
 
-    return c_attention.flash_plan(op) is not None
+    return c_attention.flash_plan(op) is not None or c_attention_bwd.flash_grad_plan(op) is not None
 
 
 def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None) -> KernelSource:
     """The best C kernel this backend has for `op` at `sizes` (never refuses a valid op)."""
     import os
 
-    from uol_core.backends import c_attention, c_conv, c_generic, c_rows, c_scan
+    from uol_core.backends import c_attention, c_attention_bwd, c_conv, c_generic, c_rows, c_scan
 
     cfg = dict(config or {})
     threads = int(cfg.get("threads") or getattr(target, "cores", 0) or os.cpu_count() or 1)
@@ -35,6 +35,13 @@ def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | No
         flash = c_attention.flash_plan(op)
         if flash is not None:
             src = c_attention.emit(op, flash, sizes, target, cfg)
+            if src is not None:
+                return src
+        # The derived gradient of attention: one flash backward kernel instead of S x T
+        # intermediates (s, p, d_p, d_s) written and read by separate kernels.
+        grad = c_attention_bwd.flash_grad_plan(op)
+        if grad is not None:
+            src = c_attention_bwd.emit(op, grad, sizes, target, cfg)
             if src is not None:
                 return src
         conv = c_conv.emit(op, sizes, target, cfg)  # None unless a plain NCHW convolution

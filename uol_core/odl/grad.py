@@ -8,13 +8,15 @@ V is the statement's free indices plus the reduction indices the read depends on
 that appear alone (or with coefficient +-1) in f are solved for the gradient's own indices
 `a`; the rest stay summed, guarded by `where(f(V) == a, ...)`. Contractions therefore
 become contractions, windows (h + r) become windows on the adjoint, and strided reads
-become guarded sums. Forward outputs are saved (they exist already); intermediates are
-recomputed inside the gradient op, which costs no memory.
+become guarded sums. Forward outputs are saved (they exist already); elementwise
+intermediates are recomputed inside the gradient op, which costs no memory; reductions are
+saved unless they are larger than every input and output (see `_Builder.unbounded`).
 """
 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -84,15 +86,20 @@ def differentiable_inputs(op: Op) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=256)
-def derive_grad(op: Op, wrt: Sequence[str] | None = None) -> GradOp:
-    """The vector-Jacobian product of `op` as a new, checked ODL op named `<op>_grad`."""
+def derive_grad(op: Op, wrt: Sequence[str] | None = None, recompute_wide: bool = False) -> GradOp:
+    """The vector-Jacobian product of `op` as a new, checked ODL op named `<op>_grad`.
+
+    Reductions the backward needs are saved from the forward pass; with `recompute_wide`,
+    those whose axes no input or output has (attention's S x T scores) are recomputed
+    instead. The torch bridge asks for that only when a backend template fuses the
+    recomputation into the backward (flash attention): elsewhere it would cost a GEMM."""
     from uol_core.odl.parser import parse  # the result is re-parsed: derived ops are plain ODL
 
     wrt = tuple(wrt) if wrt is not None else differentiable_inputs(op)
     for name in wrt:
         if name not in differentiable_inputs(op):
             raise OdlError(f"cannot differentiate with respect to '{name}': not a float input of {op.name}")
-    builder = _Builder(op, wrt)
+    builder = _Builder(op, wrt, recompute_wide)
     raw = builder.build()
     text = format_op(raw)
     forward = builder.forward_with_saves()
@@ -103,9 +110,10 @@ def derive_grad(op: Op, wrt: Sequence[str] | None = None) -> GradOp:
 
 
 class _Builder:
-    def __init__(self, op: Op, wrt: tuple[str, ...]) -> None:
+    def __init__(self, op: Op, wrt: tuple[str, ...], recompute_wide: bool = False) -> None:
         self.op = op
         self.wrt = wrt
+        self.recompute_wide = recompute_wide
         self.taken = set(op.dims) | set(op.tensors)
         for stmt in op.stmts:
             self.taken.update(stmt.indices)
@@ -266,7 +274,8 @@ class _Builder:
             names = tuple(i for i in stmt.indices if i in used)
             target = self.name(f"g_{stmt.target}" if not isinstance(value, Reduce) else f"z_{stmt.target}")
             written = tuple((n, extents[n]) for n in names)
-            if isinstance(value, Reduce) and contains(stmt.expr, key):
+            if isinstance(value, Reduce) and contains(stmt.expr, key) and \
+                    not self.unbounded(tuple(e for _, e in written)):
                 # Cost rule: a forward reduction is a whole pass over its input; saving it costs
                 # one tensor of its (smaller or equal) output. Save it, as torch saves z.
                 self.saves[key] = (target, names, self.current_stmt, value, written)
@@ -345,9 +354,16 @@ class _Builder:
         self.saved = tuple(d.name for d in self.op.outputs if d.name in used)
         self.saved_extra = [s.target for s in self.op.stmts if s.target in kept] + \
             [save[0] for save in self.saves.values()]
-        if recomputed:
+        wide = [s.target for s in recomputed if _reduces(s)]
+        if len(wide) < len(recomputed):
             self.notes.append("recomputed (elementwise, no extra memory): "
-                              + ", ".join(s.target for s in recomputed))
+                              + ", ".join(s.target for s in recomputed if not _reduces(s)))
+        if wide:
+            self.notes.append(
+                "recomputed although a reduction, because saving it would store a tensor larger "
+                "than every input and output (its axes are not those of any one of them, like "
+                "the S x T scores of attention; FlashAttention recomputes them too): "
+                + ", ".join(wide))
         if self.saved or self.saved_extra:
             self.notes.append("saved from the forward pass (a reduction or contraction would cost "
                               "a pass to recompute): " + ", ".join([*self.saved, *self.saved_extra]))
@@ -366,9 +382,25 @@ class _Builder:
         dtype = self.op.tensor(self.op.stmts[index].target).dtype
         return TensorDecl(target, dtype, tuple(extent for _, extent in written))
 
+    def unbounded(self, shape: tuple[Affine, ...]) -> bool:
+        """Whether a tensor of `shape` could be larger than every input and output: its axes
+        (as a multiset of extents) are not among the axes of any one of them.
+
+        The rule of save vs recompute for reductions: a saved tensor no larger than some input
+        or output at most doubles what the op already holds, so a reduction (a whole pass to
+        recompute) is saved; one that is not bounded so (S x T attention scores from [S, D]
+        and [T, D] inputs) grows as a product of sizes nothing else has, and is recomputed
+        from the tensors it reads, as FlashAttention does, which also lets the forward keep
+        it out of memory altogether.
+        """
+        if not self.recompute_wide:
+            return False
+        need = Counter(shape)
+        return not any(not need - Counter(d.shape) for d in self.op.inputs + self.op.outputs)
+
     def recompute_closure(self, names: set[str]) -> tuple[set[str], set[str]]:
         """Locals the backward needs: elementwise ones are recomputed (with what they read),
-        reductions are kept from the forward pass."""
+        reductions are kept from the forward pass unless `unbounded` (then recomputed too)."""
         locals_ = {d.name for d in self.op.locals}
         recompute: set[str] = set()
         keep: set[str] = set()
@@ -378,7 +410,7 @@ class _Builder:
             if name in recompute or name in keep:
                 continue
             stmt = next(s for s in self.op.stmts if s.target == name)
-            if any(isinstance(n, (Reduce, Scan)) for n in walk(stmt.expr)):
+            if _reduces(stmt) and not self.unbounded(self.op.tensor(name).shape):
                 keep.add(name)
                 continue
             recompute.add(name)
@@ -407,3 +439,8 @@ class _Builder:
         promoted = [d for d in self.op.locals if d.name in kept]
         return Op(self.op.name, self.op.inputs, self.op.outputs + tuple(promoted) + tuple(extra),
                   tuple(stmts), line=self.op.line)
+
+
+def _reduces(stmt: Stmt) -> bool:
+    """Whether a statement reduces or scans (a whole pass over its input to recompute)."""
+    return any(isinstance(n, (Reduce, Scan)) for n in walk(stmt.expr))

@@ -60,7 +60,7 @@ class OpRunner:
     def _build(self, key: tuple, tensors: Mapping[str, torch.Tensor]) -> Callable:
         if self.backend in ("c", "auto"):
             groups = statement_groups(self.op)
-            if len(groups) > 1 and _all_f32(tensors) and not _whole_op_template(self.op):
+            if len(groups) > 1 and _all_f32(tensors) and not whole_op_template(self.op):
                 return self._grouped(key, groups)
             try:
                 return self._c_kernel(key, tensors)
@@ -139,7 +139,7 @@ def _all_f32(tensors: Mapping[str, torch.Tensor]) -> bool:
     return all(t.dtype == torch.float32 for t in tensors.values() if t.is_floating_point())
 
 
-def _whole_op_template(op: Op) -> bool:
+def whole_op_template(op: Op) -> bool:
     """Whether the C backend has a template for the op as a whole (flash attention), which
     beats splitting it at its contractions."""
     from uol_core.backends.c_route import whole_op_template
