@@ -115,3 +115,10 @@ def test_compile_error_quotes_the_generated_line():
                        {"isa": "vecext"}, {1: 1, 2: 7, 3: 1})
     with pytest.raises(BuildError, match=r"line 2 \(implements ODL line 7\).*undefined_name"):
         build(src)
+
+
+@pytest.mark.parametrize("config", ["mr=6,mc=256", "mr=4,kc=130,ku=4"])
+def test_overrides_that_break_packing_are_refused_with_the_constraint_named(config):
+    # mc=256 with mr=6 once overran the packed A panel (heap corruption, then a crash).
+    with pytest.raises(ValueError, match="divisibility"):
+        uol_core.compile("matmul", shapes={"A": (512, 512), "B": (512, 64)}, config=config)

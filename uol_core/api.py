@@ -188,6 +188,13 @@ def choose_config(op: Op, sizes: dict, target, request):
     if request == "tuned":
         return tuned_config(op, sizes, target) or best, space, model
     cfg = parse_config(request, best)
+    # The space's other constraints only cost speed, so overrides may break them to explore;
+    # these two are what the packing and the unrolled k loop rely on (an mc that is not a
+    # multiple of mr overran the A panel).
+    if cfg.mc % cfg.mr or cfg.kc % cfg.ku:
+        raise ValueError(f"mc={cfg.mc} must be a multiple of mr={cfg.mr} and kc={cfg.kc} of "
+                         f"ku={cfg.ku} (constraint 'divisibility': A is packed in whole "
+                         "mr-row strips, the k loop is unrolled ku times)")
     if cfg.nr % lanes(cfg.isa, target):
         raise ValueError(f"nr={cfg.nr} must be a multiple of the {cfg.isa} vector "
                          f"({lanes(cfg.isa, target)} lanes)")
