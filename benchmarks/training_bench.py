@@ -64,12 +64,13 @@ def cases(quick: bool):
     xs = torch.randn(rows, 1024, requires_grad=True)
     yield (f"layernorm {rows}x1024", (xs,),
            {"uol": ln, "eager": ref, "compile": torch.compile(ref)})
-    s = 128 if quick else 256
     att = UolAttention(64)
-    q, k, v = (torch.randn(1, 8, s, 64, requires_grad=True) for _ in range(3))
     sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
-    yield (f"attention B=1 H=8 S={s} D=64", (q, k, v),
-           {"uol": att, "eager": sdpa, "compile": torch.compile(sdpa)})
+    compiled = torch.compile(sdpa)
+    for s in (128,) if quick else (256, 512):
+        q, k, v = (torch.randn(1, 8, s, 64, requires_grad=True) for _ in range(3))
+        yield (f"attention B=1 H=8 S={s} D=64", (q, k, v),
+               {"uol": att, "eager": sdpa, "compile": compiled})
 
 
 def main() -> None:

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from uol_core.odl.check import check_op
-from uol_core.odl.ir import Access, Op, Reduce, Var, walk
+from uol_core.odl.check import check_op, stmt_extents
+from uol_core.odl.derivatives import substitute
+from uol_core.odl.ir import Access, Affine, Op, Reduce, Stmt, Var, walk
 from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
 
 BACKENDS = ("auto", "c", "triton", "reference")
@@ -226,7 +227,33 @@ def _group_op(op: Op, indices: tuple[int, ...]) -> Op:
             inputs.append(decl)
             bound |= binds
     name = f"{op.name}_" + "_".join(s.target for s in stmts)[:40]
-    return check_op(Op(name, tuple(inputs), outputs, tuple(stmts)))
+    return check_op(Op(name, tuple(inputs), outputs, tuple(_aligned(op, indices))))
+
+
+def _aligned(op: Op, indices: tuple[int, ...]) -> list[Stmt]:
+    """The group's statements, maps after a contraction renamed to its index names.
+
+    Derived ops name each statement's indices afresh (`d_h[h0, h1] = sum[n](..)` then
+    `g[m, n] = d_h[m, n] * ..`); the GEMM template fuses an epilogue only over the
+    contraction's own index names, so a map over the same extents, position by position, is
+    written with those names (a renaming: no value changes)."""
+    stmts = [op.stmts[i] for i in indices]
+    first = stmts[0]
+    if not any(isinstance(n, Reduce) for n in walk(first.expr)):
+        return stmts
+    first_ext = stmt_extents(op, indices[0]).free
+    out = [first]
+    for index, stmt in zip(indices[1:], stmts[1:]):
+        ext = stmt_extents(op, index).free
+        if stmt.indices == first.indices or len(stmt.indices) != len(first.indices) or \
+                any(isinstance(n, Reduce) for n in walk(stmt.expr)) or \
+                [ext[i] for i in stmt.indices] != [first_ext[i] for i in first.indices]:
+            out.append(stmt)
+            continue
+        mapping = {old: Affine.of(new) for old, new in zip(stmt.indices, first.indices)}
+        out.append(Stmt(stmt.target, first.indices, substitute(stmt.expr, mapping), stmt.line,
+                        tuple((mapping[n].pure_symbol, e) for n, e in stmt.extents)))
+    return out
 
 
 def output_dtypes(op: Op) -> dict[str, torch.dtype]:
