@@ -10,6 +10,7 @@ it is made, so a call allocates the outputs and passes pointers, nothing else.
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -37,13 +38,34 @@ class LaunchPlan:
                                ctypes.c_void_p * len(args),
                                (ctypes.c_int64 * max(1, len(strides)))(*strides)))
         self.outputs = tuple(slot[name] for name in outputs)
+        # Intermediates between kernels never leave the plan: one set per thread is reused
+        # (a fresh one would cost an allocation each, and first-touch page faults when large).
+        first = len(inputs)
+        self._scratch_slots = [i for i in range(first, first + len(self.allocs))
+                               if i not in self.outputs]
+        self._output_allocs = [(i, *self.allocs[i - first]) for i in self.outputs if i >= first]
+        self._local = threading.local()
 
     def __call__(self, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        env = [v if v.is_contiguous() else v.contiguous() for v in values]
-        env.extend(torch.empty(shape, dtype=dtype) for shape, dtype in self.allocs)
+        env: list = [v if v.is_contiguous() else v.contiguous() for v in values]
+        env.extend(self._scratch())
+        for i, shape, dtype in self._output_allocs:
+            env[i] = torch.empty(shape, dtype=dtype)
         for fn, slots, ptr_type, strides in self.steps:
             fn(ptr_type(*[env[i].data_ptr() for i in slots]), strides)
         return [env[i] for i in self.outputs]
+
+    def _scratch(self) -> list:
+        """This thread's intermediates, in slot order (None where an output goes)."""
+        scratch = getattr(self._local, "tensors", None)
+        if scratch is None:
+            first = len(self.input_specs)
+            scratch = [None] * len(self.allocs)
+            for i in self._scratch_slots:
+                shape, dtype = self.allocs[i - first]
+                scratch[i - first] = torch.empty(shape, dtype=dtype)
+            self._local.tensors = scratch
+        return scratch
 
 
 def plan_for(runner: OpRunner, tensors: Mapping[str, torch.Tensor],
