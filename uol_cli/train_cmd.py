@@ -28,15 +28,15 @@ def train_demo(
                                                   "int8, topk, powersgd")] = "int8",
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Train an MLP on scikit-learn's digits twice (torch, then UOL kernels) from the same
-    weights; report both loss curves' agreement and the step times."""
+    """Train an MLP on scikit-learn's digits twice (torch modules and UOL kernels, step by step
+    in lockstep) from the same weights; report both loss curves' agreement and the step times."""
     from uol_core.runtime.dispatch import BACKENDS
     from uol_core.training_demo import run_ddp, run_demo
 
     if backend not in BACKENDS:
         raise UserError(f"unknown backend '{backend}'; choose one of {', '.join(BACKENDS)}")
     with Progress(console=console, transient=True, disable=as_json) as bar:
-        task = bar.add_task("training (torch, then UOL)", total=2 * steps)
+        task = bar.add_task("training (torch and UOL, in lockstep)", total=steps)
         result = run_demo(steps, backend, progress=lambda _: bar.advance(task))
     if ddp:
         hook = None if compression == "none" else "hcf_sim.compression:ddp_hook"

@@ -67,24 +67,38 @@ def make_model(seed: int = 0) -> nn.Sequential:
 def train(model: nn.Module, steps: int, batch: int = 128, lr: float = 0.05, seed: int = 1,
           progress: Callable[[int], None] | None = None) -> tuple[list[float], list[float], float]:
     """SGD with momentum on fixed batches; returns losses, step times (ms), test accuracy."""
+    return train_together([model], steps, batch, lr, seed, progress)[0]
+
+
+def train_together(models: list[nn.Module], steps: int, batch: int = 128, lr: float = 0.05,
+                   seed: int = 1, progress: Callable[[int], None] | None = None) -> list[tuple]:
+    """`train` for several models in lockstep: each step runs every model on the same batch,
+    one after the other, so load from other processes hits them alike (their step times are
+    compared). Returns (losses, step times in ms, test accuracy) per model."""
     xtr, ytr, xte, yte = digits_data()
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    opts = [torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9) for m in models]
     gen = torch.Generator().manual_seed(seed)
-    losses, times = [], []
+    losses: list[list[float]] = [[] for _ in models]
+    times: list[list[float]] = [[] for _ in models]
     for step in range(steps):
         idx = torch.randint(0, len(xtr), (batch,), generator=gen)
-        start = time.perf_counter()
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(xtr[idx]), ytr[idx])
-        loss.backward()
-        opt.step()
-        times.append((time.perf_counter() - start) * 1e3)
-        losses.append(loss.item())
+        x, y = xtr[idx], ytr[idx]
+        for model, opt, model_losses, model_times in zip(models, opts, losses, times):
+            start = time.perf_counter()
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            model_times.append((time.perf_counter() - start) * 1e3)
+            model_losses.append(loss.item())
         if progress:
             progress(step)
+    results = []
     with torch.no_grad():
-        accuracy = (model(xte).argmax(1) == yte).float().mean().item()
-    return losses, times, accuracy
+        for model, model_losses, model_times in zip(models, losses, times):
+            accuracy = (model(xte).argmax(1) == yte).float().mean().item()
+            results.append((model_losses, model_times, accuracy))
+    return results
 
 
 def run_demo(steps: int = 200, backend: str = "auto", seed: int = 0,
@@ -93,8 +107,8 @@ def run_demo(steps: int = 200, backend: str = "auto", seed: int = 0,
     reference = make_model(seed)
     ours = copy.deepcopy(reference)
     swapped = swap_modules(ours, backend)
-    ref_losses, ref_ms, ref_acc = train(reference, steps, progress=progress)
-    our_losses, our_ms, our_acc = train(ours, steps, progress=progress)
+    (ref_losses, ref_ms, ref_acc), (our_losses, our_ms, our_acc) = train_together(
+        [reference, ours], steps, progress=progress)
     torch_run = TrainResult("torch", ref_losses, ref_ms, ref_acc)
     uol_run = TrainResult(f"uol ({backend})", our_losses, our_ms, our_acc, swapped)
     final_gap = abs(our_losses[-1] - ref_losses[-1]) / max(abs(ref_losses[-1]), 1e-12)
