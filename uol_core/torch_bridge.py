@@ -65,7 +65,9 @@ class TorchOp:
         """Forward and backward runners for the float type of the given tensors: an f32 op fed
         f64 tensors runs as f64 (so gradcheck sees double precision), and so on."""
         floats = [v.dtype for n, v in zip(self.inputs, values) if n in self.differentiable]
-        dtype = floats[0] if floats else torch.float32
+        return self._variant(floats[0] if floats else torch.float32)
+
+    def _variant(self, dtype: torch.dtype) -> tuple[OpRunner, OpRunner]:
         if dtype not in self._variants:
             declared = TORCH_DTYPES[self.op.tensor(self.differentiable[0]).dtype] \
                 if self.differentiable else dtype
@@ -107,6 +109,38 @@ class TorchOp:
                                         lib=_LIBRARY)
         namespace = getattr(torch.ops.uol, name)
         self._op: Callable = lambda *values: _as_tuple(namespace(*values))
+        if self._grad is not None:
+            self._register_grad(f"{name}_grad")
+
+    def _register_grad(self, name: str) -> None:
+        """The backward as an opaque custom op too: torch.compile then traces a training step
+        (forward and backward graphs) without stepping into the kernels."""
+        ins, outs = self._grad.op.inputs, self._grad.op.outputs
+        returns = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
+        _LIBRARY.define(f"{name}({', '.join(f'Tensor {d.name}' for d in ins)}) -> {returns}")
+        _LIBRARY.impl(name, self._grad_impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"uol::{name}", self._grad_fake, lib=_LIBRARY)
+        namespace = getattr(torch.ops.uol, name)
+        self._grad_op: Callable = lambda *values: _as_tuple(namespace(*values))
+
+    def _grad_impl(self, *values: torch.Tensor):
+        grad = self.grad
+        names = [d.name for d in grad.op.inputs]
+        dtype = next((v.dtype for v in values if v.is_floating_point()), torch.float32)
+        runner = lambda: self._variant(dtype)[1]  # noqa: E731
+        result = self._planned(("backward", grad.wrt), runner, names, list(values))
+        if result is None:
+            by_name = runner()(dict(zip(names, values)))
+            result = [by_name[d.name] for d in grad.op.outputs]
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _grad_fake(self, *values: torch.Tensor):
+        grad = self.grad.op
+        sizes = bind_sizes(grad, {d.name: tuple(v.shape) for d, v in zip(grad.inputs, values)})
+        dtype = next((v.dtype for v in values if v.is_floating_point()), torch.float32)
+        result = tuple(values[0].new_empty(shape_of(grad, d.name, sizes), dtype=dtype)
+                       for d in grad.outputs)
+        return result[0] if len(result) == 1 else result
 
     def _planned(self, key: tuple, runner: Callable[[], OpRunner], names: list[str],
                  values: list[torch.Tensor]):
@@ -149,8 +183,9 @@ class TorchOp:
         saved = ctx.saved_tensors
         inputs = saved[: len(self.inputs)]
         grad, runner = self.grad, lambda: self.runners(inputs)[1]
+        traced = torch.compiler.is_compiling() or not _plain(list(saved))
         needs = tuple(getattr(ctx, "needs_input_grad", ()))[-len(self.inputs):]
-        if len(needs) == len(self.inputs):
+        if len(needs) == len(self.inputs) and not traced:
             wanted = tuple(n for n, need in zip(self.inputs, needs) if need and n in grad.wrt)
             if not wanted:
                 return (None,) * len(self.inputs)
@@ -163,7 +198,11 @@ class TorchOp:
         for name, up in zip(self.outputs, upstream):
             feed[grad.grad_of_output[name]] = (up if up is not None else torch.zeros_like(outs[name])).contiguous()
         names = [d.name for d in grad.op.inputs]
-        planned = self._planned(("backward", grad.wrt), runner, names, [feed[n] for n in names])
+        if traced:  # fake tensors: the opaque backward op, traced as one node
+            planned = self._grad_op(*(feed[n] for n in names))
+        else:
+            planned = self._planned(("backward", grad.wrt), runner, names,
+                                    [feed[n] for n in names])
         result = dict(zip([d.name for d in grad.op.outputs], planned)) if planned is not None \
             else runner()(feed)
         return tuple(result[grad.grad_of_input[n]] if n in grad.wrt else None for n in self.inputs)
