@@ -89,3 +89,7 @@ def test_grad_prints_parseable_odl(tmp_path):
     path.write_text(result.output)
     assert uol("odl", "check", str(path)).exit_code == 0
     assert json.loads(uol("odl", "grad", "softmax", "--json").output)["wrt"] == ["X"]
+    saves = json.loads(uol("odl", "grad", "attention", "--json").output)["notes"][-1]
+    assert "s, mx, l" in saves  # by default the scores are saved, like any reduction
+    wide = json.loads(uol("odl", "grad", "attention", "--recompute-wide", "--json").output)
+    assert any("recomputed although a reduction" in n and n.endswith(": s") for n in wide["notes"])

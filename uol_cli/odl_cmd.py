@@ -141,13 +141,16 @@ def _summarise(t: torch.Tensor) -> dict:
 def grad_cmd(
     file: FileArg,
     wrt: Annotated[str | None, typer.Option(help="comma-separated inputs (default: every float input)")] = None,
+    recompute_wide: Annotated[bool, typer.Option(
+        "--recompute-wide", help="recompute reductions no input or output is as large as "
+        "(attention's scores), as training does where a fused backward exists")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Print the derived backward (vector-Jacobian product) op as ODL."""
     from uol_core.odl.grad import derive_grad
 
     op, _, _ = read_op(file)
-    grad = derive_grad(op, tuple(wrt.split(",")) if wrt else None)
+    grad = derive_grad(op, tuple(wrt.split(",")) if wrt else None, recompute_wide)
     if as_json:
         print_json({"op": grad.op.name, "odl": grad.text, "wrt": list(grad.wrt),
                     "grad_of_input": grad.grad_of_input, "grad_of_output": grad.grad_of_output,

@@ -16,7 +16,6 @@ saved unless they are larger than every input and output (see `_Builder.unbounde
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -35,8 +34,8 @@ from uol_core.odl.grad_rewrite import (
     alpha_normal,
     contains,
     factors,
-    replace_subexpression,
 )
+from uol_core.odl.grad_saves import SavePolicy, reduces
 from uol_core.odl.ir import (
     Access,
     Affine,
@@ -46,7 +45,6 @@ from uol_core.odl.ir import (
     Expr,
     Op,
     Reduce,
-    Scan,
     Stmt,
     TensorDecl,
     Var,
@@ -109,7 +107,7 @@ def derive_grad(op: Op, wrt: Sequence[str] | None = None, recompute_wide: bool =
                   tuple(builder.saved_extra))
 
 
-class _Builder:
+class _Builder(SavePolicy):
     def __init__(self, op: Op, wrt: tuple[str, ...], recompute_wide: bool = False) -> None:
         self.op = op
         self.wrt = wrt
@@ -354,10 +352,10 @@ class _Builder:
         self.saved = tuple(d.name for d in self.op.outputs if d.name in used)
         self.saved_extra = [s.target for s in self.op.stmts if s.target in kept] + \
             [save[0] for save in self.saves.values()]
-        wide = [s.target for s in recomputed if _reduces(s)]
+        wide = [s.target for s in recomputed if reduces(s)]
         if len(wide) < len(recomputed):
             self.notes.append("recomputed (elementwise, no extra memory): "
-                              + ", ".join(s.target for s in recomputed if not _reduces(s)))
+                              + ", ".join(s.target for s in recomputed if not reduces(s)))
         if wide:
             self.notes.append(
                 "recomputed although a reduction, because saving it would store a tensor larger "
@@ -376,71 +374,3 @@ class _Builder:
                  for n in self.wrt]
         return Op(f"{self.op.name}_grad", tuple(inputs), tuple(grads),
                   tuple(recomputed) + tuple(adjoint_stmts))
-
-    def saved_decl(self, save: tuple) -> TensorDecl:
-        target, _names, index, _value, written = save
-        dtype = self.op.tensor(self.op.stmts[index].target).dtype
-        return TensorDecl(target, dtype, tuple(extent for _, extent in written))
-
-    def unbounded(self, shape: tuple[Affine, ...]) -> bool:
-        """Whether a tensor of `shape` could be larger than every input and output: its axes
-        (as a multiset of extents) are not among the axes of any one of them.
-
-        The rule of save vs recompute for reductions: a saved tensor no larger than some input
-        or output at most doubles what the op already holds, so a reduction (a whole pass to
-        recompute) is saved; one that is not bounded so (S x T attention scores from [S, D]
-        and [T, D] inputs) grows as a product of sizes nothing else has, and is recomputed
-        from the tensors it reads, as FlashAttention does, which also lets the forward keep
-        it out of memory altogether.
-        """
-        if not self.recompute_wide:
-            return False
-        need = Counter(shape)
-        return not any(not need - Counter(d.shape) for d in self.op.inputs + self.op.outputs)
-
-    def recompute_closure(self, names: set[str]) -> tuple[set[str], set[str]]:
-        """Locals the backward needs: elementwise ones are recomputed (with what they read),
-        reductions are kept from the forward pass unless `unbounded` (then recomputed too)."""
-        locals_ = {d.name for d in self.op.locals}
-        recompute: set[str] = set()
-        keep: set[str] = set()
-        stack = [n for n in names if n in locals_]
-        while stack:
-            name = stack.pop()
-            if name in recompute or name in keep:
-                continue
-            stmt = next(s for s in self.op.stmts if s.target == name)
-            if _reduces(stmt) and not self.unbounded(self.op.tensor(name).shape):
-                keep.add(name)
-                continue
-            recompute.add(name)
-            stack.extend(n.tensor for n in walk(stmt.expr)
-                         if isinstance(n, Access) and n.tensor in locals_)
-        return recompute, keep
-
-    def forward_with_saves(self) -> Op:
-        """The forward op that also writes what the backward reads instead of recomputing."""
-        if not self.saved_extra:
-            return self.op
-        kept = set(self.saved_extra)
-        by_stmt: dict[int, list[tuple]] = {}
-        for save in self.saves.values():
-            by_stmt.setdefault(save[2], []).append(save)
-        stmts: list[Stmt] = []
-        extra: list[TensorDecl] = []
-        for index, stmt in enumerate(self.op.stmts):
-            expr = stmt.expr
-            for target, names, _, value, written in by_stmt.get(index, []):
-                stmts.append(Stmt(target, names, value, stmt.line, written))
-                expr = replace_subexpression(expr, alpha_normal(value), Access(
-                    target, tuple(Affine.of(n) for n in names)))
-                extra.append(self.saved_decl((target, names, index, value, written)))
-            stmts.append(Stmt(stmt.target, stmt.indices, expr, stmt.line, stmt.extents))
-        promoted = [d for d in self.op.locals if d.name in kept]
-        return Op(self.op.name, self.op.inputs, self.op.outputs + tuple(promoted) + tuple(extra),
-                  tuple(stmts), line=self.op.line)
-
-
-def _reduces(stmt: Stmt) -> bool:
-    """Whether a statement reduces or scans (a whole pass over its input to recompute)."""
-    return any(isinstance(n, (Reduce, Scan)) for n in walk(stmt.expr))
