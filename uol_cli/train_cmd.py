@@ -28,8 +28,10 @@ def train_demo(
                                                   "int8, topk, powersgd")] = "int8",
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Train an MLP on scikit-learn's digits twice (torch modules and UOL kernels, step by step
-    in lockstep) from the same weights; report both loss curves' agreement and the step times."""
+    """Train an MLP on scikit-learn's digits twice (torch, UOL kernels), in lockstep.
+
+    Both start from the same weights and see the same batches, one step of each in turn;
+    reports both loss curves' agreement and the step times."""
     from uol_core.runtime.dispatch import BACKENDS
     from uol_core.training_demo import run_ddp, run_demo
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c import CodeWriter, index_id, size_id, tensor_id
-from uol_core.backends.c_attention import _addr, flash_plan
+from uol_core.backends.c_attention import MAX_HEAD, _addr, flash_plan
 from uol_core.backends.c_attention_tiles import Tiles, acc_kernel, choose_tiles, score_kernel
 from uol_core.backends.c_expr import PRELUDE, ExprContext, render
 from uol_core.odl.ir import (
@@ -43,7 +43,6 @@ from uol_core.odl.ir import (
 )
 
 GENERATOR = "uol-c-flash-bwd-1"
-MAX_HEAD = 512  # largest D or E kept in per-task stack buffers
 
 
 @dataclass(frozen=True)
