@@ -15,8 +15,9 @@ from uol_core.torch_bridge import to_torch
 POSITIVE = {"var", "T"}
 OPS = [name for name in list_ops() if differentiable_inputs(load_op(name))]
 # Sizes per dimension: small enough for CI, odd on purpose (primes, a non-multiple of 8).
-# Each (op, size) on the compiled backend costs a gcc run, so it gets one size, the reference two.
-F32_SIZES = {"auto": [7], "reference": [3, 12]}
+# Each (op, size) on the compiled backend costs a gcc run, so it gets one size, the reference two;
+# Triton runs under its interpreter without a GPU (on an H200 the same ops run as GPU kernels).
+F32_SIZES = {"auto": [7], "reference": [3, 12], "triton": [5]}
 
 
 def tensors_for(op, size, seed=0):

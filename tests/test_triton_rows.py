@@ -11,7 +11,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 pytest.importorskip("triton")
 
 from uol_core.backends.triton import emit
-from uol_core.backends.triton_row import row_block_limit
+from uol_core.backends.triton_row import row_block_limit, row_plan
 from uol_core.ops import load_op
 from uol_core.runtime.triton_runner import random_inputs, verify
 
@@ -52,3 +52,13 @@ def test_default_limit_keeps_ordinary_rows_in_one_tile() -> None:
     source = emit(op, {})
     assert f"min(triton.next_power_of_2(C), {row_block_limit(None, 4)})" in source.text
     assert verify(source, op, random_inputs(op, {"R": 3, "C": 33}, seed=12)).ok
+
+
+def test_row_reduction_reading_the_output_column_is_not_a_row_kernel():
+    # The derived rope gradient sums over t while its where() reads the output column x2:
+    # one lane cannot be both, and the row kernel once gave wrong dX here.
+    from uol_core.odl.grad import derive_grad
+
+    grad = derive_grad(load_op("rope")).op
+    assert row_plan(grad) is None
+    assert verify(emit(grad, {}, None), grad, random_inputs(grad, {"S": 5, "P": 3}, seed=3)).ok

@@ -55,7 +55,8 @@ class UolLinear(nn.Module):
     @classmethod
     def from_torch(cls, linear: nn.Linear, activation: str | None = None,
                    backend: str = "auto") -> UolLinear:
-        module = cls(linear.in_features, linear.out_features, activation, backend)
+        module = cls(linear.in_features, linear.out_features, activation, backend).to(
+            device=linear.weight.device, dtype=linear.weight.dtype)
         with torch.no_grad():
             module.weight.copy_(linear.weight.T)
             if linear.bias is not None:
@@ -160,7 +161,8 @@ def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str], mlp:
         elif isinstance(child, (nn.LayerNorm, nn.RMSNorm)) and layer_spec(children, index):
             spec = layer_spec(children, index)[0]
             kind = UolLayerNorm if spec.kind == "layernorm" else UolRMSNorm
-            new = kind(spec.size_in, spec.eps, backend)
+            new = kind(spec.size_in, spec.eps, backend).to(device=child.weight.device,
+                                                           dtype=child.weight.dtype)
             new.load_state_dict(child.state_dict())
             module._modules[name] = new
             swapped.append(path)

@@ -122,7 +122,8 @@ class UolMLP(nn.Module):
     def from_torch(cls, modules: list[nn.Module], specs: list[LayerSpec],
                    backend: str = "auto") -> UolMLP:
         """The chain `specs` (positions in `modules`) with the torch layers' weights."""
-        mlp = cls(specs, backend)
+        first = modules[specs[0].index].weight
+        mlp = cls(specs, backend).to(device=first.device, dtype=first.dtype)
         with torch.no_grad():
             for spec in specs:
                 layer = modules[spec.index]

@@ -87,7 +87,24 @@ def row_plan(op: Op) -> RowPlan | None:
         own_cols = stmt.indices[nr:] if len(stmt.indices) > nr else None
         if not _reads_ok(stmt.expr, rnames, own_cols, defined, nr):
             return None
+        # A wide statement whose row reduction also reads its own column index needs the
+        # output column and the reduced column at once (a 2-D tile): the derived rope
+        # gradient `dX[.., x2] = sum[t](where(x2 == 0, dY[.., t] ..))` is one.
+        if own_cols and any(set(own_cols) & (_symbols(node.body) - set(node.indices))
+                            for node in reduces[i]):
+            return None
     return RowPlan(tuple(rows), tuple(cols))
+
+
+def _symbols(expr) -> set[str]:
+    """Index names an expression uses (in reads and as values)."""
+    names: set[str] = set()
+    for node in walk(expr):
+        if isinstance(node, Var):
+            names.add(node.name)
+        elif isinstance(node, Access):
+            names.update(s for f in node.indices for s in f.symbols)
+    return names
 
 
 def _reads_ok(expr, rnames, cnames, defined: dict[str, int], nr: int) -> bool:
