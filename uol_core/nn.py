@@ -158,8 +158,9 @@ def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str], mlp:
                 module._modules[names[index + 1]] = nn.Identity()
                 step = 2
             swapped.append(path + (f"+{act}" if act else ""))
-        elif isinstance(child, (nn.LayerNorm, nn.RMSNorm)) and layer_spec(children, index):
-            spec = layer_spec(children, index)[0]
+        elif isinstance(child, (nn.LayerNorm, nn.RMSNorm)) and \
+                (found := layer_spec(children, index)) is not None:
+            spec = found[0]
             kind = UolLayerNorm if spec.kind == "layernorm" else UolRMSNorm
             new = kind(spec.size_in, spec.eps, backend).to(device=child.weight.device,
                                                            dtype=child.weight.dtype)

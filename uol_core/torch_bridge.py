@@ -124,15 +124,20 @@ class TorchOp:
         self._grad_op: Callable = lambda *values: _as_tuple(namespace(*values))
 
     def _grad_impl(self, *values: torch.Tensor):
-        grad = self.grad
-        names = [d.name for d in grad.op.inputs]
         dtype = next((v.dtype for v in values if v.is_floating_point()), torch.float32)
-        runner = lambda: self._variant(dtype)[1]  # noqa: E731
-        result = self._planned(("backward", grad.wrt), runner, names, list(values))
+        result = self._run_grad(self.grad, lambda: self._variant(dtype)[1], list(values))
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _run_grad(self, grad: GradOp, runner: Callable[[], OpRunner],
+                  values: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The gradient op's outputs, in order, for its inputs in order: through a launch
+        plan when every step is a C kernel, else through the runner."""
+        names = [d.name for d in grad.op.inputs]
+        result = self._planned(("backward", grad.wrt), runner, names, values)
         if result is None:
             by_name = runner()(dict(zip(names, values)))
             result = [by_name[d.name] for d in grad.op.outputs]
-        return result[0] if len(result) == 1 else tuple(result)
+        return result
 
     def _grad_fake(self, *values: torch.Tensor):
         grad = self.grad.op
@@ -197,14 +202,10 @@ class TorchOp:
         feed.update({n: outs[n] for n in (*grad.saved, *grad.saved_extra)})
         for name, up in zip(self.outputs, upstream):
             feed[grad.grad_of_output[name]] = (up if up is not None else torch.zeros_like(outs[name])).contiguous()
-        names = [d.name for d in grad.op.inputs]
-        if traced:  # fake tensors: the opaque backward op, traced as one node
-            planned = self._grad_op(*(feed[n] for n in names))
-        else:
-            planned = self._planned(("backward", grad.wrt), runner, names,
-                                    [feed[n] for n in names])
-        result = dict(zip([d.name for d in grad.op.outputs], planned)) if planned is not None \
-            else runner()(feed)
+        values = [feed[d.name] for d in grad.op.inputs]
+        # with fake tensors, the opaque backward op: traced as one node
+        outputs = self._grad_op(*values) if traced else self._run_grad(grad, runner, values)
+        result = dict(zip([d.name for d in grad.op.outputs], outputs))
         return tuple(result[grad.grad_of_input[n]] if n in grad.wrt else None for n in self.inputs)
 
     def _subset_grad(self, wanted: tuple[str, ...], inputs) -> tuple[GradOp, OpRunner] | None:
