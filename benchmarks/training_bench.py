@@ -71,6 +71,13 @@ def cases(quick: bool):
         q, k, v = (torch.randn(1, 8, s, 64, requires_grad=True) for _ in range(3))
         yield (f"attention B=1 H=8 S={s} D=64", (q, k, v),
                {"uol": att, "eager": sdpa, "compile": compiled})
+    causal = UolAttention(64, causal=True)
+    sdpa_causal = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    compiled_causal = torch.compile(sdpa_causal)
+    for s in (128,) if quick else (256, 512):
+        q, k, v = (torch.randn(1, 8, s, 64, requires_grad=True) for _ in range(3))
+        yield (f"causal attention B=1 H=8 S={s} D=64", (q, k, v),
+               {"uol": causal, "eager": sdpa_causal, "compile": compiled_causal})
 
 
 def main() -> None:

@@ -96,19 +96,22 @@ class UolRMSNorm(nn.Module):
 
 class UolAttention(nn.Module):
     """Softmax attention on [batch, heads, seq, head_dim] tensors (the library's
-    attention_batched op, scale written for the head size)."""
+    attention_batched op, scale written for the head size; `causal` masks keys after the
+    query, as torch's `is_causal=True`)."""
 
-    def __init__(self, head_dim: int, backend: str = "auto") -> None:
+    def __init__(self, head_dim: int, backend: str = "auto", causal: bool = False) -> None:
         super().__init__()
-        text = parse(_ATTENTION.format(scale=float(head_dim) ** -0.5))
-        self.fn = to_torch(text, backend)
+        score = f"sum[d](Q[b, h, i, d] * K[b, h, j, d]) * {float(head_dim) ** -0.5!r}"
+        if causal:  # key j visible from query i when j <= i (torch's is_causal=True)
+            score = f"where(j <= i, {score}, -1e30)"
+        self.fn = to_torch(parse(_ATTENTION.format(score=score)), backend)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return self.fn(q.contiguous(), k.contiguous(), v.contiguous())
 
 
 _ATTENTION = """op attention_scaled(Q: f32[B, NH, S, D], K: f32[B, NH, T, D], V: f32[B, NH, T, D]) -> O: f32[B, NH, S, D]:
-    s[b, h, i, j] = sum[d](Q[b, h, i, d] * K[b, h, j, d]) * {scale!r}
+    s[b, h, i, j] = {score}
     mx[b, h, i] = max[j](s[b, h, i, j])
     p[b, h, i, j] = exp(s[b, h, i, j] - mx[b, h, i])
     l[b, h, i] = sum[j](p[b, h, i, j])

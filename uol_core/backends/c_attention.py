@@ -28,6 +28,7 @@ from uol_core.backends.c_attention_tiles import Tiles, choose_tiles, score_kerne
 from uol_core.backends.c_expr import PRELUDE, ExprContext, render
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Binary, Call, DType, Op, Reduce, walk
+from uol_core.odl.masks import causal_offset
 
 GENERATOR = "uol-c-flash-1"
 MAX_HEAD = 512  # largest D or E kept in per-thread stack tiles
@@ -228,6 +229,10 @@ def _body(w: CodeWriter, op: Op, plan: FlashPlan, n: dict, base: dict, sizes,
                   if index_id(x) in score else "" for x, o, r, sp in
                   ((plan.j, "k0", "jj", "        "), (plan.i, "q0", "ii", "            ")))
     al = "__attribute__((aligned(64)))"
+    # Causal (j <= i + c): keys past the block's last query + c are masked for every query in
+    # it (p = 0, the row max unchanged), so those key blocks are skipped.
+    c = causal_offset(op.stmts[0].expr, plan.i, plan.j)
+    k_hi = str(T) if c is None else f"({T} < q0 + nq + {c} ? {T} : q0 + nq + {c})"
     w.emit(f"""{pad}const int64_t q0 = o{len(plan.prefix)} * {bq};
 {pad}const int64_t nq = {S} - q0 < {bq} ? {S} - q0 : {bq};
 {pad}const int64_t nqt = (nq + {qt - 1}) / {qt} * {qt};  /* queries the micro-tiles cover */
@@ -240,7 +245,7 @@ def _body(w: CodeWriter, op: Op, plan: FlashPlan, n: dict, base: dict, sizes,
 {pad}    m[ii] = ii < nq ? -INFINITY : 0.0f; l[ii] = 0.0f;
 {pad}    for (int64_t e = 0; e < {E}; ++e) ot[e][ii] = 0.0f;
 {pad}}}
-{pad}for (int64_t k0 = 0; k0 < {T}; k0 += {bk}) {{
+{pad}for (int64_t k0 = 0; k0 < {k_hi}; k0 += {bk}) {{
 {pad}    const int64_t nk = {T} - k0 < {bk} ? {T} - k0 : {bk};
 {pad}    for (int64_t j0 = 0; j0 < nk; j0 += {mr}) {{  /* S^T = K Q^T: {mr} keys x {qt} queries per tile */
 {pad}        const float *kr[{mr}];

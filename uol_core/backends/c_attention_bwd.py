@@ -41,6 +41,7 @@ from uol_core.odl.ir import (
     TensorDecl,
     walk,
 )
+from uol_core.odl.masks import causal_offset
 
 GENERATOR = "uol-c-flash-bwd-1"
 
@@ -65,6 +66,7 @@ class FlashGradPlan:
     score: Stmt  # s[P, i, j] = f(sum[d](Q * K)), recomputed
     reduce: Reduce  # the Q.K sum inside it
     slope: Expr  # f' over i, j and constants
+    causal: int | None = None  # c of a `j <= i + c` mask: query blocks wholly before it skipped
 
 
 def flash_grad_plan(op: Op) -> FlashGradPlan | None:
@@ -94,7 +96,7 @@ def flash_grad_plan(op: Op) -> FlashGradPlan | None:
     dq, dk, dv = (grad.grad_of_input[n] for n in (q, k, v))
     *prefix, i, j = score.indices
     return FlashGradPlan(q, k, v, mx, lsum, z, do, dq, dk, dv, tuple(prefix), i, j, score,
-                         reduce, slope)
+                         reduce, slope, causal_offset(score.expr, i, j))
 
 
 def _forward_of(op: Op) -> Op | None:

@@ -33,6 +33,10 @@ def body(w: CodeWriter, op: Op, plan, n: dict, t: Tiles, texts: tuple[str, str],
     idef = f"const int64_t {index_id(plan.i)} = q0 + ii; " if uses_index(score + slope, plan.i) else ""
     total = f"{NB}LL * ({D * SP} + {E * SP} + {SP * DP} + {SP * EP} + {TP * DP} + {3 * SP} + {TH * SP * DP})"
     al = "__attribute__((aligned(64)))"
+    # Causal (j <= i + c): queries i < k0 - c see none of this block's keys, their p and dS
+    # are exactly 0, so whole query blocks before that are skipped (half the work at c = 0).
+    q_lo = "0" if plan.causal is None else \
+        f"(k0 - {plan.causal} > 0 ? (k0 - {plan.causal}) / {BQ} * {BQ} : 0)"
     w.emit(f"""    /* Scratch, one malloc per call: Q^T, dO^T [slice][query block][D|E][BQ]
        (contiguous per block: a row stride of SP floats, a power of two, would map the rows a
        micro-tile reads onto the same L1 sets);
@@ -88,7 +92,7 @@ def body(w: CodeWriter, op: Op, plan, n: dict, t: Tiles, texts: tuple[str, str],
             const float *const kb0 = kp + (n * {TP} + k0) * {DP};
             const float *const mxn = mxs + n * {SP}, *const rln = rl + n * {SP}, *const din = di + n * {SP};
 {"".join(x + chr(10) for x in pre)}            memset(dka, 0, sizeof dka); memset(dva, 0, sizeof dva);
-            for (int64_t q0 = 0; q0 < {SP}; q0 += {BQ}) {{
+            for (int64_t q0 = {q_lo}; q0 < {SP}; q0 += {BQ}) {{
                 for (int64_t j0 = 0; j0 < nkr; j0 += {mr}) {{  /* S^T = K Q^T, dP^T = V dO^T */
                     const float *kr[{mr}], *vr[{mr}];
                     for (int64_t r = 0; r < {mr}; ++r) {{

@@ -306,7 +306,7 @@ void uol_causal_attention_grad(void **args, const int64_t *strides)
             const float *const kb0 = kp + (n * 42 + k0) * 16;
             const float *const mxn = mxs + n * 48, *const rln = rl + n * 48, *const din = di + n * 48;
             memset(dka, 0, sizeof dka); memset(dva, 0, sizeof dva);
-            for (int64_t q0 = 0; q0 < 48; q0 += 48) {
+            for (int64_t q0 = (k0 - 0 > 0 ? (k0 - 0) / 48 * 48 : 0); q0 < 48; q0 += 48) {
                 for (int64_t j0 = 0; j0 < nkr; j0 += 6) {  /* S^T = K Q^T, dP^T = V dO^T */
                     const float *kr[6], *vr[6];
                     for (int64_t r = 0; r < 6; ++r) {

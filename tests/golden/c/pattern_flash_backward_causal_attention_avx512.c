@@ -446,7 +446,7 @@ void uol_causal_attention_grad(void **args, const int64_t *strides)
             const float *const kb0 = kp + (n * 42 + k0) * 32;
             const float *const mxn = mxs + n * 64, *const rln = rl + n * 64, *const din = di + n * 64;
             memset(dka, 0, sizeof dka); memset(dva, 0, sizeof dva);
-            for (int64_t q0 = 0; q0 < 64; q0 += 64) {
+            for (int64_t q0 = (k0 - 0 > 0 ? (k0 - 0) / 64 * 64 : 0); q0 < 64; q0 += 64) {
                 for (int64_t j0 = 0; j0 < nkr; j0 += 14) {  /* S^T = K Q^T, dP^T = V dO^T */
                     const float *kr[14], *vr[14];
                     for (int64_t r = 0; r < 14; ++r) {

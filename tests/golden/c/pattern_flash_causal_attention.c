@@ -193,7 +193,7 @@ void uol_causal_attention(void **args, const int64_t *strides)
             m[ii] = ii < nq ? -INFINITY : 0.0f; l[ii] = 0.0f;
             for (int64_t e = 0; e < 16; ++e) ot[e][ii] = 0.0f;
         }
-        for (int64_t k0 = 0; k0 < 40; k0 += 42) {
+        for (int64_t k0 = 0; k0 < (40 < q0 + nq + 0 ? 40 : q0 + nq + 0); k0 += 42) {
             const int64_t nk = 40 - k0 < 42 ? 40 - k0 : 42;
             for (int64_t j0 = 0; j0 < nk; j0 += 6) {  /* S^T = K Q^T: 6 keys x 16 queries per tile */
                 const float *kr[6];
