@@ -74,7 +74,7 @@ def test_causal_mask_skips_key_blocks_past_the_diagonal() -> None:
 
 
 def test_nn_template_layout_and_bias_variants() -> None:
-    op = parse(_ATTENTION.format(scale=0.25))
+    op = parse(_ATTENTION.format(score="sum[d](Q[b, h, i, d] * K[b, h, j, d]) * 0.25"))
     source = emit(op, TINY)
     assert source.meta["pattern"] == ["flash"]
     assert verify(source, op, random_inputs(op, {"B": 1, "NH": 2, "S": 9, "T": 18, "D": 4},
