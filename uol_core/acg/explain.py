@@ -61,6 +61,20 @@ class Explanation:
         return "\n".join(lines)
 
 
+def _latency_line(space: Space, cfg: TileConfig, nv: int) -> str:
+    """How many FMA chains the tile keeps in flight, and whether the rule had to be relaxed."""
+    t, plan = space.target, space.plan
+    need = t.fma_units * t.fma_latency_cycles
+    hide, need = space.latency.get(cfg.isa, (need, need))
+    line = (f"latency hiding: {cfg.mr * nv} independent FMA chains for "
+            f"{t.fma_units} units x {t.fma_latency_cycles} cycles = {need}")
+    if hide < need:
+        line += (f" (relaxed to {hide}: at M={plan.M}, N={plan.N} no legal register tile holds "
+                 f"{need} accumulators, so this small problem runs latency-bound; a fallback "
+                 "tile is always legal)")
+    return line
+
+
 def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | None = None,
             measured_rank: int | None = None) -> Explanation:
     """The explanation of `cfg` in `space` under `model` (with a measurement when there is one)."""
@@ -72,8 +86,7 @@ def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | No
     binding = [
         f"register file: {regs} of {vector_registers(cfg.isa, t)} vector registers "
         f"({cfg.mr}x{nv} accumulators + {nv} B vectors + 1 broadcast)",
-        f"latency hiding: {cfg.mr * nv} independent FMA chains for "
-        f"{t.fma_units} units x {t.fma_latency_cycles} cycles = {t.fma_units * t.fma_latency_cycles}",
+        _latency_line(space, cfg, nv),
         f"L1: A+B micro-panels ({cfg.mr}+{cfg.nr}) x {cfg.kc} x 4 B = "
         f"{(cfg.mr + cfg.nr) * cfg.kc * F32 // 1024} KiB = {100 * est.terms['l1_use']:.0f}% of L1d",
         f"L2: A block {cfg.mc} x {cfg.kc} x 4 B = {cfg.mc * cfg.kc * F32 // 1024} KiB = "

@@ -7,6 +7,7 @@ with wave quantisation. Every assignment a constraint removes is counted under i
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -22,11 +23,11 @@ from uol_core.odl.patterns import classify
 HFL_DTYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64", "i8": "int8"}
 GEMM_DOMAINS = {
     "BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256],
-    "BLOCK_K": [16, 32, 64, 128], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5],
+    "BLOCK_K": [16, 32, 64, 128], "num_warps": [1, 2, 4, 8], "num_stages": [1, 2, 3, 4, 5],
     "GROUP_M": [1, 4, 8, 16], "SPLIT_K": [1, 2, 4, 8],
 }
 FLASH_DOMAINS = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128],
-                 "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4]}
+                 "num_warps": [1, 2, 4, 8], "num_stages": [1, 2, 3, 4]}
 GENERIC_DOMAINS = {"BLOCK": [64, 128, 256, 512, 1024], "BLOCK_R": [16, 32, 64, 128],
                    "num_warps": [1, 2, 4, 8]}
 
@@ -43,14 +44,43 @@ class Rule:
 
 @dataclass
 class GpuSpace:
-    """Legal configs of one op at concrete sizes on one target, and what pruned the rest."""
+    """Legal configs of one op at concrete sizes on one target, and what pruned the rest.
+
+    The counts of what each rule removed are computed when first asked for (explanations),
+    not on every solve: enumerating the full product costs more than solving it.
+    """
 
     configs: list[dict]
-    total: int
-    removed: dict[str, int]  # rule name -> assignments it was the first to reject
-    violations: dict[str, int]  # rule name -> assignments violating it (alone)
+    domains: dict[str, list]
     rules: list[Rule] = field(default_factory=list)
     problem: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return math.prod(len(v) for v in self.domains.values())
+
+    @functools.cached_property
+    def violations(self) -> dict[str, int]:
+        """Rule name -> assignments of the full product violating it (alone)."""
+        out = {}
+        for rule in self.rules:
+            own = [self.domains[v] for v in rule.variables]
+            bad = sum(1 for values in itertools.product(*own) if not rule.test(*values))
+            out[rule.name] = bad * self.total // max(1, math.prod(len(d) for d in own))
+        return out
+
+    @functools.cached_property
+    def removed(self) -> dict[str, int]:
+        """Rule name -> assignments it was the first (in rule order) to reject."""
+        names = list(self.domains)
+        removed = {r.name: 0 for r in self.rules}
+        for values in itertools.product(*self.domains.values()):
+            cfg = dict(zip(names, values))
+            for rule in self.rules:
+                if not rule.test(*(cfg[v] for v in rule.variables)):
+                    removed[rule.name] += 1
+                    break
+        return removed
 
     def explain(self, config: dict) -> list[str]:
         """Names and reasons of every rule a config breaks (empty: legal)."""
@@ -182,34 +212,43 @@ def generic_rules(target: Any) -> list[Rule]:
 
 
 def gpu_space(op: Op, sizes: dict[str, int], target: Any) -> GpuSpace:
-    """Enumerate the legal configs with python-constraint2 and count what each rule removed."""
+    """Enumerate the legal configs with python-constraint2 and count what each rule removed.
+
+    Every op has a legal config at every size: when no flash or GEMM tile fits (a head dim
+    too wide for shared memory, say), the statements fall back to the generic blocked
+    kernels, whose rules any target meets, and the problem records why.
+    """
     problem = flash_problem(op, sizes) or gemm_problem(op, sizes)
     if problem.get("flash"):
         domains, rules = FLASH_DOMAINS, flash_rules(problem, target)
     else:
         domains = GEMM_DOMAINS if problem else GENERIC_DOMAINS
         rules = gemm_rules(problem, target) if problem else generic_rules(target)
+    space = _solve(domains, rules, problem)
+    if space.configs or not problem:
+        return space
+    fallback = _solve(GENERIC_DOMAINS, generic_rules(target),
+                      {**problem, "fallback": "no " + ("flash" if problem.get("flash") else "GEMM")
+                       + " tile fits this target (bound by " + ", ".join(_binding(space))
+                       + "): the statements run as generic blocked kernels"})
+    fallback.configs = [{**c, "force_generic": 1} for c in fallback.configs]
+    return fallback
+
+
+def _binding(space: GpuSpace) -> list[str]:
+    """The rules that alone reject every tile, else every rule that rejected some."""
+    alone = [k for k, v in space.violations.items() if v == space.total]
+    return alone or [k for k, v in space.removed.items() if v]
+
+
+def _solve(domains: dict[str, list], rules: list[Rule], problem: dict[str, Any]) -> GpuSpace:
     csp = constraint.Problem()
     for name, values in domains.items():
         csp.addVariable(name, values)
     for rule in rules:
         csp.addConstraint(rule.test, rule.variables)
     configs = sorted(csp.getSolutions(), key=lambda c: tuple(c[k] for k in domains))
-    names = list(domains)
-    removed = {r.name: 0 for r in rules}
-    violations = {r.name: 0 for r in rules}
-    total = 0
-    for values in itertools.product(*domains.values()):
-        total += 1
-        cfg = dict(zip(names, values))
-        first = True
-        for rule in rules:
-            if not rule.test(*(cfg[v] for v in rule.variables)):
-                violations[rule.name] += 1
-                if first:
-                    removed[rule.name] += 1
-                    first = False
-    return GpuSpace(configs, total, removed, violations, rules, problem)
+    return GpuSpace(configs, dict(domains), rules, problem)
 
 
 def predict(config: dict, problem: dict, target: Any) -> dict[str, float]:
@@ -238,7 +277,7 @@ def rank(space: GpuSpace, target: Any, top: int | None = None) -> list[tuple[dic
     Ties (the roofline cannot see latency hiding) go to GROUP_M 8, then to more bytes in flight
     per operand (BLOCK_K x num_stages, the pipeline depth), then to the larger BLOCK_K.
     """
-    if not space.problem:
+    if not space.problem or space.problem.get("fallback"):
         return [(c, {}) for c in space.configs][:top]
     scored = [(c, predict(c, space.problem, target)) for c in space.configs]
     scored.sort(key=lambda cp: (cp[1]["time_s"], abs(cp[0].get("GROUP_M", 8) - 8),

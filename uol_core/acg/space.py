@@ -28,6 +28,8 @@ CHUNKS_PER_THREAD = 2  # NC chunks per thread for a jr split (dynamic balance vs
 UNROLL_FMAS = 256  # FMAs in one unrolled k-loop body: keeps the loop in the uop cache (a policy)
 
 
+MR_MAX, NV_MAX = 16, 4  # the largest register tile searched (domains_for), in rows and vectors
+MC_CANDIDATES = [24, 48, 72, 96, 120, 144, 192, 240, 288, 384]
 VARIABLES = ("mr", "nr", "kc", "mc", "ku", "pf", "par", "threads")
 
 
@@ -78,6 +80,8 @@ class Space:
     constraints: list[NamedConstraint]
     configs: list[TileConfig] = field(default_factory=list)
     seconds: float = 0.0
+    # isa -> (chains the latency rule asked for, chains units x latency would need)
+    latency: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def product_size(self) -> int:
@@ -108,10 +112,11 @@ def domains_for(plan: GemmPlan, target) -> dict[str, list]:
     threads = target.cores or 1
     pars = ["jr", "ir"] + (["batch"] if plan.batch_count > 1 else [])
     return {
-        "mr": list(range(1, 17)),
-        "nr": [1, 2, 3, 4],  # in vectors; scaled by the ISA's lanes
+        "mr": list(range(1, MR_MAX + 1)),
+        "nr": list(range(1, NV_MAX + 1)),  # in vectors; scaled by the ISA's lanes
         "kc": _upto_first_cover([64, 128, 192, 256, 320, 384, 512], plan.K),
-        "mc": _upto_first_cover([24, 48, 72, 96, 120, 144, 192, 240, 288, 384], plan.M),
+        # M itself joins the candidates so that a small M gets one block of exactly M rows.
+        "mc": sorted({plan.M} | set(_upto_first_cover(MC_CANDIDATES, plan.M))),
         "ku": [1, 4],
         "pf": [0, 8],
         "par": pars if threads > 1 else ["jr"],
@@ -125,17 +130,25 @@ def usable_isas(target) -> list[str]:
     return isas[:-1] if len(isas) > 1 else isas
 
 
-def gemm_constraints(plan: GemmPlan, target, isa: str) -> list[NamedConstraint]:
-    """The named restrictions of the GEMM space on `target` for one ISA, numbers filled in."""
+def fma_chains_needed(target) -> int:
+    """Independent accumulator chains that hide the FMA latency: units x latency (HFL facts)."""
+    return (target.fma_units or 1) * (target.fma_latency_cycles or 1)
+
+
+def gemm_constraints(plan: GemmPlan, target, isa: str,
+                     hide: int | None = None) -> list[NamedConstraint]:
+    """The named restrictions of the GEMM space on `target` for one ISA, numbers filled in
+    (`hide`: the accumulator chains the latency rule asks for; default units x latency)."""
     regs, lane = vector_registers(isa, target), lanes(isa, target)
-    need = (target.fma_units or 1) * (target.fma_latency_cycles or 1)
     l1, l2 = target.l1d_bytes, target.l2_bytes
     M, N, K, batch = plan.M, plan.N, plan.K, plan.batch_count
     nv = f"(nr // {lane})"
+    mr_fit, nr_fit = max(M, 4), max(-(-N // lane) * lane, 2 * lane)
+    hide = fma_chains_needed(target) if hide is None else hide
     rows = [
         ("register file", f"mr * {nv} + {nv} + 1 <= {regs}"),
-        ("latency hiding", f"mr * {nv} >= {need}"),
-        ("problem fit", f"mr <= {max(M, 4)} and nr <= {max(-(-N // lane) * lane, 2 * lane)}"),
+        ("latency hiding", f"mr * {nv} >= {hide}"),
+        ("problem fit", f"mr <= {mr_fit} and nr <= {nr_fit}"),
         ("divisibility", "mc % mr == 0 and kc % ku == 0"),
         ("L1 capacity", f"(mr + nr) * kc * {F32} <= {l1}"),
         ("L2 capacity", f"mc * kc * {F32} <= {l2}"),
@@ -170,23 +183,38 @@ def _count_removed(c: NamedConstraint, domains: dict[str, list]) -> int:
 
 
 def build_space(plan: GemmPlan, target) -> Space:
-    """Solve the GEMM space of `plan` on `target`: legal configs plus per-constraint statistics."""
+    """Solve the GEMM space of `plan` on `target`: legal configs plus per-constraint statistics.
+
+    The latency rule is the one rule a small problem cannot meet (too few rows or vectors of
+    columns for units x latency accumulators): it is solved last, asking for the most chains
+    any tile that meets every other rule holds, so every size has a legal config (at worst
+    mr=1, one vector, which meets all the others) and `Space.latency` says when it was relaxed.
+    """
     start = time.perf_counter()
     configs: list[TileConfig] = []
     named: list[NamedConstraint] = []
     domains: dict[str, list] = {}
+    latency: dict[str, tuple[int, int]] = {}
     for isa in usable_isas(target):
         domains = domains_for(plan, target)
-        domains["nr"] = [v * lanes(isa, target) for v in domains["nr"]]
+        lane = lanes(isa, target)
+        domains["nr"] = [v * lane for v in domains["nr"]]
+        rules = gemm_constraints(plan, target, isa)
         problem = constraint.Problem()
         for var, dom in domains.items():
             problem.addVariable(var, dom)
-        for c in gemm_constraints(plan, target, isa):
+        for c in rules:
+            if c.name != "latency hiding":
+                problem.addConstraint(c.formula)
+        solutions = problem.getSolutions()
+        need = fma_chains_needed(target)
+        hide = min(need, max((s["mr"] * (s["nr"] // lane) for s in solutions), default=1))
+        latency[isa] = (hide, need)
+        for c in gemm_constraints(plan, target, isa, hide):
             named.append(NamedConstraint(c.name, c.formula, isa, _count_removed(c, domains)))
-            problem.addConstraint(c.formula)
         configs += [TileConfig(isa=isa, nc=block_nc(plan, target, s["kc"], s["nr"], s["par"],
                                                     s["threads"]), **s)
-                    for s in problem.getSolutions()]
+                    for s in solutions if s["mr"] * (s["nr"] // lane) >= hide]
     configs.sort(key=lambda c: (c.isa, c.mr, c.nr, c.kc, c.mc, c.ku, c.pf, c.par, c.threads))
     domains["isa"] = usable_isas(target)
-    return Space(plan, target, domains, named, configs, time.perf_counter() - start)
+    return Space(plan, target, domains, named, configs, time.perf_counter() - start, latency)

@@ -1,0 +1,120 @@
+"""A legal config for every library op on every HFL target at every size (issue: right on every
+machine). Constraint evaluation and code emission only, so the results do not depend on the host;
+the host builds and verifies the small and degenerate cases it can run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from uol_core.acg.gpu_space import gpu_space
+from uol_core.api import choose_config
+from uol_core.api import compile as uol_compile
+from uol_core.backends import c as c_backend
+from uol_core.backends import triton as triton_backend
+from uol_core.hfl import list_targets, load_target
+from uol_core.odl import parse
+from uol_core.ops import list_ops, load_op
+from uol_core.runtime.reference import evaluate_all
+from uol_core.runtime.shapes import shape_of
+
+SHIPPED = [t for t in list_targets() if t != "host"]
+TARGETS = {name: load_target(name) for name in SHIPPED}
+CPU = [n for n, t in TARGETS.items() if t.kind != "gpu"]
+GPU = [n for n, t in TARGETS.items() if t.kind == "gpu"]
+OPS = {name: load_op(name) for name in list_ops()}
+DONE_WHEN_SIZES = (1, 2, 3, 5, 7, 8, 13, 64, 1000)
+# Sizes a property test draws from: tiny, odd, prime, powers of two and their neighbours.
+SIZE = st.one_of(st.integers(1, 16), st.sampled_from([17, 31, 61, 127, 251, 509, 1021, 2039]),
+                 st.integers(1, 4096))
+
+
+def legal_configs(op, sizes: dict[str, int], target) -> list:
+    """The legal configs the backend of `target` would choose from (non-empty is the property)."""
+    if target.kind == "gpu":
+        return gpu_space(op, sizes, target).configs
+    cfg, space, _ = choose_config(op, sizes, target, None)
+    return space.configs or [cfg]
+
+
+def test_the_library_and_targets_are_all_covered() -> None:
+    assert len(OPS) >= 50 and CPU and GPU
+
+
+@settings(max_examples=120, deadline=None)
+@given(target=st.sampled_from(SHIPPED), op=st.sampled_from(sorted(OPS)), data=st.data())
+def test_every_op_has_a_legal_config_on_every_target_at_any_size(target, op, data) -> None:
+    sizes = {dim: data.draw(SIZE, label=dim) for dim in OPS[op].dims}
+    assert legal_configs(OPS[op], sizes, TARGETS[target]), (op, sizes, target)
+
+
+@pytest.mark.parametrize("target", CPU)
+def test_every_op_emits_c_for_every_cpu_target_at_the_listed_sizes(target) -> None:
+    t = TARGETS[target]
+    for name, op in OPS.items():
+        for size in DONE_WHEN_SIZES:
+            sizes = {dim: size for dim in op.dims}
+            cfg, _, _ = choose_config(op, sizes, t, None)
+            src = c_backend.emit(op, cfg, t, sizes)
+            assert src.lang == "c" and src.entry in src.text, (name, size)
+
+
+@pytest.mark.parametrize("target", GPU)
+def test_every_op_emits_triton_for_every_gpu_target_at_the_listed_sizes(target) -> None:
+    t = TARGETS[target]
+    for name, op in OPS.items():
+        for size in DONE_WHEN_SIZES:
+            configs = gpu_space(op, {dim: size for dim in op.dims}, t).configs
+            assert configs, (name, size)
+            src = triton_backend.emit(op, configs[0], t)
+            assert "@triton.jit" in src.text, (name, size)
+
+
+def test_a_small_gemm_explains_the_relaxed_latency_rule() -> None:
+    """Grace needs 4 units x 4 cycles = 16 accumulators; at M=N=K=5 a legal tile holds at most
+    10 (5 rows x 2 vectors of 4 lanes): the rule asks for what fits and says so."""
+    from uol_core.acg.explain import explain
+
+    grace = TARGETS["grace-neoverse-v2"]
+    cfg, space, model = choose_config(OPS["matmul"], {"M": 5, "N": 5, "K": 5}, grace, None)
+    assert space.latency["vecext"] == (10, 16)
+    lines = explain(space, model, cfg).binding
+    assert any("relaxed to 10" in line and "latency-bound" in line for line in lines), lines
+
+
+def test_a_flash_op_too_wide_for_shared_memory_falls_back_to_generic_kernels() -> None:
+    gpu = TARGETS["a100-sxm-80gb"]
+    space = gpu_space(OPS["attention"], {dim: 1000 for dim in OPS["attention"].dims}, gpu)
+    assert space.configs and all(c["force_generic"] for c in space.configs)
+    assert "shared_memory" in space.problem["fallback"]
+
+
+GATED_MLP = """op gated_mlp(X: f32[M, K], Wg: f32[K, N], Wu: f32[K, N]) -> Y: f32[M, N]:
+    g[m, n] = sum[k](X[m, k] * Wg[k, n])
+    u[m, n] = sum[k](X[m, k] * Wu[k, n])
+    Y[m, n] = silu(g[m, n]) * u[m, n]
+"""
+
+
+def test_a_gated_mlp_at_odd_small_sizes_compiles_and_verifies() -> None:
+    op = parse(GATED_MLP)
+    torch.manual_seed(0)
+    inputs = {"X": torch.randn(10, 24), "Wg": torch.randn(24, 14), "Wu": torch.randn(24, 14)}
+    got = uol_compile(op, target="host")(**inputs)
+    want = evaluate_all(op, inputs)["Y"]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 13])
+@pytest.mark.parametrize("name", ["matmul", "linear_bias_relu", "softmax", "layernorm", "bmm"])
+def test_degenerate_sizes_build_and_verify_on_the_host(name, size) -> None:
+    op = OPS[name]
+    sizes = {dim: size for dim in op.dims}
+    torch.manual_seed(size)
+    inputs = {d.name: torch.randn(*shape_of(op, d.name, sizes)) for d in op.inputs}
+    got = uol_compile(op, target="host")(**inputs)
+    first = evaluate_all(op, inputs)[op.outputs[0].name]
+    got = got[op.outputs[0].name] if isinstance(got, dict) else got
+    torch.testing.assert_close(got, first, rtol=1e-4, atol=1e-4)
