@@ -14,6 +14,7 @@ from uol_cli.common import print_json, read_op, user_errors
 from uol_core.hfl import HflError, Target, list_targets, load_target
 from uol_core.hfl.probe import cached_host, probe_host
 from uol_core.hfl.roofline import roofline as roofline_of
+from uol_core.hfl.sysinfo import isa_table
 from uol_core.runtime.shapes import bind_sizes, parse_shape_spec
 
 app = typer.Typer(help="Hardware targets (HFL): list, show, probe the host, roofline.",
@@ -115,7 +116,16 @@ def probe(as_json: JsonOpt = False,
         "fma_latency_cycles": target.fma_latency_cycles, "fma_gflops": m.get("fma_gflops"),
         "cache_bandwidth_gbps": m.get("cache_bandwidth_gbps"),
         "bandwidth_curve": m.get("bandwidth_curve"), "gpu": m.get("gpu", []),
-        "stream_cpu_utilization": m.get("stream_cpu_utilization"), "quick": m.get("quick"), "model": m.get("model"), "measured_at": m.get("measured_at"),
+        "stream_cpu_utilization": m.get("stream_cpu_utilization"), "quick": m.get("quick"),
+        "model": m.get("model"), "measured_at": m.get("measured_at"),
+        # what was measured before the checks, what the OS says, and each check's verdict
+        "raw": m.get("raw"), "os_clock": m.get("os_clock"),
+        "stream_runs_gbps": m.get("stream_runs_gbps"), "stream_agreed": m.get("stream_agreed"),
+        "cross_checks": m.get("cross_checks", []),
+        "rejected": [c["fact"] for c in m.get("cross_checks", []) if c["verdict"] == "rejected"],
+        "provenance": {f: str(target.provenance(f))
+                       for f in ("clock_ghz", "fma_units", "fma_latency_cycles",
+                                 "mem_bandwidth_gbps")},
     }
     if as_json:
         print_json(summary)
@@ -135,9 +145,12 @@ def _print_probe(target: Target, s: dict) -> None:
     for n, fp32 in s["fma_gflops"]["fp32"].items():
         peaks.add_row(n, f"{fp32:.1f}", f"{s['fma_gflops']['fp64'][n]:.1f}")
     console.print(peaks)
-    console.print(f"  STREAM triad: {s['stream_gbps']:.1f} GB/s ({target.cores} threads)")
+    runs = ", ".join(f"{r:g}" for r in s["stream_runs_gbps"] or [])
+    console.print(f"  STREAM triad: {s['stream_gbps']:.1f} GB/s ({target.cores} threads; "
+                  f"runs {runs} GB/s)")
     util = target.measurements.get("stream_cpu_utilization", 1.0)
-    if util < 0.9:  # wall-timed: other processes held our cores, the figure is too low
+    if util < isa_table()["plausible"]["bandwidth_min_cpu_utilization"]:
+        # wall-timed: other processes held our cores, the figure is too low
         console.print(f"  [yellow]warning: the probe got {100 * util:.0f}% of {target.cores} cores "
                       "during STREAM (a busy machine); run `uol hw probe --refresh` when idle"
                       "[/yellow]")
@@ -148,12 +161,30 @@ def _print_probe(target: Target, s: dict) -> None:
     for size, gbps in s["bandwidth_curve"]:
         curve.add_row(f"{size >> 10} KiB", f"{gbps:.1f}", "#" * max(1, round(40 * gbps / top)))
     console.print(curve)
+    _print_cross_checks(s)
     for gpu in s["gpu"]:
         bad = [c for c in gpu["checks"] if not c["ok"]]
         console.print(f"  GPU {gpu['device']}: record {gpu['target'] or '(none matches)'}, "
                       f"{len(gpu['checks']) - len(bad)}/{len(gpu['checks'])} fields agree"
                       + "".join(f"; {c['field']} record {c['record']} device {c['device']}"
                                 for c in bad))
+
+
+VERDICT_STYLE = {"ok": "green", "warning": "yellow", "rejected": "red"}
+
+
+def _print_cross_checks(s: dict) -> None:
+    """Each measured fact against the OS and the ISA table: what was kept, what was rejected."""
+    raw, os_clock = s.get("raw") or {}, s.get("os_clock") or {}
+    if raw:
+        readings = ", ".join(f"{k} {v:g} GHz" for k, v in os_clock.get("readings_ghz", {}).items())
+        console.print(f"  raw: add-chain clock {raw['clock_ghz']:g} GHz, FMA latency "
+                      f"{raw['fma_latency_ns']:g} ns; OS: {readings or 'no frequency reported'}")
+    checks = Table("fact", "verdict", "detail", title="cross-checks")
+    for check in s.get("cross_checks", []):
+        style = VERDICT_STYLE.get(check["verdict"], "")
+        checks.add_row(check["fact"], f"[{style}]{check['verdict']}[/{style}]", check["detail"])
+    console.print(checks)
 
 
 @app.command("roofline")

@@ -1,4 +1,5 @@
-"""Host probe: measure FMA peaks, STREAM triad and a bandwidth curve; cache a `host` target."""
+"""Host probe: measure FMA peaks, STREAM triad and a bandwidth curve, cross-check them
+(hfl/crosscheck.py), cache a `host` target."""
 
 from __future__ import annotations
 
@@ -11,19 +12,40 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from uol_core.hfl.crosscheck import (
+    Check,
+    CoreFacts,
+    FmaMeasurements,
+    SettledBandwidth,
+    check_core_facts,
+    settle_bandwidth,
+)
 from uol_core.hfl.probe_c import CFLAGS, ProbeProgram
 from uol_core.hfl.schema import HflError, Target, validate
-from uol_core.hfl.sysinfo import HostInfo, host_info, isa_table, widest_vector_isa
+from uol_core.hfl.sysinfo import (
+    HostInfo,
+    OsClock,
+    host_info,
+    isa_table,
+    read_os_clock,
+    widest_vector_isa,
+)
 
-PROBE_VERSION = 1  # bump when what is measured changes: old caches are then ignored
+PROBE_VERSION = 2  # bump when what is measured changes: old caches are then ignored
 Progress = Callable[[str, float], None]  # (step description, fraction done 0..1)
 
 # Effort per mode: seconds each timing aims for, best-of repetitions, curve points per octave,
-# and STREAM array size as a multiple of the last-level cache.
+# STREAM array size as a multiple of the last-level cache, and the most one array may take.
+# The cap matters: a VM may report its host's whole L3 (480 MiB on one 2-vCPU guest), and 4x
+# that per array, three arrays, is more than a small machine should be asked for.
+# STREAM runs repeat until two agree (isa.toml [plausible]), at most stream_max_runs times.
 EFFORT = {
-    True: {"target_s": 0.04, "reps": 5, "per_octave": 1, "stream_llc_factor": 2},
-    False: {"target_s": 0.1, "reps": 5, "per_octave": 2, "stream_llc_factor": 4},
+    True: {"target_s": 0.04, "reps": 5, "per_octave": 1, "stream_llc_factor": 2,
+           "max_array_bytes": 128 << 20, "stream_max_runs": 3},
+    False: {"target_s": 0.1, "reps": 5, "per_octave": 2, "stream_llc_factor": 4,
+            "max_array_bytes": 1 << 30, "stream_max_runs": 5},
 }
+MEMORY_SHARE = 4  # all probe buffers together take at most 1/MEMORY_SHARE of available memory
 MIN_STREAM_BYTES = 32 << 20  # per array, when the OS reports no last-level cache
 CURVE_MIN_BYTES = 4 << 10
 
@@ -84,9 +106,24 @@ def _thread_counts(cores: int) -> list[int]:
     return sorted(counts)
 
 
-def _curve_sizes(llc: int, per_octave: int) -> list[int]:
-    """Working sets from 4 KiB to twice the last-level cache, `per_octave` points per doubling."""
-    top = max(2 * llc, MIN_STREAM_BYTES)
+def stream_array_bytes(llc: int, mem_available: int, quick: bool) -> int:
+    """Bytes per STREAM array: a multiple of the LLC, within the effort cap and the memory budget
+    (three arrays share 1/MEMORY_SHARE of available memory)."""
+    effort = EFFORT[quick]
+    size = min(max(effort["stream_llc_factor"] * llc, MIN_STREAM_BYTES), effort["max_array_bytes"])
+    if mem_available:
+        size = min(size, mem_available // (3 * MEMORY_SHARE))
+    return size // 4096 * 4096
+
+
+def curve_top_bytes(llc: int, mem_available: int, quick: bool) -> int:
+    """Largest working set of the bandwidth curve: twice the LLC, within the same budget."""
+    top = min(max(2 * llc, MIN_STREAM_BYTES), 2 * EFFORT[quick]["max_array_bytes"])
+    return min(top, mem_available // MEMORY_SHARE) if mem_available else top
+
+
+def _curve_sizes(top: int, per_octave: int) -> list[int]:
+    """Working sets from 4 KiB to `top`, `per_octave` points per doubling."""
     sizes, k = [], 0
     while True:
         size = int(CURVE_MIN_BYTES * 2 ** (k / per_octave)) // 512 * 512  # whole vector blocks
@@ -120,7 +157,8 @@ def cache_level_bandwidth(curve: list[list[float]], caches: dict[str, dict[str, 
 
 
 def measure(info: HostInfo, quick: bool = True, progress: Progress | None = None) -> dict:
-    """Run every microbenchmark and return the host record (the TOML layout, as a dict)."""
+    """Run every microbenchmark, cross-check what it measured, return the host record (the TOML
+    layout, as a dict)."""
     effort = EFFORT[quick]
     report = progress or (lambda _step, _frac: None)
     vec = widest_vector_isa(info.flags)
@@ -128,13 +166,14 @@ def measure(info: HostInfo, quick: bool = True, progress: Progress | None = None
     chains = vec["vector_registers"] - 4  # accumulators; leave room for operands and the loop
     threads = _thread_counts(info.cores)
     llc = max((c["bytes"] for c in info.caches.values()), default=0)
-    curve_sizes = _curve_sizes(llc, effort["per_octave"])
-    steps = 2 + 2 * len(threads) + 1 + len(curve_sizes)
+    curve_sizes = _curve_sizes(curve_top_bytes(llc, info.mem_available_bytes, quick),
+                               effort["per_octave"])
+    steps = 2 + 2 * len(threads) + effort["stream_max_runs"] + len(curve_sizes)
     done = 0
 
     def step(text: str) -> None:
         nonlocal done
-        report(text, done / steps)
+        report(text, min(done / steps, 1.0))
         done += 1
 
     step("compiling the probe (gcc -O3 -march=native -fopenmp)")
@@ -143,10 +182,10 @@ def measure(info: HostInfo, quick: bool = True, progress: Progress | None = None
     try:
         t, r = effort["target_s"], effort["reps"]
         step("measuring the clock and the FMA latency")
+        os_clock = read_os_clock(prog.cpuid_mhz())
         adds, secs, _ = prog.run("clock", t, r)
         clock_ghz = adds * table["int_add_latency_cycles"]["value"] / secs / 1e9
         fmas, secs_lat, _ = prog.run("lat32", t, r)
-        latency = max(1, round(secs_lat / fmas * clock_ghz * 1e9))
         lanes32 = vec["vector_bits"] // 32
         peaks: dict[str, dict[str, float]] = {"fp32": {}, "fp64": {}}
         for dtype, lanes in (("fp32", lanes32), ("fp64", lanes32 // 2)):
@@ -154,16 +193,12 @@ def measure(info: HostInfo, quick: bool = True, progress: Progress | None = None
                 step(f"FMA peak {dtype}, {n} thread{'s' if n > 1 else ''}")
                 vfmas, secs, _ = prog.run(f"fma{dtype[2:]}", t, r, threads=n)
                 peaks[dtype][str(n)] = round(vfmas * lanes * 2 / secs / 1e9, 2)
-        per_cycle = peaks["fp32"]["1"] / clock_ghz
-        fma_units = max(1, round(per_cycle / (2 * lanes32)))
-        stream_bytes = max(effort["stream_llc_factor"] * llc, MIN_STREAM_BYTES)
-        if info.mem_available_bytes:  # never ask for more than a quarter of free memory
-            stream_bytes = min(stream_bytes, info.mem_available_bytes // 12)
-        stream_bytes = stream_bytes // 4096 * 4096
-        step(f"STREAM triad, {info.cores} threads, 3 x {stream_bytes >> 20} MiB")
-        moved, secs, stream_util = prog.run("triad", t, r, threads=info.cores,
-                                               nbytes=stream_bytes)
-        stream = round(moved / secs / 1e9, 2)
+        raw = FmaMeasurements(clock_ghz, secs_lat / fmas * 1e9, peaks, vec["vector_bits"])
+        core = check_core_facts(raw, os_clock, vec, table["plausible"])
+        stream_bytes = stream_array_bytes(llc, info.mem_available_bytes, quick)
+        stream, stream_util = _settled_stream(prog, info.cores, stream_bytes, t, r,
+                                              effort["stream_max_runs"], table["plausible"],
+                                              step)
         curve: list[list[float]] = []
         for size in curve_sizes:
             step(f"bandwidth curve, working set {_human(size)}")
@@ -172,10 +207,29 @@ def measure(info: HostInfo, quick: bool = True, progress: Progress | None = None
     finally:
         prog.close()
     report("done", 1.0)
-    return _record(info, quick, vec, table, {
-        "clock_ghz": clock_ghz, "latency": latency, "fma_units": fma_units, "peaks": peaks,
-        "stream": stream, "stream_bytes": stream_bytes, "stream_util": stream_util, "curve": curve, "chains": chains,
-        "seconds": time.perf_counter() - started})
+    return _record(info, quick, vec, {
+        "core": core, "raw": raw, "os_clock": os_clock, "peaks": peaks, "stream": stream,
+        "stream_bytes": stream_bytes, "stream_util": stream_util, "curve": curve,
+        "chains": chains, "llc": llc, "seconds": time.perf_counter() - started})
+
+
+def _settled_stream(prog: ProbeProgram, cores: int, nbytes: int, target_s: float, reps: int,
+                    max_runs: int, plausible: dict, step: Callable[[str], None]
+                    ) -> tuple[SettledBandwidth, float]:
+    """STREAM triad repeated until two runs agree (isa.toml [plausible]): one run can land on a
+    busy moment, two agreeing ones rarely do. Returns the figure and its run's utilisation."""
+    runs: list[float] = []
+    utils: list[float] = []
+    for k in range(max_runs):
+        step(f"STREAM triad run {k + 1}, {cores} threads, 3 x {nbytes >> 20} MiB")
+        moved, secs, util = prog.run("triad", target_s, reps, threads=cores, nbytes=nbytes)
+        runs.append(round(moved / secs / 1e9, 2))
+        utils.append(util)
+        settled = settle_bandwidth(runs, plausible["bandwidth_agreement"], utils,
+                                   plausible["bandwidth_min_cpu_utilization"])
+        if settled.agreed:
+            break
+    return settled, utils[runs.index(settled.gbps)] if settled.gbps in runs else min(utils)
 
 
 def _human(size: int) -> str:
@@ -185,11 +239,24 @@ def _human(size: int) -> str:
     return f"{size} B"
 
 
-def _record(info: HostInfo, quick: bool, vec: dict, table: dict, m: dict) -> dict:
+def _stream_check(stream: SettledBandwidth, nbytes: int, llc: int) -> Check:
+    detail = stream.detail
+    if 3 * nbytes < 2 * llc:  # the memory budget kept the arrays near the LLC's size
+        detail += (f"; 3 arrays of {nbytes >> 20} MiB are less than twice the reported "
+                   f"{llc >> 20} MiB last-level cache (memory budget): some traffic may hit it")
+    return Check("mem_bandwidth_gbps", "ok" if stream.agreed else "warning", detail)
+
+
+def _record(info: HostInfo, quick: bool, vec: dict, m: dict) -> dict:
     """Assemble the host record with a provenance on every number."""
+    core: CoreFacts = m["core"]
+    raw: FmaMeasurements = m["raw"]
+    os_clock: OsClock = m["os_clock"]
+    stream: SettledBandwidth = m["stream"]
     top = str(max(int(k) for k in m["peaks"]["fp32"]))
     fma_src = (f"host probe: {m['chains']} independent {vec['flag']} FMA chains per thread, "
                f"{top} threads, per-thread CPU-time rates summed, best of timed runs")
+    checks = [*core.checks, _stream_check(stream, m["stream_bytes"], m["llc"])]
     sysfs = "sysfs /sys/devices/system/cpu/cpu0/cache"
     caches = info.caches
     record: dict[str, Any] = {
@@ -197,20 +264,17 @@ def _record(info: HostInfo, quick: bool, vec: dict, table: dict, m: dict) -> dic
         "description": f"{info.model}, {info.cores} cores ({'quick' if quick else 'full'} probe)",
         "isa": _entry(info.flags, "/proc/cpuinfo flags"),
         "cores": _entry(info.cores, "sched_getaffinity (CPUs this process may use)"),
-        "clock_ghz": _entry(round(m["clock_ghz"], 3),
-                            "host probe: dependent integer adds per second (1 cycle each, "
-                            "isa.toml)"),
+        "clock_ghz": core.clock_ghz.entry(),
         "vector_bits": _entry(vec["vector_bits"], vec["source"], "datasheet"),
         "vector_registers": _entry(vec["vector_registers"], vec["source"], "datasheet"),
-        "fma_units": _entry(m["fma_units"], "host probe: 1-thread fp32 FMA peak / "
-                                            "(clock x lanes x 2)"),
-        "fma_latency_cycles": _entry(m["latency"], "host probe: dependent fp32 FMA chain x "
-                                                   "measured clock"),
+        "fma_units": core.fma_units.entry(),
+        "fma_latency_cycles": core.fma_latency_cycles.entry(),
         "peak_gflops": {"fp32": _entry(m["peaks"]["fp32"][top], fma_src),
                         "fp64": _entry(m["peaks"]["fp64"][top], fma_src)},
-        "mem_bandwidth_gbps": _entry(m["stream"], f"host probe: STREAM triad, {info.cores} "
+        "mem_bandwidth_gbps": _entry(stream.gbps, f"host probe: STREAM triad, {info.cores} "
                                                   f"threads, 3 arrays of "
-                                                  f"{m['stream_bytes'] >> 20} MiB, 24 B/element"),
+                                                  f"{m['stream_bytes'] >> 20} MiB, 24 B/element;"
+                                                  f" {stream.detail}"),
     }
     for level in ("l1d", "l2", "l3"):
         if level in caches:
@@ -227,7 +291,13 @@ def _record(info: HostInfo, quick: bool, vec: dict, table: dict, m: dict) -> dic
         "machine": platform.machine(), "model": info.model,
         "compiler": " ".join(["gcc", *CFLAGS]), "vector_isa": vec["flag"],
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "probe_seconds": round(m["seconds"], 2),
-        "fma_gflops": m["peaks"], "stream_triad_gbps": m["stream"],
+        "raw": {"clock_ghz": round(raw.clock_ghz, 4),
+                "fma_latency_ns": round(raw.fma_latency_ns, 5)},
+        "os_clock": {"readings_ghz": os_clock.readings, "reference": os_clock.reference_source},
+        "cross_checks": [{"fact": c.fact, "verdict": c.verdict, "detail": c.detail}
+                         for c in checks],
+        "fma_gflops": m["peaks"], "stream_triad_gbps": stream.gbps,
+        "stream_runs_gbps": stream.runs, "stream_agreed": stream.agreed,
         "stream_threads": info.cores, "stream_cpu_utilization": round(m["stream_util"], 3),
         "bandwidth_curve": m["curve"], "curve_threads": 1,
         "cache_bandwidth_gbps": cache_level_bandwidth(m["curve"], caches, info.cores),

@@ -14,12 +14,13 @@ CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=fast"]
 
 # One program, several modes, so the probe pays for one compile. Every mode calibrates its own
 # repetition count to run about TARGET seconds, then prints the best of REPS timings.
-# Modes:  clock | lat32 | fma32 T | fma64 T | triad T NBYTES | read NBYTES
-#   clock: dependent integer adds (1 cycle each) -> prints adds and CPU seconds
+# Modes:  clock | lat32 | fma32 T | fma64 T | triad T NBYTES | read NBYTES | cpuid
+#   clock: dependent register-register integer adds (1 cycle each) -> prints adds and CPU seconds
 #   lat32: one dependent fp32 FMA chain -> prints FMAs and seconds
 #   fmaXX: T threads, NCHAIN independent vector FMA chains each -> prints vector FMAs and seconds
 #   triad: STREAM triad a = b + s*c over three double arrays of NBYTES each, T threads
 #   read : one thread sums a buffer of NBYTES with 8 vector accumulators -> bytes and seconds
+#   cpuid: base and maximum MHz from cpuid leaf 0x16 (0 0 where not reported)
 SOURCE = r"""
 #include <omp.h>
 #include <stdio.h>
@@ -41,9 +42,13 @@ static double cpu_now(void) {
 static volatile float seedf = 0.999999f, stepf = 1e-6f;
 static volatile double seedd = 0.999999, stepd = 1e-6;
 
+/* The addend comes from memory the compiler cannot see, so every add is register + register:
+   recent x86 cores fold chains of add-immediate at rename, several per cycle, which made a
+   constant addend time a fraction of a cycle per add. The empty asm keeps the 16 adds apart. */
+static volatile long addend = 1;
 static double t_clock(long n, int threads, long bytes) {
     (void)threads; (void)bytes;
-    long x = seedf > 0, y = 1;
+    long x = seedf > 0, y = addend;
     double t0 = cpu_now();
     for (long i = 0; i < n; i++) {
 #pragma GCC unroll 16
@@ -54,6 +59,8 @@ static double t_clock(long n, int threads, long bytes) {
     return t;
 }
 
+/* x = x * a + b contracts to one FMA (-ffp-contract=fast; mul + add without FMA hardware);
+   a, b and the seed are volatile loads and x ends in `sink`, so nothing can be folded. */
 static double t_lat32(long n, int threads, long bytes) {
     (void)threads; (void)bytes;
     float x = seedf, a = seedf, b = stepf;
@@ -127,9 +134,23 @@ static double t_read(long n, int threads, long bytes) {
     return t;
 }
 
+/* cpuid leaf 0x16: base and maximum MHz as the CPU reports them (0 0 where it does not:
+   non-x86, older CPUs, most hypervisors). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+static void print_cpuid_mhz(void) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0, 0) >= 0x16) __cpuid(0x16, a, b, c, d);
+    printf("%u %u\n", a & 0xffff, b & 0xffff);
+}
+#else
+static void print_cpuid_mhz(void) { printf("0 0\n"); }
+#endif
+
 typedef double (*kernel_t)(long, int, long);
 
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "cpuid")) { print_cpuid_mhz(); return 0; }
     if (argc < 4) { fprintf(stderr, "usage: probe MODE TARGET_S REPS [THREADS] [BYTES]\n"); return 2; }
     const char *mode = argv[1];
     double target = atof(argv[2]);
@@ -183,6 +204,29 @@ int main(int argc, char **argv) {
 """
 
 
+def _compile(gcc: str, vector_bits: int, chains: int, src: Path, out: Path,
+             extra: tuple[str, ...] = ()) -> list[str]:
+    cmd = [gcc, *CFLAGS, f"-DVBYTES={vector_bits // 8}", f"-DNCHAIN={chains}", *extra,
+           str(src), "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise HflError("host", "", f"probe compile failed ({' '.join(cmd)}):\n{done.stderr}")
+    return cmd
+
+
+def probe_assembly(vector_bits: int, chains: int, march: str = "native") -> str:
+    """The probe program as gcc emits it (assembly text), to check that the kernels time what
+    they claim: a register-add chain, a dependent FMA chain, independent vector FMA chains."""
+    gcc = shutil.which(os.environ.get("CC", "gcc"))
+    if gcc is None:
+        raise HflError("host", "", "gcc not found (install gcc, or set CC)")
+    with tempfile.TemporaryDirectory(prefix="uol-probe-asm-") as tmp:
+        src, asm = Path(tmp) / "probe.c", Path(tmp) / "probe.s"
+        src.write_text(SOURCE)
+        _compile(gcc, vector_bits, chains, src, asm, ("-S", f"-march={march}"))
+        return asm.read_text()
+
+
 class ProbeProgram:
     """The compiled microbenchmark binary in a temporary directory."""
 
@@ -195,12 +239,18 @@ class ProbeProgram:
         src = Path(self.dir.name) / "probe.c"
         self.exe = Path(self.dir.name) / "probe"
         src.write_text(SOURCE)
-        cmd = [gcc, *CFLAGS, f"-DVBYTES={vector_bits // 8}", f"-DNCHAIN={chains}",
-               str(src), "-o", str(self.exe)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            raise HflError("host", "", f"probe compile failed ({' '.join(cmd)}):\n{done.stderr}")
+        cmd = _compile(gcc, vector_bits, chains, src, self.exe)
         self.cmd = " ".join(Path(c).name if i == 0 else c for i, c in enumerate(cmd[:5]))
+
+    def cpuid_mhz(self) -> tuple[int, int] | None:
+        """(base, max) MHz from cpuid leaf 0x16, or None where the CPU reports none."""
+        done = subprocess.run([str(self.exe), "cpuid"], capture_output=True, text=True,
+                              timeout=10)
+        try:
+            base, top = (int(v) for v in done.stdout.split())
+        except ValueError:
+            return None
+        return (base, top) if base or top else None
 
     def run(self, mode: str, target_s: float, reps: int, threads: int = 1,
             nbytes: int = 0) -> tuple[float, float, float]:

@@ -1,10 +1,11 @@
-"""What the OS says about the host CPU: model, ISA flags, cores, caches (sysfs, /proc/cpuinfo)."""
+"""What the OS says about the host CPU: model, ISA flags, cores, caches, clock (sysfs, /proc/cpuinfo)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import platform
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,11 +41,15 @@ def isa_table() -> dict:
 
 def _cpuinfo() -> dict[str, str]:
     """First processor block of /proc/cpuinfo as key -> value (x86 and Arm spellings)."""
-    info: dict[str, str] = {}
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        return cpuinfo_fields(Path("/proc/cpuinfo").read_text())
     except OSError:
-        return info
+        return {}
+
+
+def cpuinfo_fields(text: str) -> dict[str, str]:
+    """First processor block of a /proc/cpuinfo text as key -> value."""
+    info: dict[str, str] = {}
     for line in text.splitlines():
         if not line.strip() and info:
             break
@@ -136,3 +141,76 @@ def widest_vector_isa(flags: list[str]) -> dict:
         if entry["flag"] in flags:
             return entry
     raise RuntimeError(f"no known vector ISA among host flags {flags}; add one to {ISA_FILE.name}")
+
+
+# cpufreq files (kHz) in the order they are trusted as the clock the probe is checked against:
+# the nominal base first (what VMs and turbo-less parts run at), the maximum last.
+CPUFREQ_FILES = ("base_frequency", "cpuinfo_max_freq", "scaling_max_freq")
+
+
+@dataclass
+class OsClock:
+    """Frequencies the OS reports (GHz, by source) and the one the probe's clock is checked against."""
+
+    readings: dict[str, float]
+    reference_source: str = ""
+
+    @property
+    def reference_ghz(self) -> float | None:
+        """The frequency measurements are compared to, or None when the OS reports none."""
+        return self.readings.get(self.reference_source)
+
+    def describe(self) -> str:
+        """'2.6 GHz (/proc/cpuinfo cpu MHz)', or a sentence saying the OS reports nothing."""
+        if self.reference_ghz is None:
+            return "the OS reports no CPU frequency"
+        return f"{self.reference_ghz:.3g} GHz ({self.reference_source})"
+
+
+def os_clock_from(cpuinfo_text: str, cpufreq_khz: dict[str, int],
+                  cpuid_mhz: tuple[int, int] | None = None) -> OsClock:
+    """The OS's view of the clock from a /proc/cpuinfo text, cpufreq values and cpuid leaf 0x16.
+
+    Reference order: the brand string's "@ x GHz" and cpufreq/cpuid base (nominal base clock);
+    then "cpu MHz" only where cpufreq is absent (there it is the fixed clock a VM reports; with
+    cpufreq it is the momentary, possibly idle, frequency); then the cpufreq maximum.
+    """
+    fields = cpuinfo_fields(cpuinfo_text)
+    readings: dict[str, float] = {}
+    brand = re.search(r"@\s*([0-9.]+)\s*GHz", fields.get("model name", ""))
+    if brand:
+        readings["/proc/cpuinfo model name"] = float(brand.group(1))
+    for name in CPUFREQ_FILES:
+        if cpufreq_khz.get(name, 0) > 0:
+            readings[f"cpufreq {name}"] = cpufreq_khz[name] / 1e6
+    if cpuid_mhz and cpuid_mhz[0] > 0:
+        readings["cpuid 0x16 base"] = cpuid_mhz[0] / 1e3
+    if cpuid_mhz and cpuid_mhz[1] > 0:
+        readings["cpuid 0x16 max"] = cpuid_mhz[1] / 1e3
+    try:
+        mhz = float(fields.get("cpu MHz", "0"))
+    except ValueError:
+        mhz = 0.0
+    if mhz > 0:
+        readings["/proc/cpuinfo cpu MHz"] = mhz / 1e3
+    order = ["/proc/cpuinfo model name", "cpufreq base_frequency", "cpuid 0x16 base"]
+    if not cpufreq_khz:
+        order.append("/proc/cpuinfo cpu MHz")
+    order += ["cpufreq cpuinfo_max_freq", "cpufreq scaling_max_freq", "cpuid 0x16 max"]
+    reference = next((name for name in order if name in readings), "")
+    return OsClock({k: round(v, 4) for k, v in readings.items()}, reference)
+
+
+def read_os_clock(cpuid_mhz: tuple[int, int] | None = None) -> OsClock:
+    """This machine's OS-reported clock (cpuid leaf 0x16 values come from the probe program)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    cpufreq: dict[str, int] = {}
+    for name in CPUFREQ_FILES:
+        try:
+            cpufreq[name] = int((CPU_SYSFS / "cpu0" / "cpufreq" / name).read_text())
+        except (OSError, ValueError):
+            continue
+    return os_clock_from(text, cpufreq, cpuid_mhz)
