@@ -48,17 +48,16 @@ def memory_budget_bytes() -> int:
 
 
 def check_memory(op: Op, sizes: Mapping[str, int]) -> None:
-    """Raise ShapeError when the op's tensors would exceed the memory budget."""
-    total = 0
-    for decl in op.inputs + op.outputs:
-        count = 1
-        for extent in shape_of(op, decl.name, sizes):
-            count *= extent
-        total += count * decl.dtype.itemsize
+    """Raise ShapeError when verifying the op (its tensors and the reference evaluator's
+    intermediates) would exceed the memory budget."""
+    from uol_core.runtime.peak_memory import peak_bytes
+
+    total = peak_bytes(op, sizes)
     budget = memory_budget_bytes()
     if total > budget:
-        raise ShapeError(f"{op.name} at {dict(sizes)} needs {total / 2**20:.0f} MiB of tensors, "
-                         f"over the budget of {budget / 2**20:.0f} MiB (set UOL_MEM_BUDGET_MB)")
+        raise ShapeError(f"{op.name} at {dict(sizes)} needs {total / 2**20:.0f} MiB (tensors and "
+                         f"the reference's intermediates), over the budget of "
+                         f"{budget / 2**20:.0f} MiB (set UOL_MEM_BUDGET_MB)")
 
 
 class CompiledKernel:

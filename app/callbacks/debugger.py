@@ -52,6 +52,7 @@ def load_kernel_text(_example, contents, filename):
 def run_trace(_n, mode, op, sizes, text, function, grid, args):
     """Trace in the worker process; the page shows any error and the server keeps serving."""
     from app.services import debugging
+    from app.services.job_queue import client_id
     from app.services.system import activity
     from uol_core.runtime.shapes import parse_shape_spec
 
@@ -60,9 +61,11 @@ def run_trace(_n, mode, op, sizes, text, function, grid, args):
             if mode == "file":
                 if not (text or "").strip():
                     return no_update, "✗ paste, upload or load a kernel first"
-                res = debugging.trace_user_kernel(text, function or "", grid or "1", args or "")
+                res = debugging.trace_user_kernel(text, function or "", grid or "1", args or "",
+                                                  client=client_id())
             else:
-                res = debugging.trace_library_op(op, parse_shape_spec(sizes or ""))
+                res = debugging.trace_library_op(op, parse_shape_spec(sizes or ""),
+                                                 client=client_id())
     except Exception as exc:  # bad sizes and the like: say it, keep the last trace
         return no_update, f"✗ {exc}"
     if not res.get("ok"):

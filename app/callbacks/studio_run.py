@@ -27,6 +27,7 @@ def run_kernel(_clicks, state):
     """Verify and time the compiled kernel in the worker process; errors show in the page."""
     from app.components.studio_parts import history_panel, run_result
     from app.services import history, runner
+    from app.services.job_queue import client_id
     from app.services.system import activity
 
     if not state or not state.get("ok"):
@@ -34,7 +35,8 @@ def run_kernel(_clicks, state):
                         className="result-bad"), "", empty_figure("no run")
     with activity(f"run {state['op']}"):
         res = runner.run_kernel(state["odl"], state["backend"], state["target"], state["sizes"],
-                                state["config"], kernel_text=state.get("kernel", ""))
+                                state["config"], kernel_text=state.get("kernel", ""),
+                                client=client_id())
     try:
         fig = _roofline(res, state["target"])
     except Exception as exc:  # a target without roofs: say so in the chart
@@ -55,25 +57,38 @@ def run_kernel(_clicks, state):
           prevent_initial_call=True)
 def tune_kernel(set_progress, _clicks, state, budget):
     """Measure up to `budget` configs, updating the progress bar and best-so-far plot live."""
+    from app.services.job_queue import client_id, only_one
+    from app.services.runner import MAX_TUNE_BUDGET, capped_budget
     from app.services.system import activity
 
     if not state or not state.get("ok"):
         return "Compile a kernel first.", empty_figure("nothing tuned")
-    budget = int(budget or 6)
+    asked, budget = budget, capped_budget(budget)
+    capped = (f" (budget cut to the cap of {MAX_TUNE_BUDGET})"
+              if str(asked or "").strip() and budget < _number(asked) else "")
     trail: list[dict] = []
+    client = client_id()
     with activity(f"tune {state['op']}"):
         try:
-            best = _tune(state, budget, trail, set_progress)
+            with only_one(client, "tune"):
+                best = _tune(state, budget, trail, set_progress, client)
         except Exception as exc:  # shown in the page; the server keeps serving
-            return f"✗ tuning failed: {type(exc).__name__}: {exc}", tune_figure(trail)
+            return f"✗ tuning failed: {type(exc).__name__}: {exc}{capped}", tune_figure(trail)
     if not best:
-        return f"No verified config in {len(trail)} measurements.", tune_figure(trail)
+        return f"No verified config in {len(trail)} measurements{capped}.", tune_figure(trail)
     cfg = ", ".join(f"{k}={v}" for k, v in best["config"].items())
-    return (f"✓ best of {len(trail)}: {best['gflops']:.2f} GFLOP/s with {cfg}",
+    return (f"✓ best of {len(trail)}: {best['gflops']:.2f} GFLOP/s with {cfg}{capped}",
             tune_figure(trail))
 
 
-def _tune(state: dict, budget: int, trail: list, set_progress) -> dict | None:
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> dict | None:
     """C: the ACG tuner (model top-k, then local search; every row in the tuning DB).
     Triton: evenly spread legal configs through the run worker."""
     best: dict | None = None
@@ -84,10 +99,12 @@ def _tune(state: dict, budget: int, trail: list, set_progress) -> dict | None:
                       tune_figure(trail)))
 
     if state["backend"] == "c":
+        from app.services.runner import QueuedWorker
         from uol_core import parse
         from uol_core.acg.tuner import TuningSession
 
-        session = TuningSession(parse(state["odl"]), state["sizes"], state["target"])
+        session = TuningSession(parse(state["odl"]), state["sizes"], state["target"],
+                                worker=QueuedWorker(client))
         try:
             def on_trial(trial, n: int) -> None:
                 trail.append({"i": n, "config": trial.config.to_dict(),
@@ -100,7 +117,7 @@ def _tune(state: dict, budget: int, trail: list, set_progress) -> dict | None:
         if result.best is not None:
             best = {"config": result.best.to_dict(), "gflops": result.best_gflops}
         return best
-    from app.services.runner import tune
+    from app.services.runner import tune_measurements
 
     def on_step(i: int, total: int, steps: list, top: dict | None) -> None:
         step = steps[-1]
@@ -109,7 +126,7 @@ def _tune(state: dict, budget: int, trail: list, set_progress) -> dict | None:
                           "id") else 0.0})
         report(i, total)
 
-    out = tune(state["odl"], state["backend"], state["target"], state["sizes"], budget,
-               on_step, state["config"])
+    out = tune_measurements(state["odl"], state["backend"], state["target"], state["sizes"],
+                            budget, on_step, state["config"], client)
     top = out["best"]
     return {"config": top["config"], "gflops": top.get("gflops") or 0.0} if top else None

@@ -9,6 +9,7 @@ from app.callbacks import studio as _compile_callbacks  # noqa: F401  (registers
 from app.callbacks import studio_run as _run_callbacks  # noqa: F401
 from app.components.codeview import code_host
 from app.figures.studio import empty_figure
+from app.services.runner import MAX_TUNE_BUDGET
 
 dash.register_page(__name__, path="/", name="Studio", title="UOL Studio: Kernel Studio", order=0)
 
@@ -62,8 +63,9 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
                                  debounce=True, style={"width": "190px"})),
         html.Button("Compile", id="compile-button"),
         html.Button("Run (verify + measure)", id="run-button"),
-        field("Tune budget", dcc.Input(id="tune-budget", type="number", value=6, min=1, max=200,
-                                       style={"width": "70px"})),
+        field(f"Tune budget (max {MAX_TUNE_BUDGET})",
+              dcc.Input(id="tune-budget", type="number", value=6, min=1, max=MAX_TUNE_BUDGET,
+                        style={"width": "70px"})),
         html.Button("Tune", id="tune-button"),
         html.Button("Cancel", id="tune-cancel", className="secondary", disabled=True),
         html.Progress(id="tune-progress", value="0", max="1"),

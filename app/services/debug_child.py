@@ -1,12 +1,13 @@
 """Worker process of the Debugger page: trace one Triton kernel under the interpreter, save the trace.
 
-Runs as `python -m app.services.debug_child` with a JSON request on stdin, so a user's kernel
-(or a crash in the interpreter) never runs in the server process.
+Runs inside the sandbox (`uol_core.runtime.sandbox`) with a JSON request on stdin, so a user's
+kernel (or a crash in the interpreter) never runs in the server process, and runs limited.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from app.services.child_io import serve_one
 
@@ -48,8 +49,10 @@ def trace(request: dict) -> dict:
         from uol_core.ops import load_op
 
         tr, _ = trace_op(load_op(request["op"]), sizes=request["sizes"], max_programs=limit)
-    else:
-        fn = load_kernel(f"{request['path']}:{request['function']}")
+    else:  # the user's source, written into this sandbox's private directory
+        path = Path("user_kernel.py").resolve()
+        path.write_text(request["source"])
+        fn = load_kernel(f"{path}:{request['function']}")
         grid = tuple(int(g) for g in request["grid"])
         tr = trace_kernel(fn, grid, max_programs=limit, **parse_args(request["args"]))
     save_trace(tr, request["out"])

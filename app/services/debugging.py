@@ -1,17 +1,18 @@
-"""Debugger service: trace a kernel in a worker process, then serve views of the saved trace."""
+"""Debugger service: trace a kernel in a sandboxed worker, then serve views of the saved trace."""
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import tempfile
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 from app.services.debug_child import MARK
-from app.services.runner import run_json_child
+from app.services.job_queue import LOCAL_CLIENT, JobRefused, job_slot
+from uol_core.runtime.sandbox import Limits, run_sandboxed
 
 TRACE_TIMEOUT_S = 120.0
 MAX_KERNEL_BYTES = 64 * 1024  # an uploaded kernel file larger than this is refused
@@ -34,23 +35,46 @@ def _root() -> Path:
     return root
 
 
-def _run_child(request: dict, timeout: float) -> dict:
-    return run_json_child(["-m", "app.services.debug_child"], MARK, json.dumps(request), timeout,
-                          timed_out="the trace did not finish within {timeout:.0f} s; the worker "
-                                    "was stopped (try fewer programs or smaller shapes)",
-                          env={"TRITON_INTERPRET": "1"})
+# What a trace may use; the interpreter is slow, so CPU time is what usually runs out first.
+TRACE_LIMITS = Limits(cpu_s=int(TRACE_TIMEOUT_S), memory_mb=2048, file_mb=256, processes=64,
+                      wall_s=TRACE_TIMEOUT_S + 15)
+# Imported before the memory cap and before the sandbox drops root: the runtime's own cost.
+PRELOAD = ("torch", "numpy", "triton", "triton.language", "uol_core.debug", "uol_core.ops",
+           "uol_core.backends.triton", "uol_core.runtime.triton_runner")
 
 
-def trace_library_op(op: str, sizes: dict, timeout: float = TRACE_TIMEOUT_S) -> dict:
-    """Trace a library op's Triton kernel at `sizes`; result has ok, id (trace) or error."""
-    tid = uuid.uuid4().hex[:12]
-    res = _run_child({"kind": "op", "op": op, "sizes": sizes, "out": str(_root() / tid)}, timeout)
+def _run_child(request: dict, tid: str, limits: Limits, client: str) -> dict:
+    """Trace in the sandbox, through the client's job queue; the trace files come back as
+    `<tid>.json` / `<tid>.npz`, and the result says which isolation and limits applied."""
+    keep = {f"trace{suffix}": _root() / f"{tid}{suffix}" for suffix in (".json", ".npz")}
+    try:
+        with job_slot(client, "debug trace"):
+            res = run_sandboxed("app.services.debug_child", {**request, "out": "trace"}, MARK,
+                                limits=limits, preload=PRELOAD, keep=keep,
+                                env={"TRITON_INTERPRET": "1"},
+                                timed_out="the trace did not finish within {timeout:.0f} s; the "
+                                          "worker was stopped (try fewer programs or smaller "
+                                          "shapes)")
+    except JobRefused as exc:
+        return {"ok": False, "error": str(exc)}
+    report = res.get("sandbox", {})
+    if report.get("refused") and res.get("ok") is False:
+        res["error"] += " | refused in the sandbox: " + "; ".join(report["refused"][:3])
     return {**res, "id": tid} if res.get("ok") else res
 
 
+def trace_library_op(op: str, sizes: dict, timeout: float = TRACE_TIMEOUT_S,
+                     client: str = LOCAL_CLIENT) -> dict:
+    """Trace a library op's Triton kernel at `sizes`; result has ok, id (trace) or error."""
+    limits = replace(TRACE_LIMITS, cpu_s=int(timeout), wall_s=timeout + 15)
+    return _run_child({"kind": "op", "op": op, "sizes": sizes}, uuid.uuid4().hex[:12], limits,
+                      client)
+
+
 def trace_user_kernel(source: str, function: str, grid: str, args: str,
-                      timeout: float = TRACE_TIMEOUT_S) -> dict:
-    """Write the user's kernel to a private file and trace `function[grid](args)` in the worker."""
+                      timeout: float = TRACE_TIMEOUT_S, client: str = LOCAL_CLIENT,
+                      limits: Limits | None = None) -> dict:
+    """Trace the user's kernel source `function[grid](args)` in the sandbox (never here)."""
     if len(source.encode()) > MAX_KERNEL_BYTES:
         return {"ok": False, "error": f"kernel file is over {MAX_KERNEL_BYTES // 1024} KiB"}
     if not function.isidentifier():
@@ -61,14 +85,9 @@ def trace_user_kernel(source: str, function: str, grid: str, args: str,
         return {"ok": False, "error": f"grid '{grid}' must be 1-3 integers, e.g. 4 or 2,2"}
     if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
         return {"ok": False, "error": f"grid '{grid}' must be 1-3 positive integers"}
-    tid = uuid.uuid4().hex[:12]
-    folder = _root() / f"src_{tid}"
-    folder.mkdir()
-    path = folder / "user_kernel.py"
-    path.write_text(source)
-    res = _run_child({"kind": "file", "path": str(path), "function": function, "grid": dims,
-                      "args": args, "out": str(_root() / tid)}, timeout)
-    return {**res, "id": tid} if res.get("ok") else res
+    limits = limits or replace(TRACE_LIMITS, cpu_s=int(timeout), wall_s=timeout + 15)
+    return _run_child({"kind": "source", "source": source, "function": function, "grid": dims,
+                       "args": args}, uuid.uuid4().hex[:12], limits, client)
 
 
 @functools.lru_cache(maxsize=8)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
-from app.services.runner import REPO_ROOT, run_json_child
+from app.services.runner import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "sample_graphs"
 MAX_GRAPH_JSON = 256 * 1024
 MAX_GRAPH_NODES = 200  # more nodes than this would make the drawing unreadable anyway
 RUN_TIMEOUT_S = 240.0
+GRAPH_MEMORY_MB = 4096  # address space a graph run may add to the interpreter's own
 # traced torch models: only the library's examples (no user code runs in the server)
 MODELS = {"MLP": ("uol_core.graph.examples:MLP", [8, 256]),
           "ResNetBasicBlock": ("uol_core.graph.examples:ResNetBasicBlock", [1, 16, 16, 16]),
@@ -68,11 +67,17 @@ def structure(graph) -> dict:
 
 
 def run(source: dict, target: str = "host", timeout: float = RUN_TIMEOUT_S) -> dict:
-    """Run the whole graph in the worker: per-group time against torch eager, verification."""
+    """Run the whole graph in a sandboxed worker (its factory calls too): per-group time
+    against torch eager, verification; the limits hit, if any, are in the error."""
     from app.services.graph_child import MARK
-    return run_json_child(["-m", "app.services.graph_child"], MARK,
-                          json.dumps({"source": source, "target": target}), timeout,
-                          timed_out="the graph run did not finish within {timeout:.0f} s")
+    from uol_core.runtime.sandbox import Limits, run_sandboxed
+    from uol_core.runtime.usercache import user_cache_root
+
+    limits = Limits(cpu_s=int(timeout), memory_mb=GRAPH_MEMORY_MB, file_mb=256, wall_s=timeout)
+    return run_sandboxed("app.services.graph_child", {"source": source, "target": target},
+                         MARK, limits=limits, preload=("torch", "uol_core.graph"),
+                         confine_files=False, env={"UOL_CACHE_DIR": str(user_cache_root())},
+                         timed_out="the graph run did not finish within {timeout:.0f} s")
 
 
 def open_in_studio(source: dict, node_name: str) -> int:

@@ -45,17 +45,34 @@ class KnobSpace:
         """Rules that `cfg` breaks."""
         return [r for r in self.rules if not r.holds(cfg)]
 
+    def legal_values(self, name: str) -> list:
+        """The values knob `name` may take: its domain, or for a derived knob (the C backend's
+        nc) the values it takes across the legal configs."""
+        if name in self.domains:
+            return list(self.domains[name])
+        if self.acg is not None and self.acg.configs:
+            return sorted({getattr(c, name) for c in self.acg.configs if hasattr(c, name)})
+        return [self.default[name]]
+
     def resolve(self, config: dict) -> dict:
-        """Default config with the user's legal knob values on top (unknown keys dropped)."""
+        """Default config with the user's knob values on top (unknown keys dropped); a value
+        outside its knob's legal list raises ValueError before anything is built or run."""
         cfg = dict(self.default)
         for key, value in (config or {}).items():
-            if key in cfg and value is not None:
-                cfg[key] = type(cfg[key])(value) if not isinstance(cfg[key], str) else str(value)
-                # a client can post any value: only the domain's values reach the generator
-                domain = self.domains.get(key)
-                if domain and cfg[key] not in domain:
-                    raise ValueError(f"knob {key}={cfg[key]!r} is not one of its legal values "
-                                     f"{domain}")
+            if key not in cfg or value is None:
+                continue
+            kind = type(cfg[key])
+            if kind is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError(f"knob {key}={value!r} is not an integer")
+            try:  # a client can post anything: only the legal values reach the generator
+                cfg[key] = str(value) if kind is str else kind(value)
+            except (TypeError, ValueError, OverflowError):
+                raise ValueError(f"knob {key}={value!r} is not a {kind.__name__}") from None
+            legal = self.legal_values(key)
+            if cfg[key] not in legal:
+                shown = legal if len(legal) <= 12 else [*legal[:6], "...", *legal[-3:]]
+                raise ValueError(f"knob {key}={cfg[key]!r} is not one of its legal values "
+                                 f"{shown}")
         return cfg
 
     def knob_rows(self, cfg: dict, source_text: str = "") -> list[dict]:

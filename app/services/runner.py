@@ -1,7 +1,8 @@
 """Run a kernel in a worker process (verify + measure), add GFLOP/s, GB/s and roofline, record it.
 
 The kernel never runs in the server: a crash shows as the signal that ended the worker, a hang
-as a timeout, and the server keeps serving.
+as a timeout, and the server keeps serving. Jobs go through the per-client queue
+(`job_queue`): one client's hang holds its own queue and one pool slot, never everyone's.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from app.services import history
+from app.services.job_queue import LOCAL_CLIENT, JobRefused, job_slot, only_one
 from app.services.run_child import MARK
 
 RUN_TIMEOUT_S = 120.0
+MAX_TUNE_BUDGET = 64  # measurements per tune: a larger budget is cut to this (and said so)
+DEFAULT_TUNE_BUDGET = 6
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -60,12 +63,12 @@ def _worker(request: dict, timeout: float) -> dict:
     return res
 
 
-_WORKER_LOCK = threading.Lock()
-_WORKER: list = []  # one long-lived uol_core Worker per server process (warm: no torch import)
+_WORKERS: dict[int, object] = {}  # slot index -> long-lived uol_core Worker (warm: no torch import)
 
 
-def _c_worker(request: dict, timeout: float) -> dict:
-    """Verify and time a C kernel in uol_core's worker process; same result keys as run_child."""
+def _c_worker(request: dict, timeout: float, slot: int) -> dict:
+    """Verify and time a C kernel in the worker process of pool slot `slot` (held by the
+    caller, so no other job uses that worker now); same result keys as run_child."""
     from dataclasses import asdict
 
     from app.services.kernels import emit
@@ -74,10 +77,9 @@ def _c_worker(request: dict, timeout: float) -> dict:
     op, sizes, src, _, _ = emit(request["odl"], request["backend"], request["target"],
                                 request["sizes"], request.get("config"))
     job = make_job(src, request["odl"], f"{op.name}.odl", sizes, min_seconds=0.2)
-    with _WORKER_LOCK:
-        if not _WORKER:
-            _WORKER.append(Worker(timeout))
-        res = _WORKER[0].run(job, timeout)
+    if slot not in _WORKERS:
+        _WORKERS[slot] = Worker(timeout)
+    res = _WORKERS[slot].run(job, timeout)
     out = {"ok": res.get("status") == "ok", "op": op.name, "sizes": sizes,
            "config": dict(src.config), "mode": "measured", "status": res.get("status"),
            "max_error": {"abs": res.get("max_abs_err"), "rel": res.get("max_rel_err")},
@@ -114,17 +116,34 @@ def add_rates(result: dict, odl: str, target: str) -> dict:
     return result
 
 
+def check_request(odl: str, backend: str, target: str, sizes: dict, config: dict | None) -> None:
+    """Refuse (ValueError) a request outside the legal lists before anything is built or run:
+    every knob value must be one its knob may take (nc included)."""
+    from app.services.knobs import space_for
+    from uol_core import parse
+    from uol_core.runtime.shapes import bind_sizes
+
+    if backend not in ("c", "triton"):
+        raise ValueError(f"unknown backend '{backend}': use c or triton")
+    bound = bind_sizes(parse(odl), sizes)
+    space_for(odl, backend, target, tuple(sorted(bound.items()))).resolve(config or {})
+
+
 def run_kernel(odl: str, backend: str, target: str, sizes: dict, config: dict | None,
-               timeout: float = RUN_TIMEOUT_S, kernel_text: str = "", kind: str = "run") -> dict:
-    """Verify and measure one kernel in the worker; the result dict carries its history id."""
+               timeout: float = RUN_TIMEOUT_S, kernel_text: str = "", kind: str = "run",
+               client: str = LOCAL_CLIENT) -> dict:
+    """Verify and measure one kernel in a pool worker, queued behind `client`'s own jobs only;
+    the result dict carries its history id."""
     request = {"odl": odl, "backend": backend, "target": target, "sizes": sizes,
                "config": config or {}}
     try:
-        if backend == "c" and not os.environ.get("UOL_FAULT_INJECT"):
-            result = _c_worker(request, timeout)
-        else:  # Triton (interpreter or GPU), and the crash/hang test hook
-            result = _worker(request, timeout)
-    except Exception as exc:  # a compile error before the run: shown like a failed run
+        check_request(odl, backend, target, sizes, config)
+        with job_slot(client, kind) as slot:
+            if backend == "c" and not os.environ.get("UOL_FAULT_INJECT"):
+                result = _c_worker(request, timeout, slot)
+            else:  # Triton (interpreter or GPU), and the crash/hang test hook
+                result = _worker(request, timeout)
+    except Exception as exc:  # a refusal or compile error before the run: shown like a failed run
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     result.setdefault("sizes", sizes)
     result.setdefault("config", config or {})
@@ -136,20 +155,43 @@ def run_kernel(odl: str, backend: str, target: str, sizes: dict, config: dict | 
     return result
 
 
+def capped_budget(budget) -> int:
+    """A tune budget within 1..MAX_TUNE_BUDGET; a larger request is cut to the cap."""
+    try:
+        value = int(budget or DEFAULT_TUNE_BUDGET)
+    except (TypeError, ValueError, OverflowError):
+        value = DEFAULT_TUNE_BUDGET
+    return max(1, min(value, MAX_TUNE_BUDGET))
+
+
 def tune(odl: str, backend: str, target: str, sizes: dict, budget: int, progress=None,
-         base: dict | None = None) -> dict:
-    """Measure up to `budget` legal configs (spread over the space); report the best so far."""
+         base: dict | None = None, client: str = LOCAL_CLIENT, stop=None) -> dict:
+    """Measure up to `budget` (at most MAX_TUNE_BUDGET) legal configs spread over the space;
+    one tune per client at a time (a second is refused), each measurement queued like a Run."""
+    with only_one(client, "tune"):
+        return tune_measurements(odl, backend, target, sizes, budget, progress, base, client,
+                                 stop)
+
+
+def tune_measurements(odl: str, backend: str, target: str, sizes: dict, budget: int,
+                      progress=None, base: dict | None = None, client: str = LOCAL_CLIENT,
+                      stop=None) -> dict:
+    """The measurements of `tune` (the caller holds the client's tune lock); `stop()` true
+    ends the tune before its next measurement."""
     from app.services.knobs import space_for
     from uol_core import parse
     from uol_core.runtime.shapes import bind_sizes
 
+    check_request(odl, backend, target, sizes, base)
     bound = bind_sizes(parse(odl), sizes)
     space = space_for(odl, backend, target, tuple(sorted(bound.items())))
-    candidates = _spread(space, budget, base)
+    candidates = _spread(space, capped_budget(budget), base)
     best: dict | None = None
     trail: list[dict] = []
     for i, cfg in enumerate(candidates, 1):
-        res = run_kernel(odl, backend, target, bound, cfg, kind="tune")
+        if stop is not None and stop():
+            break
+        res = run_kernel(odl, backend, target, bound, cfg, kind="tune", client=client)
         trail.append({"i": i, "config": cfg, "ok": res.get("ok"), "median_s": res.get("median_s"),
                       "id": res.get("id"), "error": res.get("error", "")})
         if res.get("ok") and res.get("median_s") and (
@@ -157,7 +199,7 @@ def tune(odl: str, backend: str, target: str, sizes: dict, budget: int, progress
             best = res
         if progress:
             progress(i, len(candidates), trail, best)
-    return {"best": best, "trail": trail}
+    return {"best": best, "trail": trail, "budget": len(candidates), "cap": MAX_TUNE_BUDGET}
 
 
 def _spread(space, budget: int, base: dict | None) -> list[dict]:
@@ -175,3 +217,26 @@ def _spread(space, budget: int, base: dict | None) -> list[dict]:
                     picks.append(cfg)
     unique = list({json.dumps(p, sort_keys=True): p for p in picks}.values())
     return unique[:max(budget, 1)]
+
+
+class QueuedWorker:
+    """The worker interface of `uol_core.runtime.worker.Worker` for the ACG tuner, but each
+    job waits in `client`'s queue and runs in the pool worker of the slot it gets."""
+
+    def __init__(self, client: str = LOCAL_CLIENT, timeout_s: float = RUN_TIMEOUT_S):
+        self.client, self.timeout_s = client, timeout_s
+
+    def run(self, job: dict, timeout_s: float | None = None) -> dict:
+        from uol_core.runtime.worker import Worker
+
+        timeout = timeout_s or self.timeout_s
+        try:
+            with job_slot(self.client, "tune measurement") as slot:
+                if slot not in _WORKERS:
+                    _WORKERS[slot] = Worker(timeout)
+                return _WORKERS[slot].run(job, timeout)
+        except JobRefused as exc:
+            return {"status": "error", "reason": str(exc)}
+
+    def close(self) -> None:
+        """The pool's workers outlive one tune."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import networkx as nx
 import torch
 
+from uol_core.graph.factories import check_size, check_torch_call, is_factory
 from uol_core.graph.format import (
     DTYPE_NAMES,
     TORCH_DTYPES,
@@ -98,6 +99,7 @@ def validate(graph: Graph) -> Graph:
         if node.kind == "odl":
             _odl_shapes(node, shapes, owner)
         elif node.writes()[0] not in graph.shapes:
+            check_torch_call(node)  # before any call: no setters, constructors capped
             shapes[node.writes()[0]] = _torch_shape(node, shapes)
         else:  # shapes recorded at import time (fx shape propagation)
             shapes[node.writes()[0]] = graph.shapes[node.writes()[0]]
@@ -139,7 +141,8 @@ def _odl_shapes(node: Node, shapes: dict, owner: dict[str, str]) -> None:
 
 
 def _torch_shape(node: Node, shapes: dict) -> TensorSpec | None:
-    """Run a torch node on meta tensors: its output shape with no data and no compute."""
+    """Run a torch node on meta tensors (a constructor on the meta device): its output shape
+    with no data and no compute."""
     def meta(value):
         if isinstance(value, dict) and set(value) == {"tensor"}:
             spec = shapes[value["tensor"]]
@@ -152,10 +155,15 @@ def _torch_shape(node: Node, shapes: dict) -> TensorSpec | None:
             return {k: meta(v) for k, v in value.items()}
         return value
 
+    kwargs = meta(node.kwargs)
+    if is_factory(node):  # a constructor: its shape on the meta device, never its data here
+        kwargs["device"] = "meta"
     try:
-        out = node.fn(*meta(node.args), **meta(node.kwargs))
+        out = node.fn(*meta(node.args), **kwargs)
     except Exception as err:  # any torch error is the user's arguments: say which node
         raise GraphError(f"node {node.name} ({node.source}) fails on its input shapes: {err}") from None
     if isinstance(out, torch.Tensor):
+        if is_factory(node):
+            check_size(node, out.numel())
         return TensorSpec(tuple(out.shape), DTYPE_NAMES.get(out.dtype, "f32"))
     return None

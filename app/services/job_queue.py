@@ -1,0 +1,160 @@
+"""Per-client job queue in front of a worker pool sized to the cores.
+
+Every run, trace and tune measurement takes, in order: a waiting ticket of its client (at most
+MAX_WAITING per client, so one client cannot pile up work), the client's own lock (one job at
+a time per client: a hang blocks only its owner), then one of `pool_size()` worker slots.
+The locks are `flock` files in a private directory, so the server's threads and the
+background-callback processes (tunes) share one queue; a process that dies releases its locks.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOCAL_CLIENT = "local"  # the CLI and tests: one client
+MAX_WAITING = 4  # jobs one client may have waiting behind its running one
+QUEUE_WAIT_S = 600.0  # a job that cannot start within this long is refused
+POLL_S = 0.05
+CLIENT_COOKIE = "uol_client"
+
+
+class JobRefused(RuntimeError):
+    """The job was not started (queue full, waited too long, a tune already running)."""
+
+
+def pool_size() -> int:
+    """Worker slots: the cores this process may use ($UOL_WORKERS overrides), at least two so a
+    hanging job leaves a slot for everyone else."""
+    if os.environ.get("UOL_WORKERS"):
+        return max(1, int(os.environ["UOL_WORKERS"]))
+    return max(2, len(os.sched_getaffinity(0)))
+
+
+def _lock_dir() -> Path:
+    """A folder only this user may write: $UOL_JOB_DIR (made 0700), else the per-user cache's."""
+    from uol_core.runtime.usercache import check_private, private_dir
+
+    if not os.environ.get("UOL_JOB_DIR"):
+        return private_dir("job-slots")
+    path = Path(os.environ["UOL_JOB_DIR"])
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_private(path)
+    return path
+
+
+def _client_key(client: str) -> str:
+    return hashlib.sha256(client.encode()).hexdigest()[:16]
+
+
+def _try_lock(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        os.close(fd)
+        return None
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing the description drops the flock
+
+
+def _first_free(paths: list[Path]) -> tuple[int, int] | None:
+    for index, path in enumerate(paths):
+        fd = _try_lock(path)
+        if fd is not None:
+            return index, fd
+    return None
+
+
+def _wait_for(paths: list[Path], deadline: float, what: str) -> tuple[int, int]:
+    while True:
+        got = _first_free(paths)
+        if got is not None:
+            return got
+        if time.monotonic() > deadline:
+            raise JobRefused(f"{what} could not start within {QUEUE_WAIT_S:.0f} s: every worker "
+                             "stayed busy; try again later")
+        time.sleep(POLL_S)
+
+
+@contextmanager
+def job_slot(client: str, what: str = "job", wait_s: float = QUEUE_WAIT_S) -> Iterator[int]:
+    """Hold a worker slot for `client` (waiting behind the client's own running job first);
+    yields the slot index, which names the worker process this job may use."""
+    folder, key = _lock_dir(), _client_key(client)
+    ticket = _first_free([folder / f"client-{key}.wait{i}" for i in range(MAX_WAITING)])
+    if ticket is None:
+        raise JobRefused(f"{what} refused: you already have {MAX_WAITING} jobs waiting behind "
+                         "a running one; wait for them (or cancel) first")
+    deadline = time.monotonic() + wait_s
+    own = slot = None
+    try:
+        _, own = _wait_for([folder / f"client-{key}.run"], deadline, what)
+        index, slot = _wait_for([folder / f"slot-{i}" for i in range(pool_size())], deadline,
+                                what)
+        _release(ticket[1])
+        ticket = None
+        yield index
+    finally:
+        _release(slot)
+        _release(own)
+        if ticket is not None:
+            _release(ticket[1])
+
+
+@contextmanager
+def only_one(client: str, kind: str) -> Iterator[None]:
+    """At most one `kind` (e.g. tune) per client at a time; a second is refused at once."""
+    fd = _try_lock(_lock_dir() / f"client-{_client_key(client)}.{kind}")
+    if fd is None:
+        raise JobRefused(f"a {kind} of yours is already running: cancel it or wait for it")
+    try:
+        yield
+    finally:
+        _release(fd)
+
+
+def busy_slots() -> int:
+    """How many worker slots are held now (for status displays and tests)."""
+    folder, held = _lock_dir(), 0
+    for i in range(pool_size()):
+        fd = _try_lock(folder / f"slot-{i}")
+        if fd is None:
+            held += 1
+        _release(fd)
+    return held
+
+
+def client_id() -> str:
+    """The calling browser's id inside a Dash callback (also a background one): its
+    `uol_client` cookie, else the session cookie, else the local client."""
+    try:
+        from dash import callback_context
+
+        cookies = callback_context.cookies or {}
+    except Exception:  # outside a callback (CLI, tests)
+        return LOCAL_CLIENT
+    return cookies.get(CLIENT_COOKIE) or cookies.get("uol_session") or LOCAL_CLIENT
+
+
+def install(app) -> None:
+    """Give each browser a random `uol_client` cookie, so its jobs queue separately."""
+    import secrets
+
+    from flask import request
+
+    @app.server.after_request
+    def _tag_client(response):
+        if CLIENT_COOKIE not in request.cookies:
+            response.set_cookie(CLIENT_COOKIE, secrets.token_urlsafe(16), httponly=True,
+                                samesite="Strict", secure=request.is_secure)
+        return response
