@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import tempfile
 from pathlib import Path
 
 import dash
@@ -12,17 +11,28 @@ import diskcache
 from dash import Dash, DiskcacheManager
 
 ASSETS = Path(__file__).parent / "assets"
-TOKEN_ENV = "UOL_SERVE_TOKEN"
 
 
-def create_app(cache_dir: str | None = None, token: str | None = None) -> Dash:
-    """Build the IDE (one per process: Dash page callbacks are registered globally)."""
-    cache = diskcache.Cache(cache_dir or tempfile.mkdtemp(prefix="uol-ide-jobs-"))
+def create_app(cache_dir: str | None = None, token: str | None = None,
+               no_token: bool = False) -> Dash:
+    """Build the IDE (one per process: Dash page callbacks are registered globally).
+
+    Every request needs `token` (a fresh one when None; read it back with
+    `app.security.app_token(app)`); `no_token=True` opens it to loopback Host names instead,
+    which `uol serve` allows on loopback binds only. Background-job files go to `cache_dir`,
+    else to a private per-user job folder removed when the process exits.
+    """
+    from app import security
+    from uol_core.runtime.usercache import job_dir
+
+    if no_token and token:
+        raise ValueError("no_token=True and a token were both given: choose one")
+    jobs = Path(cache_dir) if cache_dir else job_dir("jobs")
     app = Dash(
         __package__,  # pages import as app.pages.<name>: a test import does not re-register them
         use_pages=True,
         assets_folder=str(ASSETS),  # inside the package, so a pip install ships it
-        background_callback_manager=DiskcacheManager(cache),
+        background_callback_manager=DiskcacheManager(diskcache.Cache(str(jobs))),
         suppress_callback_exceptions=True,  # page layouts are not all in the first layout
         title="UOL Studio",
         update_title=None,
@@ -32,9 +42,10 @@ def create_app(cache_dir: str | None = None, token: str | None = None) -> Dash:
     from app import shell
 
     app.layout = shell.layout()
-    from app import security
+    security.install(app, None if no_token else (token or security.new_token()))
+    from app.services import job_queue
 
-    security.install(app, token)  # every request: loopback Host, or the token when one is set
+    job_queue.install(app)  # a per-browser id, so one browser's jobs queue apart from another's
     return app
 
 

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import platform
+import secrets
 import signal
 import socket
 import statistics
@@ -119,13 +120,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait(url: str, proc: subprocess.Popen, timeout: float = 180) -> None:
+def _wait(url: str, proc: subprocess.Popen, headers: dict, timeout: float = 180) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}")
         try:
-            if requests.get(url, timeout=5).status_code == 200:
+            if requests.get(url, timeout=5, headers=headers).status_code == 200:
                 return
         except requests.RequestException:
             pass
@@ -153,7 +154,10 @@ def main(argv: list[str] | None = None) -> dict:
     cache = tempfile.mkdtemp(prefix="uol-load-")
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "UOL_CACHE_DIR": cache, "UOL_IDE_RUNS_DB": f"{cache}/ide_runs.sqlite"}
+    token = secrets.token_urlsafe(32)  # the server needs a token on loopback too
+    auth = {"X-UOL-Token": token}
+    env = {**os.environ, "UOL_CACHE_DIR": cache, "UOL_IDE_RUNS_DB": f"{cache}/ide_runs.sqlite",
+           "UOL_SERVE_TOKEN": token}
     server = subprocess.Popen([sys.executable, "-m", "uol_cli.main", "serve", "--host",
                                "127.0.0.1", "--port", str(port)], cwd=REPO, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -162,15 +166,16 @@ def main(argv: list[str] | None = None) -> dict:
     errors: dict[str, list[str]] = {k: [] for k in lat}
     lock = threading.Lock()
     try:
-        _wait(base + "/", server)
+        _wait(base + "/", server, auth)
         # one warm-up of each callback (first compile solves the space, first run starts the
         # worker), then the start memory
         warm = requests.post(f"{base}/_dash-update-component", json=compile_body(odl, target),
-                             timeout=300)
+                             timeout=300, headers=auth)
         assert check("compile", warm) == "", check("compile", warm)
         state = warm.json()["response"]["studio-state"]["data"]
         for kind, body in (("run", run_body(state)), ("simulate", simulate_body())):
-            resp = requests.post(f"{base}/_dash-update-component", json=body, timeout=300)
+            resp = requests.post(f"{base}/_dash-update-component", json=body, timeout=300,
+                                 headers=auth)
             assert check(kind, resp) == "", check(kind, resp)
         rss_start = rss_mib(server.pid)
         bodies = {"compile": compile_body(odl, target), "run": run_body(state),
@@ -180,6 +185,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         def user(n: int) -> None:
             session = requests.Session()
+            session.headers.update(auth)
             i = n  # users start at different callbacks
             while time.time() < end:
                 kind = order[i % 3]

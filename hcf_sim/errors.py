@@ -9,6 +9,8 @@ import re
 MAX_SIZE_BYTES = 1 << 40  # 1 TiB per collective buffer: far above any real gradient bucket
 MAX_RANKS = 65_536
 MAX_FLOW_RANKS = 16_384  # the flow-level simulator routes every flow; beyond this use analytical
+MAX_NAME_CHARS = 128  # topology, node and protocol names: labels in figures and reports
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "tb": 1e12}
@@ -16,6 +18,18 @@ _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb
 
 class HcfError(ValueError):
     """A bad HCF parameter or an impossible scenario, with a message a user can act on."""
+
+
+def check_name(what: str, value: object, limit: int = MAX_NAME_CHARS) -> str:
+    """`value` as a name (topology, node, link protocol; a file path with a larger `limit`),
+    or HcfError: 1 to `limit` printable characters. Names become labels in figures, reports and
+    exported files; a NUL or another control character would cut or corrupt them (and a path
+    with NUL makes the OS call fail with a bare ValueError)."""
+    text = value if isinstance(value, str) else str(value)
+    if not text or len(text) > limit or not text.isprintable():
+        raise HcfError(f"{what} {text[:40]!r} is not a valid name: use 1 to {limit} "
+                       "printable characters (no control characters such as NUL or newline)")
+    return text
 
 
 def require_positive(name: str, value: float, unit: str = "") -> float:

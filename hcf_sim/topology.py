@@ -9,7 +9,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from hcf_sim.errors import HcfError, check_ranks, require_positive
+from hcf_sim.errors import MAX_PATH_CHARS, HcfError, check_name, check_ranks, require_positive
 from hcf_sim.links import LinkPreset, custom_link, get_preset
 
 
@@ -204,9 +204,10 @@ def rail_optimized(servers: int, gpus_per_server: int = 8, nic: str = "ib_ndr", 
 def from_json(data: dict | str | Path) -> Topology:
     """Read a custom topology: {"nodes": [{"id", "kind"}], "links": [{"src", "dst", "protocol" | "bandwidth_gbps", "latency_us"}]}."""
     if isinstance(data, str | Path):
+        check_name("topology file", data, MAX_PATH_CHARS)
         try:
             data = json.loads(Path(data).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise HcfError(f"cannot read topology file {data}: {exc}") from exc
     try:
         return _from_dict(data)
@@ -224,22 +225,26 @@ def _from_dict(data) -> Topology:
     for i, n in enumerate(data["nodes"]):
         if "id" not in n:
             raise HcfError(f"node #{i} has no 'id'")
+        node_id = check_name("node id", n["id"])
         kind = n.get("kind", "gpu")
         if kind not in ("gpu", "nic", "switch"):
-            raise HcfError(f"node {n['id']}: kind must be gpu, nic or switch, got {kind!r}")
-        _add_node(g, str(n["id"]), kind)
+            raise HcfError(f"node {node_id}: kind must be gpu, nic or switch, got {kind!r}")
+        _add_node(g, node_id, kind)
     for i, e in enumerate(data["links"]):
         u, v = str(e.get("src")), str(e.get("dst"))
         if u not in g or v not in g:
             raise HcfError(f"link #{i} {u}-{v} names a node that is not in 'nodes'")
+        protocol = check_name(f"link #{i} protocol", e.get("protocol", "custom"
+                                                              if "bandwidth_gbps" in e else "nvlink4"))
         if "bandwidth_gbps" in e:
             lk = custom_link(float(e["bandwidth_gbps"]), float(e.get("latency_us", 1.0)),
-                             e.get("step_latency_us"), name=e.get("protocol", "custom"))
+                             e.get("step_latency_us"), name=protocol)
         else:
-            lk = get_preset(e.get("protocol", "nvlink4"))
+            lk = get_preset(protocol)
         _add_link(g, u, v, lk)
     group = int(data.get("group_size", 1))
-    return Topology(str(data.get("name", "custom")), g, group_size=max(group, 1)).validate()
+    name = check_name("topology name", data.get("name", "custom"))
+    return Topology(name, g, group_size=max(group, 1)).validate()
 
 
 TOPOLOGY_KINDS = ("fat-tree", "torus2d", "torus3d", "dragonfly", "rail", "ring", "full", "custom")
@@ -267,6 +272,7 @@ def _near_cube(n: int, d: int) -> tuple[int, ...]:
 def build_topology(kind: str, nodes: int, link: str | None = None, oversubscription: float = 1.0,
                    gpus_per_server: int = 8, path: str | None = None) -> Topology:
     """Build a topology of the named kind with `nodes` GPUs (the CLI's --topology/--nodes)."""
+    check_name("topology", kind)
     check_ranks(nodes)
     if kind == "fat-tree":
         k = 2

@@ -26,19 +26,35 @@ WAIT_IDLE_JS = """() => {
 
 
 @pytest.fixture(scope="session")
-def live_server(tmp_path_factory):
-    """The app (one per process: Dash registers page callbacks globally) on a free port."""
+def live_app(tmp_path_factory):
+    """The app (one per process: Dash registers page callbacks globally) on a free port.
+
+    Yields (base URL, token): the server needs its token on loopback too.
+    """
     runs = tmp_path_factory.mktemp("runs")
     os.environ["UOL_IDE_RUNS_DB"] = str(runs / "ide_runs.sqlite")  # history isolated per session
     from app.main import create_app
+    from app.security import app_token
 
     app = create_app(cache_dir=str(tmp_path_factory.mktemp("jobs")))
     server = make_server("127.0.0.1", 0, app.server, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
+    yield f"http://127.0.0.1:{server.server_port}", app_token(app)
     server.shutdown()
     thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def live_server(live_app) -> str:
+    """The base URL of the live app (pages opened through `page` carry its session cookie)."""
+    return live_app[0]
+
+
+@pytest.fixture(scope="session")
+def live_token(live_app) -> str:
+    """The live app's token (what `uol serve` prints in its URL)."""
+    return live_app[1]
 
 
 @pytest.fixture(scope="session")
@@ -52,12 +68,21 @@ def browser():
         b.close()
 
 
+def new_context(browser):
+    """A browser context of the size the screenshots use, with no cookie yet."""
+    return browser.new_context(viewport={"width": 1500, "height": 1000},
+                               device_scale_factor=1, accept_downloads=True)
+
+
 @pytest.fixture
-def page(browser) -> Page:
-    """A fresh page; JS errors and console errors are collected in page.js_errors."""
+def page(browser, live_server, live_token) -> Page:
+    """A fresh page, logged in as a user is (the token URL, traded for the session cookie);
+    JS errors and console errors are collected in page.js_errors."""
     ARTIFACTS.mkdir(exist_ok=True)
-    context = browser.new_context(viewport={"width": 1500, "height": 1000},
-                                  device_scale_factor=1, accept_downloads=True)
+    context = new_context(browser)
+    # the request API shares the context's cookies: the token URL's 302 leaves the cookie there
+    login = context.request.get(f"{live_server}/_dash-layout?token={live_token}", max_redirects=0)
+    assert login.status == 302, login.status
     pg = context.new_page()
     pg.set_default_timeout(30_000)
     errors: list[str] = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 
 from dash import Input, Output, State, callback, html, no_update
@@ -43,17 +42,17 @@ def algorithms(collective, current):
           State("comm-upload", "filename"), prevent_initial_call=True)
 def upload_topology(contents, filename):
     """Parse an uploaded topology JSON (size-capped); the simulation checks its contents."""
-    from app.services.comm import MAX_TOPOLOGY_JSON
+    from app.security import decode_upload
+    from app.services.comm import MAX_TOPOLOGY_JSON, check_custom
 
     try:
-        raw = base64.b64decode((contents or ",").split(",", 1)[1])
-        if len(raw) > MAX_TOPOLOGY_JSON:
+        text = decode_upload(contents, filename, "topology")
+        if len(text.encode()) > MAX_TOPOLOGY_JSON:
             raise ValueError(f"over {MAX_TOPOLOGY_JSON // 1024} KiB")
-        data = json.loads(raw)
-        if not isinstance(data, dict):
-            raise ValueError("the top level must be an object with nodes and links")
-    except (ValueError, UnicodeDecodeError) as exc:
-        return no_update, f"✗ {filename}: {exc}", no_update
+        data = check_custom(json.loads(text))
+    except ValueError as exc:  # UploadError, JSONDecodeError and HcfError are ValueErrors
+        said = str(exc)
+        return no_update, f"✗ {said if str(filename) in said else f'{filename}: {said}'}", no_update
     return data, f"loaded {filename}: press Simulate", "custom"
 
 

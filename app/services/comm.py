@@ -9,6 +9,7 @@ from app.services.runner import run_json_child
 MAX_DRAW_GPUS = 256  # the page draws every node; bigger clusters belong to the CLI
 MAX_FLOW_GPUS = 64  # flow-level (per-link loads) up to here, analytical above
 MAX_TOPOLOGY_JSON = 256 * 1024
+MAX_NAME_CHARS = 128  # topology and node names: labels in figures and reports
 # bytes on the wire per byte of fp32 gradient; codec compute time is not modelled here
 CODECS = {"none": 1.0, "fp16": 0.5, "int8": 0.25 + 4 / 1024, "topk 1%": None}
 MEASURE_TIMEOUT_S = 240.0
@@ -24,13 +25,42 @@ def build(kind: str, nodes: int, link: str | None = None, oversubscription: floa
     if kind == "custom":
         if not custom:
             raise HcfError("upload a topology JSON first (nodes with kind, links with src/dst)")
-        topo = from_json(custom)
+        topo = from_json(check_custom(custom))
     else:
         topo = build_topology(kind, int(nodes), link or None, float(oversubscription or 1.0))
     if len(topo.gpus) > MAX_DRAW_GPUS:
         raise HcfError(f"{len(topo.gpus)} GPUs: the page draws up to {MAX_DRAW_GPUS}; use "
                        "`uol hcf simulate` for larger clusters")
     return topo.validate()
+
+
+def _check_name(what: str, value) -> None:
+    from hcf_sim.errors import HcfError
+
+    text = str(value)
+    if not text or len(text) > MAX_NAME_CHARS or not text.isprintable():
+        raise HcfError(f"{what} {text[:40]!r}: names are 1 to {MAX_NAME_CHARS} printable "
+                       "characters (no control characters such as NUL)")
+
+
+def check_custom(custom) -> dict:
+    """`custom` if it is an uploaded topology object with sane names, else an HcfError.
+
+    A custom topology is a value (the JSON the page's upload parsed), never a path: a string
+    is refused before anything touches the file system, so a client cannot read files or
+    learn which exist through the simulator's errors.
+    """
+    from hcf_sim.errors import HcfError
+
+    if not isinstance(custom, dict):
+        raise HcfError("a custom topology is the JSON object uploaded through the page, not "
+                       f"{type(custom).__name__} (file names and paths are not accepted)")
+    if "name" in custom:
+        _check_name("topology name", custom["name"])
+    for node in custom.get("nodes") or []:
+        if isinstance(node, dict) and "id" in node:
+            _check_name("node id", node["id"])
+    return custom
 
 
 def wire_ratio(codec: str, ranks: int) -> float:

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from app.services import history
 from app.services.profile_child import MARK
 from app.services.runner import run_json_child
+from uol_core.runtime.usercache import private_dir
 
 PROFILE_TIMEOUT_S = 240.0
 
 
 def _root() -> Path:
-    root = Path(os.environ.get("UOL_CACHE_DIR") or tempfile.gettempdir()) / "uol-ide-profiles"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+    """Saved profile reports: a private per-user folder (never a shared temporary directory)."""
+    return private_dir("profiles")
 
 
 def profile_op(op: str, sizes: dict, target: str = "host",

@@ -6,7 +6,7 @@ import os
 import threading
 
 import pytest
-from rel_helpers import FUZZ_COUNTS
+from rel_helpers import FUZZ_COUNTS, TOKENS
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -25,12 +25,15 @@ def ide(tmp_path_factory):
     runs = tmp_path_factory.mktemp("ide")
     os.environ["UOL_IDE_RUNS_DB"] = str(runs / "ide_runs.sqlite")
     from app.main import create_app
+    from app.security import app_token
 
     app = create_app(cache_dir=str(runs / "jobs"))
     server = make_server("127.0.0.1", 0, app.server, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
+    base = f"http://127.0.0.1:{server.server_port}"
+    TOKENS[base] = app_token(app)  # rel_helpers.post sends it
+    yield base
     server.shutdown()
     thread.join(timeout=5)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -20,6 +21,14 @@ import requests
 LONG = os.environ.get("UOL_LONG") == "1"
 REPO = Path(__file__).resolve().parents[2]
 FUZZ_COUNTS: Counter = Counter()  # inputs run per fuzz target, printed at the end of the session
+# base URL -> token of the servers these tests start (every server needs one, loopback too)
+TOKENS: dict[str, str] = {}
+TOKEN_ENV = "UOL_SERVE_TOKEN"
+
+
+def auth_headers(base: str) -> dict:
+    """The token header for a server started here ({} for one whose token a test withholds)."""
+    return {"X-UOL-Token": TOKENS[base]} if base in TOKENS else {}
 
 
 def target_name() -> str:
@@ -53,6 +62,9 @@ def start_uol_serve(port: int, env: dict, *args: str) -> subprocess.Popen:
     """`uol serve` on 127.0.0.1:port in its own process group (so kill -9 takes its workers too)."""
     cmd = [sys.executable, "-m", "uol_cli.main", "serve", "--host", "127.0.0.1",
            "--port", str(port), *args]
+    if not {"--token", "--token-file", "--no-token"} & set(args) and TOKEN_ENV not in env:
+        env = {**env, TOKEN_ENV: secrets.token_urlsafe(24)}  # through the environment, as a user
+        TOKENS[f"http://127.0.0.1:{port}"] = env[TOKEN_ENV]
     return subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **env}, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
@@ -92,7 +104,9 @@ def studio_state(odl: str, sizes: dict, backend: str = "c", config: dict | None 
 
 
 def post(base: str, body: dict, timeout: float = 180.0, **kw) -> requests.Response:
-    """POST one callback; returns the response (status checked by the caller)."""
+    """POST one callback (with the server's token unless headers or cookies are given)."""
+    if "headers" not in kw and "cookies" not in kw:
+        kw["headers"] = auth_headers(base)
     return requests.post(f"{base}/_dash-update-component", json=body, timeout=timeout, **kw)
 
 

@@ -17,6 +17,7 @@ import requests
 from rel_helpers import (
     LONG,
     TUNER_SCRIPT,
+    auth_headers,
     callback_body,
     free_port,
     integrity,
@@ -134,7 +135,7 @@ def test_server_kill9_keeps_rows_and_serves_again(cache):
     proc = start_uol_serve(port, env)
     try:
         wait_http(base + "/", proc)
-        assert requests.get(base + "/", timeout=30).status_code == 200
+        assert requests.get(base + "/", timeout=30, headers=auth_headers(base)).status_code == 200
         resp = post(base, run_body(state))
         assert _run_ok(resp), resp.text[:800]
         ids = [r[0] for r in read_rows(runs, "runs", "id")]

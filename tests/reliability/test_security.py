@@ -6,7 +6,7 @@ import base64
 
 import pytest
 import requests
-from rel_helpers import callback_body, free_port, post, start_uol_serve, wait_http
+from rel_helpers import auth_headers, callback_body, free_port, post, start_uol_serve, wait_http
 from typer.testing import CliRunner
 
 from app import security
@@ -23,8 +23,8 @@ def test_loopback_names():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--host", "0.0.0.0"], "without a token"),
-    (["--host", "10.1.2.3", "--token", "short"], "at least 8"),
+    (["--host", "0.0.0.0", "--no-token"], "loopback only"),
+    (["--host", "10.1.2.3", "--token", "short"], "at least 16"),
     (["--host", "0.0.0.0", "--token", TOKEN, "--debug"], "127.0.0.1 only"),
 ])
 def test_serve_refuses_unsafe_binds_before_binding(monkeypatch, args, says):
@@ -80,7 +80,8 @@ def test_token_login_sets_a_cookie_and_leaves_the_url(token_server):
     s = requests.Session()
     first = s.get(token_server + f"/reports?token={TOKEN}", allow_redirects=False)
     assert first.status_code == 302 and "token" not in first.headers["Location"]
-    assert security.COOKIE in s.cookies and s.cookies[security.COOKIE] != TOKEN
+    session = [c for c in s.cookies if c.name.startswith(security.COOKIE)]
+    assert len(session) == 1 and TOKEN not in session[0].value
     assert s.get(token_server + "/").status_code == 200
     assert post(token_server, STATUS_BODY, headers={}, cookies=s.cookies).status_code == 200
 
@@ -98,11 +99,12 @@ def test_request_size_is_capped(token_server):
     assert post(token_server, big, headers={"X-UOL-Token": TOKEN}).status_code == 413
 
 
-def test_loopback_server_refuses_foreign_host_names(ide):
-    """DNS rebinding: a page served as evil.example resolving to 127.0.0.1 gets nothing."""
-    assert requests.get(ide + "/_dash-layout").status_code == 200
-    assert requests.get(ide + "/_dash-layout", headers={"Host": "evil.example"}).status_code == 403
-    assert post(ide, STATUS_BODY, headers={"Host": "evil.example:80"}).status_code == 403
+def test_loopback_server_needs_its_token_whatever_the_host_name(ide):
+    """DNS rebinding: a page served as evil.example resolving to 127.0.0.1 has no token."""
+    assert requests.get(ide + "/_dash-layout", headers=auth_headers(ide)).status_code == 200
+    assert requests.get(ide + "/_dash-layout").status_code == 401
+    assert requests.get(ide + "/_dash-layout", headers={"Host": "evil.example"}).status_code == 401
+    assert post(ide, STATUS_BODY, headers={"Host": "evil.example:80"}).status_code == 401
 
 
 def _data_url(raw: bytes) -> str:
@@ -144,3 +146,29 @@ def test_client_knob_values_outside_the_domain_are_refused():
     res = compile_odl(op_text("matmul"), "c", target_name(), {"M": 16, "N": 16, "K": 16},
                       {"mr": 100000, "threads": 10**6})
     assert not res.ok and "legal values" in res.error
+
+
+def _simulate_custom(custom) -> dict:
+    return callback_body(
+        [("comm-result", "children"), ("link-heatmap", "figure"), ("comm-curves", "figure"),
+         ("comm-state", "data"), ("comm-fault", "children")],
+        [("simulate-button", "n_clicks", 1), ("fault-clear", "n_clicks", None)],
+        [("topology-select", "value", "custom"), ("nodes-input", "value", 8),
+         ("link-select", "value", "default"), ("oversub-input", "value", 1),
+         ("collective-select", "value", "allreduce"), ("algorithm-select", "value", "auto"),
+         ("size-input", "value", "1MiB"), ("codec-select", "value", "none"),
+         ("comm-custom", "data", custom)])
+
+
+def test_comm_custom_given_as_a_path_is_refused_over_http(ide, tmp_path):
+    """A crafted callback naming a file: the same clear refusal whether or not it exists."""
+    secret = tmp_path / "planted.json"
+    secret.write_text('{"nodes": [{"id": "TOPSECRET-7"}], "links": []}')
+    answers = []
+    for custom in (str(secret), "/etc/shadow", "/nonexistent/x.json"):
+        resp = post(ide, _simulate_custom(custom))
+        assert resp.status_code == 200
+        answers.append(resp.json()["response"]["comm-result"]["children"])
+    text = str(answers[0])
+    assert "paths are not accepted" in text and "TOPSECRET" not in text
+    assert answers[0] == answers[1] == answers[2]  # no existence oracle

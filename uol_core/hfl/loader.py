@@ -42,8 +42,11 @@ def load_target(name: str) -> Target:
         from uol_core.hfl.probe import probe_host  # lazy: the probe needs gcc
 
         return probe_host(quick=True)
-    path = TARGETS_DIR / f"{name}.toml"
-    if not path.is_file():
-        known = ", ".join(list_targets())
-        raise HflError(f"{name}.toml", "", f"no target named '{name}'; known targets: {known}")
-    return load_file(path)
+    known = list_targets()
+    # a name, never a path: only names the library lists are joined to its folder, so
+    # '../../pyproject' or '/etc/x' reads nothing (a file of your own: `load_file`)
+    if not isinstance(name, str) or name not in known:
+        shown = repr(name)[:80]
+        raise HflError("targets", "", f"no target named {shown}; known targets: "
+                                      f"{', '.join(known)}")
+    return load_file(TARGETS_DIR / f"{name}.toml")

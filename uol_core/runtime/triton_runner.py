@@ -6,7 +6,6 @@ import hashlib
 import importlib.util
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -18,8 +17,8 @@ from uol_core.backends.triton_expr import safe
 from uol_core.odl.ir import DType, Op
 from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
 from uol_core.runtime.shapes import bind_sizes, shape_of
+from uol_core.runtime.usercache import private_dir, read_verified, write_atomic
 
-CACHE_DIR = Path(tempfile.gettempdir()) / "uol_triton_kernels"
 TOLERANCE = {DType.f16: 2e-2, DType.bf16: 5e-2, DType.f32: 1e-4, DType.f64: 1e-9}
 INTERPRETED_NOTE = "interpreted, no timing"
 _MODULES: dict[str, ModuleType] = {}
@@ -40,23 +39,33 @@ def use_interpreter() -> None:
     os.environ["TRITON_INTERPRET"] = "1"
 
 
+def cache_dir() -> Path:
+    """The generated-module cache: a private per-user folder (see uol_core.runtime.usercache)."""
+    return private_dir("triton")
+
+
 def load_module(source: KernelSource) -> ModuleType:
-    """Import the kernel text from a content-addressed file (Triton reads kernel source there)."""
+    """Import the kernel text through a content-addressed file (Triton reads kernel source there).
+
+    What runs is the text we generated, compiled from memory: the file only serves Triton's
+    `inspect.getsource`. It is rewritten unless it is ours, private and holds exactly that text,
+    so a file planted at the computed name is never imported.
+    """
     if not gpu_available():
         use_interpreter()
-    digest = hashlib.sha256(source.text.encode()).hexdigest()[:16]
+    text = source.text.encode()
+    digest = hashlib.sha256(text).hexdigest()[:16]
     key = f"{digest}-{os.environ.get('TRITON_INTERPRET', '0')}"
     if key in _MODULES:
         return _MODULES[key]
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    path = CACHE_DIR / f"{safe(source.op_name)}_{digest}.py"
-    if not path.exists():
-        path.write_text(source.text)
+    path = cache_dir() / f"{safe(source.op_name)}_{digest}.py"
+    if not read_verified(path, text):
+        write_atomic(path, text)
     name = f"uol_triton_{safe(source.op_name)}_{digest}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    exec(compile(source.text, str(path), "exec"), module.__dict__)  # the text we generated
     _MODULES[key] = module
     return module
 
