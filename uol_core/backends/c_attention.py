@@ -181,7 +181,8 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
         w.emit(f"        const int64_t {index_id(name)} = o{n};", line)
     base = {t: _base(plan.prefix, shapes[t]) for t in shapes}
     _body(w, op, plan, dict(S=S, T=T, D=D, E=E, bq=bq, bk=bk), base, sizes, tiles)
-    meta = {"args": args, "outputs": [d.name for d in op.outputs], "threads": cfg["threads"],
+    meta = {"isa": tiles.isa, "args": args, "outputs": [d.name for d in op.outputs],
+            "threads": cfg["threads"],
             "generator": GENERATOR, "groups": 1, "reduction_length": max(T, D),
             "fusion": "flash: s, mx, p, l fused into O with an online softmax (never stored)"}
     return w.source(entry, op.name, dict(cfg), meta)

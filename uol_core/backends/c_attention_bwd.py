@@ -202,7 +202,8 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
 
     body(w, op, plan, dict(n, S=S, T=T, D=D, E=E, NB=NB, THREADS=threads), t,
          _renderer(op, plan, sizes), [shape[plan.q][x] for x in range(n_pre)])
-    meta = {"args": args, "outputs": [d.name for d in op.outputs], "threads": threads,
+    meta = {"isa": t.isa, "args": args, "outputs": [d.name for d in op.outputs],
+            "threads": threads,
             "generator": GENERATOR, "groups": 1, "reduction_length": max(S, T, D, E),
             "fusion": "flash backward: s, p, d_p, d_s recomputed per tile (never stored); "
                       "dQ, dK, dV in one kernel"}

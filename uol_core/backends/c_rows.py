@@ -160,7 +160,8 @@ def emit(op: Op, plan: RowPlan, sizes: Mapping[str, int], target=None,
         w.emit(f"    {qual}float *restrict {tensor_id(name)} = ({qual}float *)args[{n}];")
     _body(w, plan, isa, lane, n_rows, n_cols, stream, int(cfg["threads"]), lines)
     w.emit("}")
-    meta = {"args": args, "outputs": [d.name for d in op.outputs], "threads": cfg["threads"],
+    meta = {"isa": isa, "args": args, "outputs": [d.name for d in op.outputs],
+            "threads": cfg["threads"],
             "generator": GENERATOR, "groups": 1, "reduction_length": n_cols,
             "fusion": f"row {plan.kind}: max, exp + sum and the output in one pass over memory "
                       f"({store_note})"}
