@@ -24,8 +24,13 @@ lint: install
 	$(VENV)/bin/ruff check .
 
 test: install lint
-	$(VENV)/bin/python -m pytest tests -x -q -p no:cacheprovider
-	@if ls ui_tests/test_*.py >/dev/null 2>&1; then $(VENV)/bin/python -m pytest ui_tests -q -p no:cacheprovider; fi
+# The whole suite, never -x: one failure must not hide the others. --durations names the
+# slowest tests so they stay in check.
+	@status=0; \
+	$(VENV)/bin/python -m pytest tests -q -p no:cacheprovider --durations=15 || status=1; \
+	if ls ui_tests/test_*.py >/dev/null 2>&1; then \
+		$(VENV)/bin/python -m pytest ui_tests -q -p no:cacheprovider --durations=5 || status=1; fi; \
+	exit $$status
 
 CPU_BENCHES := cpu_gemm cpu_ops graph_bench hcf_bench ide_latency
 
