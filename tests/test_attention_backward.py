@@ -7,7 +7,6 @@ Update the golden kernels with `pytest tests/test_attention_backward.py --update
 import shutil
 import subprocess
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,7 +25,6 @@ from uol_core.runtime.inputs import random_inputs
 from uol_core.runtime.reference import evaluate_all
 from uol_core.torch_bridge import to_torch
 
-GOLDEN = Path(__file__).parent / "golden" / "c"
 TARGETS = {"avx2": fixed_target(),
            "avx512": fixed_target("test-avx512", isa=("avx512f", "avx2", "fma"), vector_bits=512,
                                   registers=32)}
@@ -106,25 +104,17 @@ def test_backward_kernel_source_says_its_plan():
 
 
 @pytest.mark.parametrize("isa", sorted(TARGETS))
-def test_flash_backward_golden(isa, request):
+def test_flash_backward_golden(isa, golden):
     grad = derive_grad(load_op("causal_attention"), recompute_wide=True)
     text = emit_any(grad.op, {"S": 40, "D": 16}, TARGETS[isa], {"threads": 2}).text
-    path = GOLDEN / f"pattern_flash_backward_causal_attention_{isa}.c"
-    if request.config.getoption("--update-golden", default=False):
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}: run pytest --update-golden"
-    assert text == path.read_text(), f"{path.name} changed: rerun with --update-golden and review"
+    golden(f"c/pattern_flash_backward_causal_attention_{isa}.c", text)
 
 
-def test_flash_forward_with_saves_golden(request):
+def test_flash_forward_with_saves_golden(golden):
     forward = derive_grad(load_op("attention"), recompute_wide=True).forward_with_saves
     text = emit_any(forward, {"S": 40, "T": 24, "D": 16, "E": 16}, TARGETS["avx2"],
                     {"threads": 2}).text
-    path = GOLDEN / "pattern_flash_attention_with_saves.c"
-    if request.config.getoption("--update-golden", default=False):
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}: run pytest --update-golden"
-    assert text == path.read_text(), f"{path.name} changed: rerun with --update-golden and review"
+    golden("c/pattern_flash_attention_with_saves.c", text)
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc")

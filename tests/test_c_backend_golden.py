@@ -3,7 +3,6 @@
 Update them with `pytest tests/test_c_backend_golden.py --update-golden` and review the diff.
 """
 
-from pathlib import Path
 
 import pytest
 
@@ -12,7 +11,6 @@ from uol_core.acg.fixtures import fixed_target
 from uol_core.backends.c import emit
 from uol_core.ops import load_op
 
-GOLDEN = Path(__file__).parent / "golden" / "c"
 CASES = {
     "matmul_avx2": ("matmul", {"M": 64, "N": 48, "K": 32},
                     TileConfig("avx2", 6, 16, 256, 96, 48, 4, 0, "jr", 2), "test-avx2"),
@@ -33,12 +31,7 @@ TARGETS = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_emitted_c_matches_golden(case, request):
+def test_emitted_c_matches_golden(case, golden):
     name, sizes, cfg, target = CASES[case]
     text = emit(load_op(name), cfg, TARGETS[target], sizes).text
-    path = GOLDEN / f"{case}.c"
-    if request.config.getoption("--update-golden"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}: run pytest --update-golden"
-    assert text == path.read_text(), f"{case}: emitted C differs from {path}"
+    golden(f"c/{case}.c", text)

@@ -3,8 +3,6 @@ match, verified against the reference at odd shapes; golden file updated with --
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from uol_core.acg.fixtures import fixed_target
@@ -17,7 +15,6 @@ from uol_core.runtime.inputs import random_inputs
 from uol_core.runtime.reference import evaluate_all
 from uol_core.runtime.verify import compare
 
-GOLDEN = Path(__file__).parent / "golden" / "c"
 TARGET = fixed_target()
 
 
@@ -86,14 +83,11 @@ def test_generic_flag_keeps_the_loop_nests():
     assert src.meta.get("generator") != c_conv.GENERATOR
 
 
-def test_conv_template_golden(request):
+def test_conv_template_golden(golden):
     text = emit_any(load_op("conv2d_bias_relu"),
                     {"N": 2, "C": 3, "K": 5, "H": 9, "W": 7, "R": 3, "S": 3}, TARGET,
                     {"threads": 2}).text
-    path = GOLDEN / "pattern_conv_template.c"
-    if request.config.getoption("--update-golden", default=False) or not path.exists():
-        path.write_text(text)
-    assert text == path.read_text(), f"{path.name} changed: rerun with --update-golden and review"
+    golden("c/pattern_conv_template.c", text)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,7 +25,6 @@ from uol_core.runtime.build import flags_for
 from uol_core.runtime.reference import evaluate_all
 from uol_core.runtime.shapes import shape_of
 
-GOLDEN = Path(__file__).parent / "golden" / "c" / "isa"
 TARGETS = {
     "avx2": fixed_target(),
     "avx512": fixed_target("test-avx512", isa=("avx512f", "avx512bw", "avx512vl", "avx2", "fma"),
@@ -75,18 +73,13 @@ def _source(case: str, isa: str):
 
 
 @pytest.mark.parametrize(("case", "isa"), MATRIX)
-def test_emitted_c_matches_golden(case, isa, request):
+def test_emitted_c_matches_golden(case, isa, golden):
     src = _source(case, isa)
     if case in INTRINSIC_TEMPLATES and isa != "vecext":
         assert {"avx512": "_mm512", "avx2": "_mm256"}[isa] in src.text
     if isa == "vecext":
         assert "_mm256" not in src.text and "_mm512" not in src.text
-    path = GOLDEN / f"{case}_{isa}.c"
-    if request.config.getoption("--update-golden"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(src.text)
-    assert path.exists(), f"no golden file {path}: run pytest --update-golden"
-    assert src.text == path.read_text(), f"{case} on {isa}: emitted C differs from {path}"
+    golden(f"c/isa/{case}_{isa}.c", src.text)
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc")

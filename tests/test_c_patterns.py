@@ -3,8 +3,6 @@ and golden files of one kernel per pattern (update with `pytest --update-golden`
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -19,7 +17,6 @@ from uol_core.runtime.inputs import random_inputs
 from uol_core.runtime.reference import evaluate_all
 from uol_core.runtime.verify import compare
 
-GOLDEN = Path(__file__).parent / "golden" / "c"
 TARGET = fixed_target()
 
 
@@ -146,13 +143,10 @@ GOLDEN_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
-def test_emitted_c_matches_golden(case, request):
+def test_emitted_c_matches_golden(case, golden):
     name, sizes = GOLDEN_CASES[case]
     text = c_generic.emit(load_op(name), sizes, TARGET, {"threads": 2}).text
-    path = GOLDEN / f"pattern_{case}.c"
-    if request.config.getoption("--update-golden", default=False) or not path.exists():
-        path.write_text(text)
-    assert text == path.read_text(), f"{path.name} changed: rerun with --update-golden and review"
+    golden(f"c/pattern_{case}.c", text)
 
 
 def test_outputs_are_written_in_their_declared_dtype():
@@ -172,13 +166,10 @@ def test_naive_attention_compiles_to_flash_tiles(name):
     assert "malloc" not in kernel.src.text  # scores live in per-thread tiles only
 
 
-def test_flash_golden(request):
+def test_flash_golden(golden):
     from uol_core.backends.c_route import emit_any
     text = emit_any(load_op("causal_attention"), {"S": 40, "D": 16}, TARGET, {"threads": 2}).text
-    path = GOLDEN / "pattern_flash_causal_attention.c"
-    if request.config.getoption("--update-golden", default=False) or not path.exists():
-        path.write_text(text)
-    assert text == path.read_text(), f"{path.name} changed: rerun with --update-golden and review"
+    golden("c/pattern_flash_causal_attention.c", text)
 
 
 @pytest.mark.parametrize("scan", ["cumsum", "cummax", "cumprod"])

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from test_c_patterns import check  # tests/ is on sys.path (pytest prepend mode)
 
@@ -13,8 +11,6 @@ from uol_core.backends.c_route import emit_any
 from uol_core.backends.c_rows import row_plan
 from uol_core.odl import parse
 from uol_core.ops import load_op
-
-GOLDEN = Path(__file__).parent / "golden" / "c"
 
 ROW_OPS = {
     "scaled": ("op sm2(X: f32[B, R, C]) -> Y: f32[B, R, C]:\n"
@@ -52,10 +48,7 @@ def test_row_template_streams_large_outputs_and_declines_what_it_does_not_match(
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
-def test_row_template_golden(name, request):
+def test_row_template_golden(name, golden):
     text = emit_any(load_op(name), {"R": 32, "C": 100}, fixed_target(), {"threads": 2}).text
-    path = GOLDEN / f"template_row_{name}.c"
-    if request.config.getoption("--update-golden", default=False) or not path.exists():
-        path.write_text(text)
-    assert text == path.read_text(), f"{path.name} changed: rerun with --update-golden and review"
+    golden(f"c/template_row_{name}.c", text)
 
