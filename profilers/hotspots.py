@@ -1,4 +1,8 @@
-"""Per-line hotspots of a generated C kernel: callgrind costs per kernel line, then per ODL line."""
+"""Per-line hotspots of a generated C kernel, per kernel line and per ODL line, from one of two
+sources: callgrind (instruction and cache-miss counts, exact and repeatable) where valgrind can
+run the kernel, and cycle counters placed by the generator (profilers.cycle_counters) where it
+cannot (AVX-512 or AMX code, or no valgrind). `kernel_hotspots` picks and says which it used.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profilers.callgrind import CallgrindProfile, CallgrindUnavailable, run_callgrind
+from profilers.callgrind import CallgrindProfile, CallgrindUnavailable, run_callgrind, valgrind_path
 from profilers.flame import FlameNode
 from uol_core.backends.base import KernelSource
 from uol_core.runtime import build as kbuild
@@ -26,6 +30,13 @@ MAIN_EVENTS = ("Ir", "Dr", "Dw", "D1mr", "D1mw", "DLmr", "DLmw")
 # -z now resolves libm symbols at load time so the dynamic linker does not show up in lines.
 PROFILE_FLAGS = ("-O3", "-g", "-std=gnu11", "-fno-math-errno", "-Wno-unknown-pragmas", "-no-pie",
                  "-Wl,-z,now")
+SOURCES = ("auto", "callgrind", "counters")
+# Instructions valgrind cannot decode: AVX-512 (EVEX), AMX tiles, AVX512-BF16.
+_UNDECODABLE = re.compile(r"_mm512_|__m512|_tile_|_mm256_\w*(?:bf16|pbh)")
+_PROGRAMS = {"sanitize": "sanitizer program", "profile": "profiling program",
+             "counters": "instrumented program"}
+# One call of a small kernel lasts microseconds: the counters time at least this many calls.
+MIN_COUNTER_REPS = 10
 
 
 @dataclass
@@ -56,13 +67,22 @@ class HotspotReport:
     config: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
-    def hottest(self, level: str = "kernel", event: str = "Ir") -> LineCost:
-        """The line with the largest cost of `event` ('kernel' or 'odl' level)."""
+    @property
+    def source(self) -> str:
+        """'callgrind' or 'counters': what measured this report."""
+        return str(self.meta.get("source", "callgrind"))
+
+    def hottest(self, level: str = "kernel", event: str | None = None) -> LineCost:
+        """The line with the largest cost of `event` (default: the first event) at 'kernel' or
+        'odl' level."""
+        event = event or self.events[0]
         rows = self.kernel_lines if level == "kernel" else self.odl_lines
         return max(rows, key=lambda r: r.costs.get(event, 0))
 
-    def tree(self, event: str = "Ir") -> FlameNode:
-        """Flame tree: op -> ODL lines -> kernel lines, costs in `event` units."""
+    def tree(self, event: str | None = None) -> FlameNode:
+        """Flame tree: op -> ODL lines -> kernel lines, costs in `event` units (default: the
+        first event)."""
+        event = event or self.events[0]
         root = FlameNode(self.op_name, unit=event, meta={"config": self.config})
         by_line = {r.line: r for r in self.kernel_lines}
         for row in self.odl_lines:
@@ -91,12 +111,13 @@ class HotspotReport:
 
 
 def driver_source(src: KernelSource, shapes: Mapping[str, Sequence[int]],
-                  exact_allocation: bool = False) -> str:
+                  exact_allocation: bool = False, counters: int = 0) -> str:
     """A C main() that allocates every kernel argument (contiguous), fills it and calls the entry.
 
     `argv[1]` is the number of calls; inputs are filled with a fixed LCG, so counts repeat exactly.
     `exact_allocation` allocates exactly the tensor's bytes (no rounding to 64), so a sanitizer
-    sees a read one element past the end.
+    sees a read one element past the end. `counters` (the region count of an instrumented
+    kernel) adds a warm-up call, clears the counters, times the calls and prints every counter.
     """
     alloc = ("malloc((size_t)(numel[i] * 4))" if exact_allocation
              else "aligned_alloc(64, (size_t)((numel[i] * 4 + 63) / 64 * 64))")
@@ -116,7 +137,7 @@ def driver_source(src: KernelSource, shapes: Mapping[str, Sequence[int]],
 #include <stdlib.h>
 #include <stdio.h>
 void {src.entry}(void **args, const int64_t *strides);
-static const int64_t numel[{len(args)}] = {{{", ".join(map(str, numel))}}};
+{_COUNTER_DECLS if counters else ""}static const int64_t numel[{len(args)}] = {{{", ".join(map(str, numel))}}};
 static const int64_t strides[{max(1, len(strides))}] = {{{", ".join(map(str, strides or [0]))}}};
 int main(int argc, char **argv)
 {{
@@ -131,26 +152,71 @@ int main(int argc, char **argv)
         }}
         args[i] = p;
     }}
-    for (int r = 0; r < reps; ++r)
-        {src.entry}(args, strides);
-    printf("%g\\n", (double)((float *)args[{len(args) - 1}])[0]);
+{_counted_calls(src.entry) if counters else _calls(src.entry)}
+    printf("%g\\n", (double)((float *)args[{len(args) - 1}])[0]);{_COUNTER_REPORT if counters else ""}
     return 0;
 }}
 """
+
+
+def _calls(entry: str) -> str:
+    return f"""    for (int r = 0; r < reps; ++r)
+        {entry}(args, strides);"""
+
+
+def _counted_calls(entry: str) -> str:
+    # the warm-up call takes first-touch page faults and cold caches out of the counted calls
+    return f"""    {entry}(args, strides);
+    for (int k = 0; k < uol_prof_regions; ++k) uol_prof_ticks[k] = uol_prof_hits[k] = 0;
+    struct timespec uol_w0, uol_w1;
+    clock_gettime(CLOCK_MONOTONIC, &uol_w0);
+    const uint64_t uol_t0 = uol_prof_clock();
+    for (int r = 0; r < reps; ++r)
+        {entry}(args, strides);
+    const uint64_t uol_total = uol_prof_clock() - uol_t0;
+    clock_gettime(CLOCK_MONOTONIC, &uol_w1);"""
+
+
+_COUNTER_DECLS = """#include <time.h>
+extern uint64_t uol_prof_ticks[], uol_prof_hits[];
+extern const int uol_prof_regions;
+extern const char *uol_prof_unit;
+uint64_t uol_prof_clock(void);
+uint64_t uol_prof_overhead(void);
+"""
+_COUNTER_REPORT = """
+    printf("uol-prof unit %s\\n", uol_prof_unit);
+    printf("uol-prof total %llu\\n", (unsigned long long)uol_total);
+    printf("uol-prof wall_ns %lld\\n", (long long)(uol_w1.tv_sec - uol_w0.tv_sec) * 1000000000LL
+           + (uol_w1.tv_nsec - uol_w0.tv_nsec));
+    printf("uol-prof overhead %llu\\n", (unsigned long long)uol_prof_overhead());
+    for (int k = 0; k < uol_prof_regions; ++k)
+        printf("uol-prof region %d %llu %llu\\n", k, (unsigned long long)uol_prof_ticks[k],
+               (unsigned long long)uol_prof_hits[k]);"""
 
 
 def build_profile_binary(src: KernelSource, shapes: Mapping[str, Sequence[int]]) -> Path:
     """Compile kernel + driver with -g into the kernel cache; returns the executable's path."""
     if src.lang != "c":
         raise ValueError(f"line hotspots need a C kernel; this one is {src.lang}")
-    return build_driver_binary(src, shapes, PROFILE_FLAGS, "profile")
+    return build_driver_binary(src, shapes, (*PROFILE_FLAGS, *_intrinsic_flags(src)), "profile")
+
+
+def _intrinsic_flags(src: KernelSource) -> tuple[str, ...]:
+    """Flags for the AVX2 intrinsics a template wrote without an `isa` in its config (a row
+    template picks them for the host): the profile build has no -march=native to enable them."""
+    if "isa" not in src.config and re.search(r"_mm256_|__m256", src.text):
+        return kbuild.ISA_FLAGS["avx2"]
+    return ()
 
 
 def build_driver_binary(src: KernelSource, shapes: Mapping[str, Sequence[int]],
-                        flags: Sequence[str], tag: str, exact_allocation: bool = False) -> Path:
+                        flags: Sequence[str], tag: str, exact_allocation: bool = False,
+                        counters: int = 0, limits: kbuild.BuildLimits | None = None) -> Path:
     """Kernel + generated driver built with `flags` (plus the kernel's ISA flags) into a
-    content-addressed folder of the kernel cache; returns the executable's path."""
-    driver = driver_source(src, shapes, exact_allocation)
+    content-addressed folder of the kernel cache; returns the executable's path. The compiler
+    runs under `limits` (default: from the environment, see uol_core.runtime.build)."""
+    driver = driver_source(src, shapes, exact_allocation, counters)
     flags = (*flags, *kbuild.ISA_FLAGS.get(src.config.get("isa", "vecext"), ()))
     libs = ["-lm"] + (["-lgomp"] if "omp_" in src.text else [])
     key = hashlib.sha256("\0".join([src.text, driver, " ".join(flags), kbuild.compiler_version()])
@@ -163,8 +229,9 @@ def build_driver_binary(src: KernelSource, shapes: Mapping[str, Sequence[int]],
     (folder / "kernel.c").write_text(src.text)
     (folder / "driver.c").write_text(driver)
     tmp = folder / f"prog.{os.getpid()}"
-    proc = subprocess.run([kbuild.CC, *flags, str(folder / "kernel.c"), str(folder / "driver.c"),
-                           "-o", str(tmp), *libs], capture_output=True, text=True, timeout=300)
+    proc = kbuild.run_compiler([*flags, str(folder / "kernel.c"), str(folder / "driver.c"),
+                                "-o", str(tmp), *libs], src, limits,
+                                what=_PROGRAMS.get(tag, f"{tag} program"))
     if proc.returncode != 0:
         raise kbuild.BuildError(kbuild.explain_compile_error(proc.stderr, src))
     os.replace(tmp, exe)  # atomic, as in the kernel cache
@@ -177,7 +244,44 @@ def line_hotspots(src: KernelSource, shapes: Mapping[str, Sequence[int]], reps: 
     exe = build_profile_binary(src, shapes)
     prof = run_callgrind([str(exe), str(reps)], cache_sim=cache_sim)
     report = attribute(src, prof, str(exe.parent / "kernel.c"), exe, odl_text)
-    report.meta.update(reps=reps, shapes={k: list(v) for k, v in shapes.items()})
+    report.meta.update(source="callgrind", reps=reps, threads=1,
+                       shapes={k: list(v) for k, v in shapes.items()})
+    return report
+
+
+def callgrind_blocker(src: KernelSource) -> str | None:
+    """Why callgrind cannot profile `src` on this host, or None when it can."""
+    if src.config.get("isa") == "avx512" or _UNDECODABLE.search(src.text):
+        return "the kernel uses AVX-512/AMX instructions, which valgrind cannot decode"
+    try:
+        valgrind_path()
+    except CallgrindUnavailable:
+        return "valgrind is not installed"
+    return None
+
+
+def kernel_hotspots(src: KernelSource, shapes: Mapping[str, Sequence[int]], reps: int = 1,
+                    odl_text: str | None = None, source: str = "auto") -> HotspotReport:
+    """Per-line hotspots from `source`: 'callgrind', 'counters' (the instrumented build), or
+    'auto': callgrind where valgrind can run the kernel, else the counters. The report's meta
+    says which source it used (`source`) and, for the counters, why (`why`)."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown hotspot source '{source}'; choose one of {', '.join(SOURCES)}")
+    why = "cycle counters were asked for"
+    if source != "counters":
+        blocker = callgrind_blocker(src) if source == "auto" else None
+        if blocker is None:
+            try:
+                return line_hotspots(src, shapes, reps=reps, odl_text=odl_text)
+            except CallgrindUnavailable as exc:
+                if source == "callgrind":
+                    raise
+                blocker = "callgrind failed: " + str(exc).splitlines()[0]
+        why = blocker
+    from profilers.cycle_counters import counter_hotspots
+
+    report = counter_hotspots(src, shapes, reps=max(reps, MIN_COUNTER_REPS), odl_text=odl_text)
+    report.meta.update(why=why, shapes={k: list(v) for k, v in shapes.items()})
     return report
 
 
@@ -254,8 +358,10 @@ def _add(into: list[int], costs: list[int]) -> None:
 
 
 def hotspots_for_op(op_spec: str, sizes: Mapping[str, int], target: str = "host",
-                    config: dict | str | None = None, reps: int = 1) -> HotspotReport:
-    """Compile an operator (uol_core.compile, C backend) and profile its lines under callgrind."""
+                    config: dict | str | None = None, reps: int = 1,
+                    source: str = "auto") -> HotspotReport:
+    """Compile an operator (uol_core.compile, C backend) and profile its lines (`kernel_hotspots`:
+    callgrind where it can run the kernel, cycle counters elsewhere)."""
     import uol_core
     from profilers.pyinstrument_source import _compile_api, _op_text
     from uol_core.runtime.shapes import shape_of
@@ -265,7 +371,7 @@ def hotspots_for_op(op_spec: str, sizes: Mapping[str, int], target: str = "host"
     kernel = _compile_api()(op, shapes=dict(sizes), target=target, backend="c", config=config)
     src = _kernel_source(kernel)
     shapes = {d.name: shape_of(op, d.name, sizes) for d in op.inputs + op.outputs}
-    report = line_hotspots(src, shapes, reps=reps, odl_text=text)
+    report = kernel_hotspots(src, shapes, reps=reps, odl_text=text, source=source)
     report.meta.update(target=target, sizes=dict(sizes))
     return report
 
@@ -279,5 +385,6 @@ def _kernel_source(kernel) -> KernelSource:
     raise TypeError("the compiled kernel exposes no KernelSource")
 
 
-__all__ = ["CallgrindUnavailable", "HotspotReport", "LineCost", "attribute", "build_driver_binary",
-           "build_profile_binary", "driver_source", "hotspots_for_op", "line_hotspots"]
+__all__ = ["SOURCES", "CallgrindUnavailable", "HotspotReport", "LineCost", "attribute",
+           "build_driver_binary", "build_profile_binary", "callgrind_blocker", "driver_source",
+           "hotspots_for_op", "kernel_hotspots", "line_hotspots"]

@@ -11,14 +11,19 @@ from pathlib import Path
 
 from profilers.hotspots import build_driver_binary
 from uol_core.backends.base import KernelSource
+from uol_core.runtime import build as kbuild
 
 # -O1 keeps the loops recognisable; no OpenMP: the sanitizer runtime and libgomp's thread pool
-# do not mix well, and one thread finds the same out-of-bounds index.
+# do not mix well, and one thread finds the same out-of-bounds index. The machine flags are the
+# normal build's (kbuild.TARGET_FLAGS, plus the kernel's ISA flags that build_driver_binary
+# adds): a template that chose AVX-512 intrinsics for the host only compiles with them.
 SANITIZE_FLAGS = ("-O1", "-g", "-std=gnu11", "-fno-omit-frame-pointer", "-fno-math-errno",
-                  "-fsanitize=address,undefined", "-Wno-unknown-pragmas")
+                  "-fsanitize=address,undefined", "-Wno-unknown-pragmas", *kbuild.TARGET_FLAGS)
 _FRAME = re.compile(r"#\d+ 0x[0-9a-f]+ in (\S+) (\S*kernel\.c):(\d+)")
 _UBSAN = re.compile(r"(\S*kernel\.c):(\d+):\d+: runtime error: (.*)")
-_ASAN = re.compile(r"ERROR: AddressSanitizer: ([\w-]+)")
+_ASAN = re.compile(r"ERROR: AddressSanitizer: ([\w-]+)(.*)")
+# The error's own name (e.g. invalid-aligned-alloc-alignment) where the first line is prose.
+_SUMMARY = re.compile(r"SUMMARY: AddressSanitizer: ([\w-]+)")
 _ACCESS = re.compile(r"(READ|WRITE) of size (\d+)")
 
 
@@ -92,9 +97,15 @@ def parse_findings(stderr: str, src: KernelSource) -> list[Finding]:
         if asan:
             frame = _FRAME.search(chunk)
             access = _ACCESS.search(chunk)
-            message = asan.group(1) + (f": {access.group(1).lower()} of {access.group(2)} bytes"
-                                       if access else "")
-            add(asan.group(1), message, int(frame.group(3)) if frame else None)
+            summary = _SUMMARY.search(chunk)
+            kind = summary.group(1) if summary and summary.group(1) != "SEGV" else asan.group(1)
+            if access:
+                message = f"{kind}: {access.group(1).lower()} of {access.group(2)} bytes"
+            else:  # say what it is in ASan's words, without addresses and thread ids
+                words = re.sub(r"\s*\(thread T\d+\)|\s+on (unknown )?address.*", "",
+                               asan.group(1) + asan.group(2)).strip()
+                message = words if words != kind else kind
+            add(kind, message, int(frame.group(3)) if frame else None)
     for match in _UBSAN.finditer(stderr):
         add("undefined behaviour", match.group(3).strip(), int(match.group(2)))
     return found

@@ -1,15 +1,26 @@
-"""Callgrind line attribution: a kernel with a known hot loop, mapped back to ODL lines."""
+"""Line hotspots: a kernel with a known hot loop, mapped back to ODL lines by callgrind and by
+the cycle counters of the instrumented build, and the choice between the two."""
 
 from __future__ import annotations
 
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 from profilers.callgrind import CallgrindUnavailable, parse_callgrind, valgrind_path
-from profilers.hotspots import HotspotReport, driver_source, line_hotspots
+from profilers.hotspots import (
+    HotspotReport,
+    callgrind_blocker,
+    driver_source,
+    hotspots_for_op,
+    kernel_hotspots,
+    line_hotspots,
+)
 from uol_core.backends.base import KernelSource
 
+HOST_FLAGS = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
 needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None,
                                     reason="valgrind not installed")
 
@@ -108,3 +119,89 @@ totals: 59 11
     assert prof.self_cost[("/usr/include/x.h", 7)] == [3, 1]
     assert prof.self_cost[("/k/kernel.c", 6)] == [1, 0]
     assert prof.totals == [59, 11]
+
+
+# --- the source choice and the cycle counters (any ISA, valgrind or not) ---
+
+def hot_source_by_statement() -> KernelSource:
+    """HOT_C with the op on line 1: lines 7-9 implement ODL line 2, lines 10-12 ODL line 3."""
+    line_map = {i: 1 for i in range(1, 14)}
+    line_map.update({7: 2, 8: 2, 9: 2, 10: 3, 11: 3, 12: 3})
+    return KernelSource(HOT_C, "c", "uol_hot", "hot", {}, line_map, {"args": ["X", "Y"]})
+
+
+def test_cycle_counters_put_the_time_on_the_hot_statement():
+    rep = kernel_hotspots(hot_source_by_statement(), {"X": (64,), "Y": (64,)}, reps=20,
+                          odl_text=ODL, source="counters")
+    assert rep.source == "counters" and rep.events[0] in ("cycles", "ns")
+    assert rep.meta["why"] == "cycle counters were asked for" and rep.meta["reps"] == 20
+    assert rep.meta["plain_per_call"] > 0 and rep.meta["slowdown"] > 0.5
+    unit = rep.events[0]
+    by_odl = {r.line: r for r in rep.odl_lines}
+    assert by_odl[2].costs["hits"] == 20 and by_odl[3].costs["hits"] == 20  # one entry per call
+    assert by_odl[3].costs[unit] > 20 * by_odl[2].costs[unit]  # 200x the iterations, and expf
+    assert rep.hottest("odl").line == 3 and "exp(" in by_odl[3].text
+    assert sum(r.costs[unit] for r in rep.odl_lines) == rep.total[unit]
+    hot_region = rep.hottest("kernel")
+    assert (hot_region.line, hot_region.kernel_lines[-1]) == (10, 12)
+    assert rep.tree().children[0].line == 3
+    assert HotspotReport.from_dict(rep.to_dict()).source == "counters"
+
+
+def test_avx512_kernels_are_sent_to_the_counters():
+    avx512 = KernelSource(HOT_C.replace("float s = 0.0f;", "__m512 v = _mm512_setzero_ps();"),
+                          "c", "uol_hot", "hot", {}, {}, {})
+    assert "AVX-512" in callgrind_blocker(avx512)
+    by_config = KernelSource(HOT_C, "c", "uol_hot", "hot", {"isa": "avx512"}, {}, {})
+    assert "AVX-512" in callgrind_blocker(by_config)
+
+
+def test_without_valgrind_auto_uses_the_counters(monkeypatch, tmp_path):
+    which = shutil.which
+    monkeypatch.setattr(shutil, "which",
+                        lambda name, *a, **k: None if name == "valgrind" else which(name, *a, **k))
+    monkeypatch.delenv("UOL_VALGRIND", raising=False)
+    monkeypatch.setenv("UOL_CACHE_DIR", str(tmp_path))  # a fresh build, not a cached one
+    src = hot_source_by_statement()
+    assert callgrind_blocker(src) == "valgrind is not installed"
+    rep = kernel_hotspots(src, {"X": (64,), "Y": (64,)}, odl_text=ODL)
+    assert rep.source == "counters" and rep.meta["why"] == "valgrind is not installed"
+
+
+@needs_valgrind
+def test_auto_uses_callgrind_where_valgrind_runs_the_kernel():
+    src = hot_source_by_statement()
+    assert callgrind_blocker(src) is None
+    rep = kernel_hotspots(src, {"X": (64,), "Y": (64,)}, odl_text=ODL)
+    assert rep.source == "callgrind" and "Ir" in rep.events and rep.hottest("odl").line == 3
+
+
+def test_uol_hotspots_works_on_this_host_and_says_its_source():
+    """softmax: the row template picks AVX-512 intrinsics on AVX-512 hosts (counters there),
+    AVX2 or vector extensions elsewhere (callgrind when valgrind is installed)."""
+    from typer.testing import CliRunner
+
+    from uol_cli.main import app
+
+    result = CliRunner().invoke(app, ["hotspots", "softmax", "--shape", "R=64,C=256",
+                                      "--reps", "20"])
+    assert result.exit_code == 0, result.output
+    source = "cycle counters" if "source: cycle counters" in result.output else "callgrind"
+    assert f"source: {source}" in result.output
+    rows = {}
+    for line in result.output.split("per ODL line:")[1].split("hottest")[0].splitlines():
+        match = re.match(r"\s*([\d.]+)%\s+line\s+(\d+)", line)
+        if match:
+            rows[int(match.group(2))] = float(match.group(1))
+    statements = {line: rows[line] for line in (3, 4, 5)}  # callgrind may add line 2 (helpers)
+    assert max(statements, key=statements.get) == 4  # exp costs most whatever the source
+
+
+@needs_valgrind
+@pytest.mark.skipif(" avx2" not in HOST_FLAGS, reason="the host has no AVX2")
+def test_avx2_kernels_go_to_callgrind_on_any_avx2_capable_host():
+    """What an AVX2-only machine does for the host target: the template's AVX2 intrinsics build
+    for the profile (no -march=native there) and valgrind runs them."""
+    rep = hotspots_for_op("softmax", {"R": 16, "C": 64}, target="avx2-desktop")
+    assert rep.source == "callgrind" and any("_mm256_" in r.text for r in rep.kernel_lines)
+    assert {3, 4, 5} <= {r.line for r in rep.odl_lines}

@@ -18,6 +18,8 @@ TargetOpt = Annotated[str, typer.Option("--target", help="HFL target name (defau
 # What compiling an op the C backend cannot handle yet raises (UnsupportedOp, BuildError, ...).
 COMPILER_ERRORS = (ValueError, RuntimeError, NotImplementedError)
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="k=v,... overrides or 'tuned'")]
+# Above this slowdown from the timer reads, per-line shares of the counters are flagged.
+SLOWDOWN_WARNING = 1.5
 
 
 def register(app: typer.Typer) -> None:
@@ -79,33 +81,67 @@ def profile(ctx: typer.Context,
 @friendly_errors
 def hotspots(file: FileArg, shape: ShapeOpt, target: TargetOpt = "host",
              config: ConfigOpt = None,
-             reps: Annotated[int, typer.Option("--reps", help="kernel calls under callgrind")] = 1,
+             reps: Annotated[int, typer.Option(
+                 "--reps", help="kernel calls measured (cycle counters: at least 10)")] = 1,
              top: Annotated[int, typer.Option("--top", help="kernel lines shown")] = 15,
+             source: Annotated[str, typer.Option(
+                 "--source", help="auto (callgrind where valgrind can run the kernel, else "
+                                  "cycle counters) | callgrind | counters")] = "auto",
              as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Per-line cost of the generated C kernel under callgrind, mapped back to ODL lines."""
+    """Per-line cost of the generated C kernel, mapped back to ODL lines: callgrind counts where
+    valgrind can run the kernel, cycle counters from an instrumented build elsewhere (AVX-512)."""
     from profilers.callgrind import CallgrindUnavailable
     from profilers.hotspots import hotspots_for_op
 
     op, _, _ = read_op(file)
     sizes = bind_sizes(op, parse_shape_spec(shape))
     try:
-        rep = hotspots_for_op(file, sizes, target, config, reps)
+        rep = hotspots_for_op(file, sizes, target, config, reps, source)
     except (CallgrindUnavailable, *COMPILER_ERRORS) as exc:
         raise UserError(str(exc)) from None
     if as_json:
         print_json(rep.to_dict())
         return
-    total = rep.total.get("Ir") or 1
-    print(f"{rep.op_name}: {rep.total.get('Ir', 0):,} instructions, "
-          f"{rep.total.get('D1mr', 0):,} L1 data read misses ({reps} call(s))")
+    event = rep.events[0]
+    total = rep.total.get(event) or 1
+    if rep.source == "counters":
+        _print_counter_header(rep)
+    else:
+        print(f"{rep.op_name}: {rep.total.get('Ir', 0):,} instructions, "
+              f"{rep.total.get('D1mr', 0):,} L1 data read misses ({reps} call(s))")
+        print("source: callgrind (instruction counts, one thread)")
     print("\nper ODL line:")
+    fused = {int(k): v for k, v in rep.meta.get("fused", {}).items()}
     for r in rep.odl_lines:
-        print(f"  {r.costs['Ir'] / total * 100:5.1f}%  line {r.line:3}  {r.text.strip()}")
-    print(f"\nhottest generated C lines (of {len(rep.kernel_lines)}):")
-    for r in sorted(rep.kernel_lines, key=lambda r: -r.costs["Ir"])[:top]:
+        also = f"  (with fused ODL line(s) {', '.join(map(str, fused[r.line]))})" \
+            if r.line in fused else ""
+        line = f"line {r.line:3}" if r.line else "        "
+        print(f"  {r.costs[event] / total * 100:5.1f}%  {line}  {r.text.strip()}{also}")
+    label = "timed regions" if rep.source == "counters" else "generated C lines"
+    print(f"\nhottest {label} (of {len(rep.kernel_lines)}):")
+    for r in sorted(rep.kernel_lines, key=lambda r: -r.costs[event])[:top]:
         calls = f"  [calls {', '.join(r.calls)}]" if r.calls else ""
-        print(f"  {r.costs['Ir'] / total * 100:5.1f}%  C {r.line:4} (ODL {r.odl_line})  "
+        span = r.kernel_lines if rep.source == "counters" else []
+        where = (f"C {r.line}-{span[-1]}" if len(span) > 1 else f"C {r.line}") if r.line else ""
+        odl = f"(ODL {r.odl_line})" if r.odl_line else ""
+        print(f"  {r.costs[event] / total * 100:5.1f}%  {where:>11} {odl:9} "
               f"{r.text.strip()[:70]}{calls}")
+
+
+def _print_counter_header(rep) -> None:
+    """What the cycle counters measured, why they (not callgrind) were used, and how much the
+    timer reads disturbed the kernel."""
+    meta, unit = rep.meta, rep.events[0]
+    plain, ns = meta.get("plain_per_call"), meta.get("ns_per_tick")
+    wall = f" = {plain * ns / 1000:,.1f} us" if plain and ns else ""
+    print(f"{rep.op_name}: {plain or 0:,.0f} {unit} per call{wall} without the counters (one "
+          f"thread, mean of {meta.get('reps')} calls after a warm-up call)")
+    print(f"source: cycle counters (instrumented build; {meta.get('why', '')})")
+    slowdown = meta.get("slowdown") or 1.0
+    note = (": shares are approximate (larger sizes spread the reads thinner)"
+            if slowdown > SLOWDOWN_WARNING else "")
+    print(f"the timer reads ({meta.get('timer_overhead')} {unit} each, taken off) slowed the "
+          f"kernel {slowdown:.1f}x{note}")
 
 
 @friendly_errors

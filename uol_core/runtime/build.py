@@ -1,13 +1,28 @@
-"""Build C kernels with gcc into a content-addressed cache: hash(source + flags + compiler) -> .so."""
+"""Build C kernels with gcc into a content-addressed cache: hash(source + flags + compiler) -> .so.
+
+Every compiler run goes through `run_compiler`, which bounds it (`BuildLimits`): gcc runs in a
+session (process group) of its own under an address-space limit (RLIMIT_AS), and when it runs
+past its time limit the whole group (driver, cc1, as, ld) is killed, so no compiler survives a
+failed build. A limit that ends a build is a `BuildError` naming the kernel, its config and the
+limit. Defaults come from the environment:
+
+- `UOL_BUILD_TIMEOUT_S` (default 300): wall-clock seconds one compiler run may take;
+- `UOL_BUILD_MEMORY_MB` (default 4096): address space of each compiler process, in MiB
+  (0: no limit).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,10 +35,108 @@ CC = os.environ.get("UOL_CC", "gcc")
 BASE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
               "-fno-math-errno", "-fno-trapping-math")
 ISA_FLAGS = {"avx512": ("-mavx512f", "-mfma"), "avx2": ("-mavx2", "-mfma"), "vecext": ()}
+# The machine flags of the normal build; every other build of the same kernel (sanitizer, cycle
+# counters) uses them too, or intrinsics the template chose for the host do not compile.
+TARGET_FLAGS = ("-march=native",)
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_MEMORY_MB = 4096
+# The in-group `timeout` fires this long after the limit: normally this process stops the
+# build first (and says so); the backstop acts only when it is gone.
+BACKSTOP_GRACE_S = 5.0
+# What gcc and its passes print when an allocation fails under RLIMIT_AS.
+_OUT_OF_MEMORY = re.compile(r"memory exhausted|out of memory|cannot allocate memory|bad_alloc",
+                            re.IGNORECASE)
 
 
 class BuildError(RuntimeError):
     """gcc rejected a generated kernel; the message quotes the generated line and its ODL line."""
+
+
+@dataclass(frozen=True)
+class BuildLimits:
+    """Bounds on one compiler run: wall-clock seconds and address space per process (MiB, 0 =
+    unlimited). `from_env()` reads UOL_BUILD_TIMEOUT_S and UOL_BUILD_MEMORY_MB."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    memory_mb: int = DEFAULT_MEMORY_MB
+
+    @classmethod
+    def from_env(cls) -> BuildLimits:
+        """The limits the environment sets, defaults elsewhere; a malformed value is an error."""
+        try:
+            timeout = float(os.environ.get("UOL_BUILD_TIMEOUT_S") or DEFAULT_TIMEOUT_S)
+            memory = int(os.environ.get("UOL_BUILD_MEMORY_MB") or DEFAULT_MEMORY_MB)
+        except ValueError:
+            raise BuildError("UOL_BUILD_TIMEOUT_S must be a number of seconds and "
+                             "UOL_BUILD_MEMORY_MB a whole number of MiB") from None
+        if timeout <= 0 or memory < 0:
+            raise BuildError("UOL_BUILD_TIMEOUT_S must be > 0 and UOL_BUILD_MEMORY_MB >= 0")
+        return cls(timeout, memory)
+
+
+def describe_config(src: KernelSource) -> str:
+    """The kernel's config as k=v,... (what `--config` accepts), or 'default config'."""
+    return ",".join(f"{k}={v}" for k, v in src.config.items()) or "default config"
+
+
+def run_compiler(args: Sequence[str], src: KernelSource, limits: BuildLimits | None = None,
+                 what: str = "kernel") -> subprocess.CompletedProcess:
+    """Run the compiler command `args` (without the compiler itself) on `src`'s files, bounded.
+
+    The compiler starts through `sh -c 'ulimit -v ...; exec ...'` so the limit is set in the
+    child without a Python preexec hook (which is unsafe in a threaded server), and in a new
+    session, so a timeout kills the group: the driver and the cc1/as/ld it started. Inside the
+    group, coreutils `timeout` (where installed) kills the group a few seconds after the limit
+    even when the process that started the build is gone (a worker killed mid-build). Raises
+    BuildError naming the kernel, its config and the limit when a limit ends the run.
+    """
+    limits = limits or BuildLimits.from_env()
+    ulimit = f"ulimit -v {limits.memory_mb * 1024}; " if limits.memory_mb else ""
+    backstop = shutil.which("timeout")
+    guard = ([backstop, "-s", "KILL", f"{limits.timeout_s + BACKSTOP_GRACE_S:g}"]
+             if backstop else [])
+    argv = ["/bin/sh", "-c", ulimit + 'exec "$@"', "sh", *guard, CC, *args]
+    label = f"the {src.op_name} {what} (config {describe_config(src)})"
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    except OSError as exc:
+        raise BuildError(f"cannot start the C compiler '{CC}': {exc}") from None
+    try:
+        out, err = proc.communicate(timeout=limits.timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise BuildError(f"building {label} exceeded the build time limit of "
+                         f"{limits.timeout_s:g} s (UOL_BUILD_TIMEOUT_S); the compiler was "
+                         "stopped. Choose smaller tiles or unrolling, or raise the limit.") from None
+    finally:
+        if proc.returncode is None:  # interrupted (KeyboardInterrupt): nothing may outlive it
+            _kill_group(proc)
+    if proc.returncode == 127 and "not found" in err:
+        raise BuildError(f"the C compiler '{CC}' was not found (install gcc, or set UOL_CC)")
+    if proc.returncode != 0 and limits.memory_mb:
+        budget = (f"memory limit of {limits.memory_mb} MiB per compiler process "
+                  "(UOL_BUILD_MEMORY_MB)")
+        if _OUT_OF_MEMORY.search(err):
+            raise BuildError(f"building {label} ran out of its {budget}; choose smaller tiles "
+                             "or unrolling, or raise the limit.")
+        if "signal terminated program" in err:
+            raise BuildError(f"the compiler died of a signal building {label} under its "
+                             f"{budget}, most likely for want of memory; choose smaller tiles "
+                             "or unrolling, or raise the limit.")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the compiler's whole process group, then reap the driver (until it is reaped, its
+    pid, which names the group, cannot be reused by another process)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream:
+            stream.close()
 
 
 def cache_dir() -> Path:
@@ -46,11 +159,24 @@ def compiler_version() -> str:
 
 def flags_for(src: KernelSource) -> tuple[str, ...]:
     """Compiler flags of a kernel: the base set plus its ISA's."""
-    return BASE_FLAGS + ISA_FLAGS.get(src.config.get("isa", "vecext"), ())
+    return BASE_FLAGS + ISA_FLAGS.get(kernel_isa(src), ())
 
 
-def build(src: KernelSource) -> Path:
-    """Compile (or find in the cache) the shared library of a C kernel; returns its path."""
+def kernel_isa(src: KernelSource) -> str:
+    """The vector ISA a kernel's intrinsics need: the GEMM config's, else what the template
+    recorded in its meta (rows, flash, conv), else none (portable C)."""
+    return src.config.get("isa") or src.meta.get("isa") or "vecext"
+
+
+def target_flags(src: KernelSource) -> tuple[str, ...]:
+    """The machine flags of the normal build of `src` (-march=native plus its ISA's)."""
+    return TARGET_FLAGS + ISA_FLAGS.get(kernel_isa(src), ())
+
+
+def build(src: KernelSource, limits: BuildLimits | None = None) -> Path:
+    """Compile (or find in the cache) the shared library of a C kernel; returns its path.
+
+    `limits` bound the compiler run (default: `BuildLimits.from_env()`, see the module doc)."""
     flags = flags_for(src)
     key = hashlib.sha256("\0".join([src.text, " ".join(flags), compiler_version()])
                          .encode()).hexdigest()[:24]
@@ -61,8 +187,7 @@ def build(src: KernelSource) -> Path:
         c_file = Path(tmp) / "kernel.c"
         c_file.write_text(src.text)
         tmp_so = Path(tmp) / "kernel.so"
-        proc = subprocess.run([CC, *flags, str(c_file), "-o", str(tmp_so), "-lm"],
-                              capture_output=True, text=True, timeout=300)
+        proc = run_compiler([*flags, str(c_file), "-o", str(tmp_so), "-lm"], src, limits)
         if proc.returncode < 0:  # the compiler itself died: say so, not "gcc failed:" + nothing
             raise BuildError(f"the C compiler '{CC}' crashed ({_signal(proc.returncode)}) on the "
                              f"generated {src.op_name} kernel. {proc.stderr[-1000:]}".strip())
