@@ -98,13 +98,14 @@ def operator_report(op_spec: str, sizes: Mapping[str, int], target: str = "host"
     hot = None
     if hotspots:
         from profilers.callgrind import CallgrindUnavailable
-        from profilers.hotspots import _kernel_source, line_hotspots
+        from profilers.hotspots import _kernel_source, kernel_hotspots
+        from uol_core.runtime.build import BuildError
         src = _kernel_source(kernel)
         shapes = {n: shape_of(op, n, sizes) for n in src.meta.get("args", [])}
-        try:
-            hot = line_hotspots(src, shapes, reps=hotspot_reps, odl_text=text).to_dict()
+        try:  # callgrind where valgrind decodes the kernel, else the cycle-counter build
+            hot = kernel_hotspots(src, shapes, reps=hotspot_reps, odl_text=text).to_dict()
             report["kernel_source"] = src.text
-        except CallgrindUnavailable as exc:
+        except (CallgrindUnavailable, BuildError) as exc:
             report["notes"].append(str(exc))
     report["hotspots"] = hot
     base = Run("torch (reference evaluator)", op.name, tgt.name, "torch", {}, dict(sizes),

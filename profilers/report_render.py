@@ -54,12 +54,15 @@ def figures_for(report: Mapping) -> dict[str, go.Figure]:
                                      "Flame graph: compile + first run (pyinstrument)")
     hot = report.get("hotspots")
     if hot:
-        figs["hotspots_odl"] = hotspot_table(hot["odl_lines"], hot["total"],
-                                             title="Hotspots per ODL line (callgrind)")
-        hottest = sorted(hot["kernel_lines"], key=lambda r: -r["costs"].get("Ir", 0))
-        figs["hotspots_kernel"] = hotspot_table(hottest, hot["total"],
-                                                title="Hottest generated C lines (callgrind)",
-                                                max_rows=25)
+        event, label = hotspot_event(hot)
+        columns = ("Ir", "D1mr", "DLmr") if event == "Ir" else (event,)
+        figs["hotspots_odl"] = hotspot_table(hot["odl_lines"], hot["total"], event=event,
+                                             title=f"Hotspots per ODL line ({label})",
+                                             columns=columns)
+        hottest = sorted(hot["kernel_lines"], key=lambda r: -r["costs"].get(event, 0))
+        figs["hotspots_kernel"] = hotspot_table(hottest, hot["total"], event=event,
+                                                title=f"Hottest generated C lines ({label})",
+                                                max_rows=25, columns=columns)
     if report.get("comparison"):
         c = report["comparison"]
         figs["comparison"] = comparison_bars(compare(Run.from_dict(c["a"]), Run.from_dict(c["b"])))
@@ -207,6 +210,14 @@ def to_markdown(report: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
+def hotspot_event(hot: Mapping) -> tuple[str, str]:
+    """The cost a hotspot report ranks by and where it came from: callgrind's instruction
+    counts, or the cycle-counter build's cycles (kernels valgrind cannot decode)."""
+    event = (hot.get("events") or ["Ir"])[0]
+    source = (hot.get("meta") or {}).get("source", "callgrind")
+    return event, ("callgrind" if source == "callgrind" else "cycle counters")
+
+
 def _figure_markdown(report: Mapping, name: str) -> list[str]:
     """Text stand-ins for figures (Markdown has no plotly)."""
     if name == "flame":
@@ -215,11 +226,13 @@ def _figure_markdown(report: Mapping, name: str) -> list[str]:
                                    min_share=0.02), "```"]
     if name == "hotspots_odl":
         hot = report["hotspots"]
-        total = hot["total"].get("Ir") or 1
-        rows = ["| ODL line | % Ir | Ir | D1mr | source |", "|---|---|---|---|---|"]
-        rows += [f"| {r['line']} | {r['costs'].get('Ir', 0) / total * 100:.1f}% | "
-                 f"{r['costs'].get('Ir', 0):,} | {r['costs'].get('D1mr', 0):,} | "
-                 f"`{r['text'].strip()}` |" for r in hot["odl_lines"]]
+        event, label = hotspot_event(hot)
+        total = hot["total"].get(event) or 1
+        rows = [f"*{label}*", "", f"| ODL line | % {event} | {event} | source |",
+                "|---|---|---|---|"]
+        rows += [f"| {r['line']} | {r['costs'].get(event, 0) / total * 100:.1f}% | "
+                 f"{r['costs'].get(event, 0):,} | `{r['text'].strip()}` |"
+                 for r in hot["odl_lines"]]
         return rows
     if name == "comparison":
         c = report["comparison"]

@@ -204,11 +204,23 @@ int main(int argc, char **argv) {
 """
 
 
+PROBE_BUILD_TIMEOUT_S = 120.0  # the probe program is small: minutes mean a broken toolchain
+
+
 def _compile(gcc: str, vector_bits: int, chains: int, src: Path, out: Path,
              extra: tuple[str, ...] = ()) -> list[str]:
     cmd = [gcc, *CFLAGS, f"-DVBYTES={vector_bits // 8}", f"-DNCHAIN={chains}", *extra,
            str(src), "-o", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    # Bounded like every kernel build: its own process group, killed whole at the limit.
+    from uol_core.runtime.build import BuildError, BuildLimits, run_bounded_compiler
+
+    try:
+        done = run_bounded_compiler(cmd[1:], "the host probe program",
+                                    BuildLimits(timeout_s=PROBE_BUILD_TIMEOUT_S,
+                                                memory_mb=BuildLimits.from_env().memory_mb),
+                                    compiler=gcc)
+    except BuildError as exc:
+        raise HflError("host", "", str(exc)) from None
     if done.returncode != 0:
         raise HflError("host", "", f"probe compile failed ({' '.join(cmd)}):\n{done.stderr}")
     return cmd

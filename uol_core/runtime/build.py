@@ -90,18 +90,25 @@ def run_compiler(args: Sequence[str], src: KernelSource, limits: BuildLimits | N
     even when the process that started the build is gone (a worker killed mid-build). Raises
     BuildError naming the kernel, its config and the limit when a limit ends the run.
     """
+    label = f"the {src.op_name} {what} (config {describe_config(src)})"
+    return run_bounded_compiler(args, label, limits)
+
+
+def run_bounded_compiler(args: Sequence[str], label: str, limits: BuildLimits | None = None,
+                         compiler: str = CC) -> subprocess.CompletedProcess:
+    """`compiler args...` under `limits` (see run_compiler); `label` names what is built in
+    the BuildError a limit raises."""
     limits = limits or BuildLimits.from_env()
     ulimit = f"ulimit -v {limits.memory_mb * 1024}; " if limits.memory_mb else ""
     backstop = shutil.which("timeout")
     guard = ([backstop, "-s", "KILL", f"{limits.timeout_s + BACKSTOP_GRACE_S:g}"]
              if backstop else [])
-    argv = ["/bin/sh", "-c", ulimit + 'exec "$@"', "sh", *guard, CC, *args]
-    label = f"the {src.op_name} {what} (config {describe_config(src)})"
+    argv = ["/bin/sh", "-c", ulimit + 'exec "$@"', "sh", *guard, compiler, *args]
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
     except OSError as exc:
-        raise BuildError(f"cannot start the C compiler '{CC}': {exc}") from None
+        raise BuildError(f"cannot start the C compiler '{compiler}': {exc}") from None
     try:
         out, err = proc.communicate(timeout=limits.timeout_s)
     except subprocess.TimeoutExpired:
@@ -113,7 +120,7 @@ def run_compiler(args: Sequence[str], src: KernelSource, limits: BuildLimits | N
         if proc.returncode is None:  # interrupted (KeyboardInterrupt): nothing may outlive it
             _kill_group(proc)
     if proc.returncode == 127 and "not found" in err:
-        raise BuildError(f"the C compiler '{CC}' was not found (install gcc, or set UOL_CC)")
+        raise BuildError(f"the C compiler '{compiler}' was not found (install gcc, or set UOL_CC)")
     if proc.returncode != 0 and limits.memory_mb:
         budget = (f"memory limit of {limits.memory_mb} MiB per compiler process "
                   "(UOL_BUILD_MEMORY_MB)")
