@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from hcf_sim.errors import HcfError
@@ -27,11 +26,15 @@ def astra_network(topo: Topology) -> dict:
 
     if topo.group_size > 1:  # rail: an NVSwitch island per server, then the rail fabric
         nv = first_link(lambda u, v: u.startswith("nvs") or v.startswith("nvs"))
-        ib = first_link(lambda u, v: "nic" in u + v and "rail" in u + v)
         servers = len(gpus) // topo.group_size
+        bw, lat = _astra_link(nv)
+        if servers == 1:  # one HGX node: ASTRA-sim's validated form is a single Switch dimension
+            return {"topology": ["Switch"], "npus_count": [topo.group_size], "bandwidth": [bw],
+                    "latency": [lat]}
+        ib = first_link(lambda u, v: "nic" in u + v and "rail" in u + v)
         return {"topology": ["Switch", "Switch"], "npus_count": [topo.group_size, servers],
-                "bandwidth": [nv["bandwidth"] / 1e9, ib["bandwidth"] / 1e9],
-                "latency": [nv["latency"] * 1e9 * 2, ib["latency"] * 1e9 * 4]}
+                "bandwidth": [bw, ib["bandwidth"] / 1e9],
+                "latency": [lat, ib["latency"] * 1e9 * 4]}
     d = first_link(lambda u, v: True)
     if topo.name.startswith("ring"):
         shape = ["Ring"]
@@ -45,6 +48,17 @@ def astra_network(topo: Topology) -> dict:
         shape = ["Switch"]
     return {"topology": shape, "npus_count": [len(gpus)], "bandwidth": [d["bandwidth"] / 1e9],
             "latency": [d["latency"] * 1e9]}
+
+
+def _astra_link(link: dict) -> tuple[float, float]:
+    """(GB/s, ns) of a link in ASTRA-sim's conventions: their validated figures where they publish
+    one for this link technology (nccl_constants.json), else our bandwidth and a switch's 2 hops."""
+    from hcf_sim.nccl_model import constants
+
+    published = constants()["astra_sim"].get(link.get("preset", ""))
+    if published:
+        return published["bandwidth_gbps"], published["latency_ns"]
+    return link["bandwidth"] / 1e9, link["latency"] * 1e9 * 2
 
 
 def astra_system(dims: int, algorithm: str = "ring") -> dict:
@@ -75,30 +89,8 @@ def export_astra(topo: Topology, out_dir: str | Path, algorithm: str = "ring") -
     return [str(out / "network.yml"), str(out / "system.json")]
 
 
-_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+|-)\s+(-?\d+)?\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
-
-
 def read_nccl_tests(path: str | Path) -> dict:
-    """Parse an nccl-tests output file: rows of size, count, type, redop, root, time (us), algbw, busbw (out-of-place)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise HcfError(f"cannot read nccl-tests output {path}: {exc}") from exc
-    rows, ranks, coll = [], 0, None
-    for line in text.splitlines():
-        if re.match(r"^#\s+Rank\s+\d+", line):
-            ranks += 1
-        m = re.search(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv)_perf", line)
-        m = m or re.search(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast)", Path(path).name)
-        if m and coll is None:
-            coll = m.group(1)
-        r = _ROW.match(line)
-        if r and not line.lstrip().startswith("#"):
-            rows.append({"size": int(r.group(1)), "count": int(r.group(2)), "type": r.group(3),
-                         "time_us": float(r.group(6)), "algbw": float(r.group(7)), "busbw": float(r.group(8))})
-    if not rows:
-        raise HcfError(f"{path} holds no nccl-tests result rows (expected lines like '  8  2  float  sum  -1  28.5 ...')")
-    avg = re.search(r"Avg bus bandwidth\s*:\s*([\d.]+)", text)
-    if coll is None:
-        coll = Path(path).stem.removesuffix("_perf")
-    return {"collective": coll, "ranks": ranks, "rows": rows, "avg_busbw": float(avg.group(1)) if avg else None}
+    """The first run of an nccl-tests file (any layout); see hcf_sim.nccl_log for every run."""
+    from hcf_sim.nccl_log import read_nccl_tests as read
+
+    return read(path)

@@ -97,13 +97,24 @@ def get_protocol(name: str) -> Protocol:
         raise HcfError(f"unknown protocol {name!r}; choose one of {', '.join(PROTOCOLS)}") from None
 
 
-def custom_link(bandwidth_gbps: float, latency_us: float, step_latency_us: float | None = None,
+def custom_link(bandwidth_gbps: float, latency_us: float,
+                step_latency_us: float | dict[str, float] | None = None,
                 efficiency: float = 1.0, name: str = "custom") -> LinkPreset:
-    """Build a link from user numbers (GB/s per direction, us), checking each one."""
+    """Build a link from user numbers (GB/s per direction, us), checking each one; the step
+    latency is one number or one per protocol ({"LL": .., "LL128": .., "Simple": ..})."""
     require_positive("link bandwidth", bandwidth_gbps, "GB/s")
     require_nonnegative("link latency", latency_us)
     if not 0 < efficiency <= 1:
         raise HcfError(f"link efficiency must be in (0, 1], got {efficiency}")
-    step = latency_us if step_latency_us is None else require_nonnegative("step latency", step_latency_us)
-    return LinkPreset(name, bandwidth_gbps * GB, efficiency, latency_us * US, _steps(step, step, step),
+    if isinstance(step_latency_us, dict):
+        missing = [p for p in PROTOCOLS if p not in step_latency_us]
+        if missing:
+            raise HcfError(f"step_latency_us by protocol lacks {', '.join(missing)}")
+        steps = _steps(*(require_nonnegative(f"{p} step latency", float(step_latency_us[p]))
+                         for p in PROTOCOLS))
+    else:
+        step = latency_us if step_latency_us is None else require_nonnegative(
+            "step latency", float(step_latency_us))
+        steps = _steps(step, step, step)
+    return LinkPreset(name, bandwidth_gbps * GB, efficiency, latency_us * US, steps,
                       {"all": "user-given"})

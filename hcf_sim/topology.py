@@ -60,7 +60,8 @@ class Topology:
         """The custom-JSON form of this topology (readable by from_json)."""
         nodes = [{"id": n, "kind": d.get("kind", "switch")} for n, d in self.graph.nodes(data=True)]
         links = [{"src": u, "dst": v, "bandwidth_gbps": d["bandwidth"] / 1e9, "latency_us": d["latency"] * 1e6,
-                  "step_latency_us": d["step_latency"]["Simple"] * 1e6, "protocol": d["preset"]}
+                  "step_latency_us": {k: v * 1e6 for k, v in d["step_latency"].items()},
+                  "protocol": d["preset"]}
                  for u, v, d in self.graph.edges(data=True)]
         return {"name": self.name, "group_size": self.group_size, "nodes": nodes, "links": links}
 

@@ -1,4 +1,4 @@
-"""`uol hcf`: simulate collectives on cluster topologies, sweep, faults, pipelines, calibrate and validate on gloo, train with compression."""
+"""`uol hcf`: simulate collectives on cluster topologies, sweep, faults, pipelines, calibrate and validate (gloo or your nccl-tests logs), NCCL-style prediction, train with compression."""
 
 from __future__ import annotations
 
@@ -216,11 +216,20 @@ def pipeline(stages: int = typer.Option(4, help="pipeline stages (ranks per pipe
                       f"bottleneck stage {rb['speedup']:.2f}x faster")
 
 
+FROM_HELP = "nccl-tests output file(s) of your cluster (repeat --from for several)"
+
+
 @app.command()
 @_friendly
-def calibrate(ranks: int = typer.Option(2, help="gloo processes (2 for ping-pong)"),
+def calibrate(ranks: int = typer.Option(None, help="rank count, when the logs do not list their ranks"),
+              from_: list[str] = typer.Option(None, "--from", help=FROM_HELP),
+              collective: str = typer.Option(None, help="collective to fit (default: the first in the logs)"),
+              save: str = typer.Option(None, help="write the fitted cluster as a topology JSON the IDE loads"),
               as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """Measure alpha and beta by gloo ping-pong on 127.0.0.1 (and gamma from a local add)."""
+    """Fit the model to your nccl-tests logs (--from), or measure alpha/beta by gloo ping-pong on 127.0.0.1."""
+    if from_:
+        _calibrate_logs(from_, collective, ranks, save, as_json)
+        return
     from hcf_sim.calibrate import calibrate as run
     with console.status("ping-pong over gloo...", spinner="dots"):
         c = run()
@@ -230,13 +239,39 @@ def calibrate(ranks: int = typer.Option(2, help="gloo processes (2 for ping-pong
     _emit(c.to_dict(), as_json, tab)
 
 
+def _calibrate_logs(paths: list[str], collective: str | None, ranks: int | None, save: str | None,
+                    as_json: bool) -> None:
+    from pathlib import Path
+
+    from hcf_sim.nccl_fit import calibrate_from_logs, preset_topology
+    fit = calibrate_from_logs(paths, collective, ranks)
+    data = fit.to_dict()
+    if save:
+        preset = preset_topology(fit, f"calibrated-{Path(paths[0]).stem}"[:100])
+        Path(save).write_text(json.dumps(preset, indent=1))
+        data["saved"] = save
+    tab = Table("sizes", "latency us", "busbw GB/s",
+                title=f"{fit.collective} on {fit.ranks} ranks, fitted on {len(fit.fit_sizes)} sizes "
+                      f"(median error {fit.fit_error:.1%})")
+    for g in fit.regimes:
+        tab.add_row(f"{human_bytes(g.lo)} - {human_bytes(g.hi)}", f"{g.latency_us:.2f}", f"{g.busbw_gbps:.1f}")
+    _emit(data, as_json, tab)
+    if save and not as_json:
+        console.print(f"saved {save}: load it on the Communication page (Upload topology JSON)")
+
+
 @app.command()
 @_friendly
-def validate(ranks: str = typer.Option("2,4", help="process counts to test, e.g. 2,3,4"),
+def validate(ranks: str = typer.Option("2,4", help="process counts to test (gloo), or the rank count of --from logs"),
              sizes: str = typer.Option("4KiB:16MiB", help="message sizes"),
              iters: int = typer.Option(10, help="timed iterations per size"),
+             from_: list[str] = typer.Option(None, "--from", help=FROM_HELP),
+             collective: str = typer.Option(None, help="collective to fit on (with --from)"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """Predicted vs measured all-reduce time on gloo (local processes), with the median error per size band."""
+    """Held-out errors: fit on half the sizes of your nccl-tests logs (--from), or gloo all-reduce on local processes."""
+    if from_:
+        _validate_logs(from_, collective, int(ranks) if ranks.isdigit() else None, as_json)
+        return
     from hcf_sim.calibrate import validate as run
     with console.status("running gloo all-reduce sweeps...", spinner="dots"):
         v = run([int(x) for x in ranks.split(",")], parse_sizes(sizes), iters)
@@ -252,6 +287,47 @@ def validate(ranks: str = typer.Option("2,4", help="process counts to test, e.g.
                       "oversubscription factors (held-in fit, used when ranks outnumber cores): "
                       f"per step {v['oversubscription_eta']['per_step']:.2f}, "
                       f"per byte {v['oversubscription_eta']['per_byte']:.2f}")
+
+
+def _validate_logs(paths: list[str], collective: str | None, ranks: int | None, as_json: bool) -> None:
+    from hcf_sim.nccl_fit import validate_from_logs
+    v = validate_from_logs(paths, collective, ranks)
+    tab = Table("held out", "collective", "size", "measured us", "predicted us", "error",
+                title=f"fitted on every other size of {v['fit']['collective']} ({v['fit']['ranks']} ranks)")
+    for r in v["rows"]:
+        tab.add_row(r["kind"], r["collective"], human_bytes(r["size"]), f"{r['measured_us']:,.2f}",
+                    f"{r['predicted_us']:,.2f}", f"{r['error']:.1%}")
+    _emit(v, as_json, tab)
+    if not as_json:
+        for kind, bands in v["summary"].items():
+            console.print(f"{kind}: " + "; ".join(f"{b} median {x['median']:.1%} (geomean "
+                                                   f"{x['geomean']:.1%}, n={x['n']})" for b, x in bands.items()))
+
+
+@app.command()
+@_friendly
+def predict(cluster: str = typer.Option("dgx-h100", help="dgx-h100 | dgx-h100-sharp"),
+            nodes: int = typer.Option(1, help="nodes of 8 GPUs"),
+            collective: str = typer.Option("allreduce", help="allreduce | allgather | reducescatter"),
+            sizes: str = typer.Option("1KiB,64KiB,1MiB,256MiB,1GiB", help="LOW:HIGH or a comma list"),
+            as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """NCCL-style prediction (ring/tree x LL/LL128/Simple, NVLS, SHARP) with NCCL's tuning constants; says why."""
+    from hcf_sim.nccl_model import busbw_gbps, select
+    from hcf_sim.nccl_model import cluster as make
+    c = make(cluster, nodes)
+    out = []
+    tab = Table("size", "algorithm", "protocol", "time us", "busbw GB/s", title=f"{collective} on {c.name} x {nodes}")
+    for s in parse_sizes(sizes):
+        ch = select(c, collective, s)
+        bus = busbw_gbps(collective, c.ranks, s, ch.best.time_us)
+        out.append({"size": s, "busbw_gbps": bus, **ch.to_dict()})
+        tab.add_row(human_bytes(s), ch.best.algorithm, ch.best.protocol, f"{ch.best.time_us:,.2f}", f"{bus:.1f}")
+    _emit(out, as_json, tab)
+    if not as_json:
+        for row in out:
+            console.print(f"why: {row['reason']}")
+        for algo, why in out[0]["excluded"].items():
+            console.print(f"not considered: {algo}: {why}")
 
 
 @app.command()
@@ -288,10 +364,15 @@ def export_astra(topology: str = typer.Option("rail", help=TOPO_HELP), nodes: in
 @_friendly
 def nccl_tests(path: str = typer.Argument(..., help="an nccl-tests output file"),
                as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """Read an nccl-tests output file (size, time, algbw, busbw per row)."""
-    from hcf_sim.interchange import read_nccl_tests
-    run = read_nccl_tests(path)
-    tab = Table("size", "time us", "algbw GB/s", "busbw GB/s", title=f"{run['collective']} ({run['ranks']} ranks)")
-    for r in run["rows"]:
-        tab.add_row(human_bytes(r["size"]), f"{r['time_us']:.2f}", f"{r['algbw']:.2f}", f"{r['busbw']:.2f}")
-    _emit(run, as_json, tab)
+    """Read an nccl-tests output file, any layout (size, time, algbw, busbw per row, per collective)."""
+    from hcf_sim.nccl_log import read_nccl_log
+    runs = read_nccl_log(path)
+    if as_json:
+        _emit([r.to_dict() for r in runs], True)
+        return
+    for run in runs:
+        tab = Table("size", "time us", "algbw GB/s", "busbw GB/s", "line",
+                    title=f"{run.collective or '?'} ({run.ranks} ranks, {run.layout})")
+        for r in run.rows:
+            tab.add_row(human_bytes(r.size), f"{r.time_us:.2f}", f"{r.algbw:.2f}", f"{r.busbw:.2f}", str(r.line))
+        console.print(tab)
