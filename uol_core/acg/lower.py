@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, DType, Expr, Op, Reduce, Stmt, children, walk
+from uol_core.odl.pad_reach import padded_escapes
 from uol_core.odl.patterns import classify
 from uol_core.runtime.shapes import shape_of
 
@@ -106,6 +107,11 @@ def lower_contraction(op: Op, sizes: Mapping[str, int]) -> GemmPlan:
         stmts.append(later)
     if len(stmts) != len(op.stmts) - main or main != 0:
         raise UnsupportedOp(f"{op.name}: only one contraction followed by maps fuses into one kernel")
+    escapes = padded_escapes(op, sizes)
+    if escapes:
+        raise UnsupportedOp(f"line {op.stmts[escapes[0].statement].line}: "
+                            f"{escapes[0].describe()}; the GEMM template loads without bounds "
+                            "tests, the generic kernel honours pad()")
     extents = {name: form.evaluate(dict(sizes))
                for name, form in stmt_extents(op, main).free.items()}
     extents.update({name: form.evaluate(dict(sizes))

@@ -83,9 +83,12 @@ def render_affine(form: Affine, dims: set[str]) -> str:
 
 
 def render_const(value: float, is_int: bool = False) -> str:
-    """A float literal C reads exactly (9 significant digits round-trip f32)."""
+    """A float literal C reads exactly (9 significant digits round-trip f32); infinities (ODL's
+    1e999, a -inf pad) are math.h's INFINITY."""
     if is_int:
         return f"{int(value)}.0f"
+    if value != value or value in (float("inf"), float("-inf")):
+        return "NAN" if value != value else ("INFINITY" if value > 0 else "(-INFINITY)")
     text = f"{value:.9g}"
     if "e" not in text and "." not in text and "inf" not in text:
         text += ".0"

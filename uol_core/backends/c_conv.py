@@ -10,7 +10,8 @@ input rows they read into a padded row buffer and reads B from it as shifted vec
 Narrow outputs: each thread takes (image, pixel block) work items, packs the im2col panel B
 (KC x NCB, in NR-column micro-panels, pad values filled in while packing) and runs the c_gemm
 micro-kernel, accumulating in a private M x NCB buffer. Both apply the epilogue while the tile
-is stored. Anything else (depthwise: the channel is not reduced; strided or dilated
+is stored. A padded X must stay inside its batch and channel axes at the bound sizes (only the
+spatial axes are tested). Anything else (depthwise: the channel is not reduced; strided or dilated
 windows; several statements) returns None and takes the generic path.
 """
 
@@ -36,6 +37,7 @@ from uol_core.backends.c_conv_tiles import row_driver, row_helpers, row_tiles
 from uol_core.backends.c_gemm import ISA, _micro_kernel
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Binary, DType, Expr, Op, Reduce, Var, children, walk
+from uol_core.odl.pad_reach import padded_escapes
 from uol_core.odl.patterns import classify
 
 GENERATOR = "uol-c-conv-2"
@@ -122,6 +124,14 @@ def _epilogue_ok(op: Op, plan: ConvPlan) -> bool:
     return True
 
 
+def _pads_honoured(op: Op, plan: ConvPlan, sizes: Mapping[str, int]) -> bool:
+    """The template tests bounds on X's two spatial axes only: batch and channel are read
+    directly (`b * stride + c * stride`), so a padded X whose batch or channel axis is shorter
+    than the loop over it (X: f32[N - 1, ...] read by every image n < N) goes to the generic path."""
+    return all(escape.access == plan.x and escape.axis in (2, 3)
+               for escape in padded_escapes(op, sizes))
+
+
 def _outside(expr: Expr):
     if isinstance(expr, Reduce):
         return
@@ -160,6 +170,8 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     cdim, rdim, sdim = red[plan.c], red[plan.r], red[plan.s]
     ih, iw = shapes[plan.x.tensor][2], shapes[plan.x.tensor][3]
     if min(nb, mdim, oh, ow, cdim, rdim, sdim) <= 0 or shapes[plan.out] != [nb, mdim, oh, ow]:
+        return None
+    if not _pads_honoured(op, plan, sizes):
         return None
     isa = target_isas(target)[0]
     lane = lanes(isa, target)
@@ -226,7 +238,8 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
         _driver(w, plan, xs, ys, value, uses, line)
         fusion = (f"conv template: im2col panels (KC={kc} x NCB={ncb}) into an {mr}x{nr} "
                   "micro-kernel; epilogue fused into the store")
-    meta = {"args": args, "outputs": [d.name for d in op.outputs], "threads": threads,
+    meta = {"isa": isa, "args": args, "outputs": [d.name for d in op.outputs],
+            "threads": threads,
             "generator": GENERATOR, "reduction_length": kdim,
             "flops": 2 * nb * mdim * pix * kdim, "fusion": fusion}
     return w.source(entry, op.name, {**cfg, "threads": threads}, meta)

@@ -185,7 +185,8 @@ def _access(e: Access, ctx: ExprContext) -> str:
         load = f"((double){load})"
     if e.pad is None:
         return load
-    pad = f"(({ctx.real}){float(e.pad)!r})" if kind_of_dtype(dtype) == "f" else str(int(e.pad))
+    pad = (f"(({ctx.real}){float(e.pad)!r})".replace("inf)", "INFINITY)")
+           if kind_of_dtype(dtype) == "f" else str(int(e.pad)))
     inside = ctx.bounds(e)
     return load if inside == "1" else f"({inside} ? {load} : {pad})"
 

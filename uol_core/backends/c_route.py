@@ -17,14 +17,20 @@ def whole_op_template(op: Op) -> bool:
 
 
 def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None) -> KernelSource:
-    """The best C kernel this backend has for `op` at `sizes` (never refuses a valid op)."""
+    """The best C kernel this backend has for `op` at `sizes` (never refuses a valid op).
+
+    A pad() read that leaves its tensor at these sizes is honoured by the generic path on every
+    axis and by the conv template on its spatial axes only (it checks that itself); the scan,
+    row and flash templates load memory directly, so such an op skips them."""
     import os
 
     from uol_core.backends import c_attention, c_attention_bwd, c_conv, c_generic, c_rows, c_scan
+    from uol_core.odl.pad_reach import padded_escapes
 
     cfg = dict(config or {})
     threads = int(cfg.get("threads") or getattr(target, "cores", 0) or os.cpu_count() or 1)
-    if not cfg.get("generic"):
+    direct_loads_ok = not padded_escapes(op, sizes)
+    if not cfg.get("generic") and direct_loads_ok:
         if c_scan.scan_fits(op, sizes, threads):
             return c_scan.emit(op, sizes, threads)
         rows = c_rows.row_plan(op)
@@ -44,6 +50,7 @@ def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | No
             src = c_attention_bwd.emit(op, grad, sizes, target, cfg)
             if src is not None:
                 return src
+    if not cfg.get("generic"):
         conv = c_conv.emit(op, sizes, target, cfg)  # None unless a plain NCHW convolution
         if conv is not None:
             return conv

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from uol_core.backends.c import CodeWriter, tensor_id
 from uol_core.odl.check import index_range, stmt_extents
-from uol_core.odl.ir import Access, Affine, Op, walk
+from uol_core.odl.ir import Access, Affine, DType, Op, walk
 
 HaloKey = tuple[str, float]  # (input tensor, pad value)
 
@@ -66,7 +66,17 @@ def emit_halo_copies(w: CodeWriter, op: Op, shapes: Mapping[str, tuple[int, ...]
             w.emit(f"        {{ const int64_t x = rem % {big[p]} - {lo}; rem /= {big[p]}; "
                    f"inside &= x >= 0 && x < {shape[p]}; src += x * {stride}; }}", line)
             stride *= shape[p]
-        w.emit(f"        {buf}[q] = inside ? {tensor_id(name)}[src] : ({elem}){pad!r};\n    }}", line)
+        w.emit(f"        {buf}[q] = inside ? {tensor_id(name)}[src] : "
+               f"{_stored_pad(op.tensor(name).dtype, elem, pad)};\n    }}", line)
+
+
+def _stored_pad(dtype: DType, elem: str, pad: float) -> str:
+    """The pad value as the buffer stores it: bf16 as its bit pattern (uint16_t), not as the
+    integer the number converts to; infinities as math.h's INFINITY."""
+    value = repr(pad).replace("inf", "INFINITY")
+    if dtype == DType.bf16:
+        return f"uol_bf16_store((float){value})"
+    return f"({elem}){value}"
 
 
 def halo_address(access: Access, key: HaloKey, keys: list[HaloKey], shape: list[int],

@@ -26,7 +26,9 @@ from uol_core.odl.ir import (
     Var,
     children,
     promote,
+    walk,
 )
+from uol_core.odl.literals import check_literals, check_pad_value
 
 
 @dataclass
@@ -66,6 +68,7 @@ def check_op(op: Op) -> Op:
                            f"{len(stmt.indices)} indices", stmt.line, 1)
         extents = _infer(stmt, known, declared, dims)
         dtype = declared.dtype if declared else _dtype_of(stmt.expr, known)
+        _check_numbers(stmt, known, dtype)
         decl = declared or TensorDecl(stmt.target, dtype,
                                       tuple(extents.free[i] for i in stmt.indices), stmt.line)
         known[stmt.target] = decl
@@ -76,6 +79,51 @@ def check_op(op: Op) -> Op:
         raise OdlError(f"output '{missing[0]}' is never assigned", outputs[missing[0]].line, 1,
                        f"add a statement  {missing[0]}[...] = ...")
     return replace(op, locals=tuple(local_decls))
+
+
+def _check_numbers(stmt: Stmt, known: dict[str, TensorDecl], dtype: DType) -> None:
+    """Literals and pad values fit the types they are computed in (see literals.py); bool
+    values take no part in arithmetic whose meaning differs between backends."""
+    check_literals(stmt.expr, dtype, stmt.line, lambda e: _dtype_or_none(e, known))
+    for node in walk(stmt.expr):
+        if isinstance(node, Access):
+            check_pad_value(node, known[node.tensor].dtype, stmt.line)
+        bad = _bool_misuse(node, known)
+        if bad is not None:
+            line, col = _first_loc(node) or (stmt.line, 1)
+            raise OdlError(bad, line, col,
+                           "cast it first, e.g. f32(X[i] > 0), or choose with where(cond, a, b)")
+
+
+def _bool_misuse(node: Expr, known: dict[str, TensorDecl]) -> str | None:
+    """What is wrong when `node` does arithmetic on bools: negation and subtraction are not
+    defined on them, arithmetic whose type stays bool (true + true, true + 2) is 1 in one
+    backend and 2 or 3 in another, and the math functions take numbers. Multiplying a number
+    by a bool (a mask) and where(...) stay allowed."""
+    def is_bool(e: Expr) -> bool:
+        return _dtype_or_none(e, known) == DType.bool
+
+    if isinstance(node, Unary) and node.op == "neg" and is_bool(node.operand):
+        return "negation of a bool value"
+    if isinstance(node, Binary) and node.op == "sub" and (is_bool(node.lhs) or is_bool(node.rhs)):
+        return "subtraction with a bool value"
+    if isinstance(node, Binary) and node.op in ("add", "mul", "div") and is_bool(node):
+        return f"{_ARITH_WORDS[node.op]} of bool values (its type would stay bool)"
+    if isinstance(node, Call) and node.fn != "where" and any(is_bool(a) for a in node.args):
+        return f"{node.fn}() of a bool value"
+    return None
+
+
+_ARITH_WORDS = {"add": "addition", "mul": "multiplication", "div": "division"}
+
+
+def _first_loc(expr: Expr) -> tuple[int, int] | None:
+    """Where the text wrote the first located part of an expression (for error positions)."""
+    for node in walk(expr):
+        loc = getattr(node, "loc", None)
+        if isinstance(loc, tuple) and len(loc) == 2 and loc[0]:
+            return loc
+    return None
 
 
 def _check_declarations(op: Op) -> None:

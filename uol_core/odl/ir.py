@@ -111,10 +111,11 @@ class Affine:
 
 @dataclass(frozen=True)
 class Const:
-    """A numeric literal."""
+    """A numeric literal; `loc` (line, column) is where the text wrote it, (0, 0) when built."""
 
     value: float
     is_int: bool = False
+    loc: tuple[int, int] = field(default=(0, 0), compare=False)
 
 
 @dataclass(frozen=True)

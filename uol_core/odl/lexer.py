@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from uol_core.odl.errors import OdlError
 
 MAX_SOURCE_BYTES = 100_000
+DIGITS = "0123456789"  # str.isdigit also takes '²' and other scripts' digits, which float() refuses
 
 # Longest first, so that `**` wins over `*` and `<=` over `<`.
 PUNCTUATION = ("->", "**", "<=", ">=", "==", "!=", "(", ")", "[", "]", ",", ":", "+", "-",
@@ -43,19 +44,18 @@ def tokenize(text: str) -> list[Token]:
                 continue
             indented = line_first and at_line_start and col > 0
             start = col
-            if ch.isalpha() or ch == "_":
-                while col < len(code) and (code[col].isalnum() or code[col] == "_"):
+            if _name_start(ch):
+                while col < len(code) and _name_part(code[col]):
                     col += 1
                 tokens.append(Token("NAME", code[start:col], line_no, start + 1, indented))
-            elif ch.isdigit() or (ch == "." and col + 1 < len(code) and code[col + 1].isdigit()):
+            elif ch in DIGITS or (ch == "." and col + 1 < len(code) and code[col + 1] in DIGITS):
                 col = _scan_number(code, col, line_no)
                 tokens.append(Token("NUMBER", code[start:col], line_no, start + 1, indented))
             else:
                 punct = next((p for p in PUNCTUATION if code.startswith(p, col)), None)
                 if punct is None:
-                    raise OdlError(f"unexpected character {ch!r}", line_no, col + 1,
-                                   "ODL uses names, numbers and + - * / ** < <= > >= == != ( ) [ ] , : = ->",
-                                   source=text)
+                    raise OdlError(f"unexpected character {ch!r} (U+{ord(ch):04X})", line_no,
+                                   col + 1, _hint_for(ch), source=text)
                 col += len(punct)
                 if punct in ("(", "["):
                     depth += 1
@@ -75,21 +75,38 @@ def tokenize(text: str) -> list[Token]:
     return tokens
 
 
+def _name_start(ch: str) -> bool:
+    """A name starts with an ASCII letter or '_' (names become C and Python identifiers)."""
+    return ch.isascii() and (ch.isalpha() or ch == "_")
+
+
+def _name_part(ch: str) -> bool:
+    """Later characters of a name: ASCII letters, digits, '_'; `(name).isidentifier()` holds."""
+    return ch.isascii() and (ch.isalnum() or ch == "_")
+
+
+def _hint_for(ch: str) -> str:
+    if not ch.isascii() and (ch.isidentifier() or ch.isdigit() or ch.isnumeric()):
+        return ("names and numbers are ASCII: letters a-z A-Z, digits 0-9 and _ "
+                "(write x**2, not x²)")
+    return "ODL uses names, numbers and + - * / ** < <= > >= == != ( ) [ ] , : = ->"
+
+
 def _scan_number(code: str, col: int, line_no: int) -> int:
-    """Index just past a number literal starting at col (digits, fraction, exponent)."""
+    """Index just past a number literal starting at col (ASCII digits, fraction, exponent)."""
     n = len(code)
-    while col < n and code[col].isdigit():
+    while col < n and code[col] in DIGITS:
         col += 1
     if col < n and code[col] == ".":
         col += 1
-        while col < n and code[col].isdigit():
+        while col < n and code[col] in DIGITS:
             col += 1
     if col < n and code[col] in "eE":
         probe = col + 1
         if probe < n and code[probe] in "+-":
             probe += 1
-        if probe < n and code[probe].isdigit():
+        if probe < n and code[probe] in DIGITS:
             col = probe
-            while col < n and code[col].isdigit():
+            while col < n and code[col] in DIGITS:
                 col += 1
     return col

@@ -25,9 +25,11 @@ from uol_core.odl.ir import (
     Var,
 )
 from uol_core.odl.lexer import Token, tokenize
+from uol_core.odl.literals import number_literal
 
 MAX_STATEMENTS = 64
 MAX_DEPTH = 60
+INDEX_LIMIT = 2**62  # affine forms add and scale these; C computes them in int64
 KEYWORDS = {"op", "and", "or", "not"}
 SPECIAL_CALLS = {"where", "pad"}
 _COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
@@ -258,10 +260,10 @@ class _Parser:
 
     def unary(self) -> Expr:
         if self.at("-"):
-            self.advance()
+            minus = self.advance()
             operand = self.unary()
             if isinstance(operand, Const):
-                return Const(-operand.value, operand.is_int)
+                return Const(-operand.value, operand.is_int, (minus.line, minus.column))
             return Unary("neg", operand)
         if self.at("+"):
             self.advance()
@@ -279,8 +281,7 @@ class _Parser:
         tok = self.tok
         if tok.kind == "NUMBER":
             self.advance()
-            is_int = all(c.isdigit() for c in tok.text)
-            return Const(float(tok.text), is_int)
+            return number_literal(tok.text, tok.line, tok.column)
         if self.at("("):
             self.advance()
             node = self.expr()
@@ -364,6 +365,8 @@ class _Parser:
             if not isinstance(target, Access) or not isinstance(fill, Const):
                 raise OdlError("pad takes a tensor access and a number: pad(X[i - 1], 0)",
                                tok.line, tok.column)
+            if not target.indices:  # a scalar read never leaves its tensor: nothing to pad
+                return target
             return Access(target.tensor, target.indices, fill.value, target.loc)
         return Call(name, tuple(args))
 
@@ -374,7 +377,11 @@ class _Parser:
         if form is None:
             raise OdlError(f"{what} must be affine: integer multiples of names plus a constant",
                            start.line, start.column, "e.g. h + r, 2*i + 1, N - 1")
+        if any(abs(v) > INDEX_LIMIT for v in (form.const, *(c for _, c in form.terms))):
+            raise OdlError(f"{what} has a number beyond 2**62 (the index range)",
+                           start.line, start.column, "indices and shapes are 64-bit integers")
         return form
+
 
 
 def _to_affine(node: Expr) -> Affine | None:

@@ -44,7 +44,8 @@ def format_op(op: Op) -> str:
 def format_expr(expr: Expr, level: int = 0) -> str:
     """ODL text of an expression, parenthesised only where the grammar needs it."""
     if isinstance(expr, Const):
-        text = _number(expr.value) if expr.is_int else _float(expr.value)
+        # an integer literal prints as all its digits (it fits int64), so it stays an integer
+        text = str(int(expr.value)) if expr.is_int else _float(expr.value)
         return f"({text})" if text.startswith("-") and level > 0 else text
     if isinstance(expr, Var):
         return expr.name
