@@ -267,7 +267,7 @@ def _entry_head(w: CodeWriter, op: Op, entry: str, args: list[str], line: int) -
     for n, name in enumerate(args):
         qual = "const " if n < len(op.inputs) else ""
         w.emit(f"    {qual}float *restrict {tensor_id(name)} = ({qual}float *)args[{n}];")
-    w.emit("    float *Ap = aligned_alloc(64, sizeof(float) * MPAD * KDIM);", line)
+    w.emit("    float *Ap = aligned_alloc(64, (sizeof(float) * MPAD * KDIM + 63) / 64 * 64);", line)
 
 
 def _pack_filter(w: CodeWriter, plan: ConvPlan, fst: dict[str, int], line: int) -> None:
@@ -341,8 +341,8 @@ def _driver(w: CodeWriter, plan: ConvPlan, xs: list[int], ys: list[int], value: 
             used: set[str], line: int) -> None:
     b, m = index_id(plan.b), index_id(plan.m)
     w.emit("#pragma omp parallel num_threads(THREADS)\n    {", line)
-    w.emit("    float *Bp = aligned_alloc(64, sizeof(float) * KC * NCB);\n"
-           "    float *Cb = aligned_alloc(64, sizeof(float) * MPAD * NCB);\n"
+    w.emit("    float *Bp = aligned_alloc(64, (sizeof(float) * KC * NCB + 63) / 64 * 64);\n"
+           "    float *Cb = aligned_alloc(64, (sizeof(float) * MPAD * NCB + 63) / 64 * 64);\n"
            "    float tile[MR * NR] __attribute__((aligned(64)));", line)
     w.emit("#pragma omp for schedule(static)\n"
            "    for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"

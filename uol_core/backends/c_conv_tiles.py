@@ -96,7 +96,7 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
     b, m, y = index_id(plan.b), index_id(plan.m), index_id(plan.y)
     buf_len = math.ceil(cdim * t.plane / 16) * 16
     w.emit("#pragma omp parallel num_threads(THREADS)\n    {", line)
-    w.emit(f"    float *buf = aligned_alloc(64, sizeof(float) * {buf_len});\n"
+    w.emit(f"    float *buf = aligned_alloc(64, (sizeof(float) * {buf_len} + 63) / 64 * 64);\n"
            "    float tile[MR * NV * LANES] __attribute__((aligned(64)));\n"
            "    int64_t o[NV];", line)
     w.emit("#pragma omp for schedule(static)\n"

@@ -193,8 +193,8 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
     split = {"ir": ("MDIM", "MR")}.get(cfg.par)
     w.emit("#pragma omp parallel num_threads(THREADS)\n    {", line)
     w.emit("    const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();\n"
-           "    float *Ap = aligned_alloc(64, sizeof(float) * MC * KC);\n"
-           "    float *Bp = aligned_alloc(64, sizeof(float) * KC * ((NC + NR - 1) / NR * NR));\n"
+           "    float *Ap = aligned_alloc(64, (sizeof(float) * MC * KC + 63) / 64 * 64);\n"
+           "    float *Bp = aligned_alloc(64, (sizeof(float) * KC * ((NC + NR - 1) / NR * NR) + 63) / 64 * 64);\n"
            "    float tile[MR * NR] __attribute__((aligned(64)));", line)
     if split:
         extent, step = split

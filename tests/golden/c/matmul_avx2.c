@@ -131,8 +131,8 @@ void uol_matmul(void **args, const int64_t *strides)
 #pragma omp parallel num_threads(THREADS)
     {
     const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
-    float *Ap = aligned_alloc(64, sizeof(float) * MC * KC);
-    float *Bp = aligned_alloc(64, sizeof(float) * KC * ((NC + NR - 1) / NR * NR));
+    float *Ap = aligned_alloc(64, (sizeof(float) * MC * KC + 63) / 64 * 64);
+    float *Bp = aligned_alloc(64, (sizeof(float) * KC * ((NC + NR - 1) / NR * NR) + 63) / 64 * 64);
     float tile[MR * NR] __attribute__((aligned(64)));
     for (int64_t bi = 0; bi < BATCH; ++bi) {
         const float *A = t_A + 0;

@@ -140,10 +140,10 @@ void uol_conv2d_pad1(void **args, const int64_t *strides)
     const float *restrict t_X = (const float *)args[0];
     const float *restrict t_F = (const float *)args[1];
     float *restrict t_Y = (float *)args[2];
-    float *Ap = aligned_alloc(64, sizeof(float) * MPAD * KDIM);
+    float *Ap = aligned_alloc(64, (sizeof(float) * MPAD * KDIM + 63) / 64 * 64);
 #pragma omp parallel num_threads(THREADS)
     {
-    float *buf = aligned_alloc(64, sizeof(float) * 720);
+    float *buf = aligned_alloc(64, (sizeof(float) * 720 + 63) / 64 * 64);
     float tile[MR * NV * LANES] __attribute__((aligned(64)));
     int64_t o[NV];
 #pragma omp for schedule(static)

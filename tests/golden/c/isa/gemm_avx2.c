@@ -126,8 +126,8 @@ void uol_matmul(void **args, const int64_t *strides)
 #pragma omp parallel num_threads(THREADS)
     {
     const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
-    float *Ap = aligned_alloc(64, sizeof(float) * MC * KC);
-    float *Bp = aligned_alloc(64, sizeof(float) * KC * ((NC + NR - 1) / NR * NR));
+    float *Ap = aligned_alloc(64, (sizeof(float) * MC * KC + 63) / 64 * 64);
+    float *Bp = aligned_alloc(64, (sizeof(float) * KC * ((NC + NR - 1) / NR * NR) + 63) / 64 * 64);
     float tile[MR * NR] __attribute__((aligned(64)));
     /* this thread's share of the ir panels */
     const int64_t panels = (MDIM + MR - 1) / MR;
