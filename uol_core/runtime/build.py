@@ -147,11 +147,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def cache_dir() -> Path:
-    """$UOL_CACHE_DIR or ~/.cache/uol-studio, created on demand."""
-    root = Path(os.environ.get("UOL_CACHE_DIR") or Path.home() / ".cache" / "uol-studio")
-    path = root / "kernels"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The private kernel cache (usercache: 0700, ours): the .so files here are loaded into
+    worker processes, so nobody else may be able to plant one."""
+    from uol_core.runtime.usercache import private_dir
+
+    return private_dir("kernels")
 
 
 @lru_cache(maxsize=1)

@@ -80,9 +80,9 @@ def target_fingerprint(target) -> str:
 
 
 def default_path() -> Path:
-    root = Path(os.environ.get("UOL_CACHE_DIR") or Path.home() / ".cache" / "uol-studio")
-    root.mkdir(parents=True, exist_ok=True)
-    return root / "tuning.sqlite"
+    from uol_core.runtime.usercache import private_dir
+
+    return private_dir() / "tuning.sqlite"
 
 
 class TuningDB:
