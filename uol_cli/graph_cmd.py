@@ -31,19 +31,33 @@ def _shape(text: str) -> tuple[int, ...]:
         raise ValueError(f"bad --input-shape '{text}': write sizes like 1,512,512") from None
 
 
-def _load(spec: str, input_shapes: list[str] | None):
-    """A graph from a JSON file, or by tracing `module:Class` on random inputs of the given shapes."""
+def _load(spec: str, input_shapes: list[str] | None, importer: str = "auto"):
+    """A graph from a JSON file, or by importing `module:Class` (torch.export, torch.fx as the
+    fallback) on random inputs of the given shapes."""
     import torch
 
     from uol_core.graph import load_graph
-    from uol_core.graph.fx_import import import_module, load_module
+    from uol_core.graph.export_import import import_model
+    from uol_core.graph.fx_import import load_module
 
     if spec.endswith(".json") or Path(spec).is_file():
         return load_graph(spec)
     if not input_shapes:
         raise ValueError(f"'{spec}' is not a graph file; to import a module give --input-shape")
     inputs = [torch.randn(*_shape(s)) for s in input_shapes]
-    return import_module(load_module(spec), *inputs)
+    return import_model(load_module(spec), *inputs, method=importer)
+
+
+def _opaque(graph) -> list[dict]:
+    """Nodes left in torch that are not views, each with the reason."""
+    return [{"node": n.name, "source": n.source, "reason": n.label.removeprefix("opaque: ")}
+            for n in graph.nodes if n.kind == "torch" and n.label != "view"]
+
+
+def _print_opaque(graph) -> None:
+    for row in _opaque(graph):
+        console.print(f"  opaque: {row['node']} ({row['source']}) runs in torch: {row['reason']}",
+                      soft_wrap=True)
 
 
 def _describe(graph) -> list[dict]:
@@ -59,23 +73,25 @@ def _describe(graph) -> list[dict]:
 
 
 GraphArg = Annotated[str, typer.Argument(help="graph JSON file, or module:Class with --input-shape")]
+ImporterOpt = Annotated[str, typer.Option("--importer", help="auto (torch.export, then torch.fx), "
+                                          "export or fx")]
 ShapeOpt = Annotated[list[str] | None, typer.Option("--input-shape", help="input shape, e.g. 1,512,512 "
                                                     "(repeat for several inputs)")]
 
 
 @app.command("show")
 @graph_errors
-def show(graph_spec: GraphArg, input_shape: ShapeOpt = None,
+def show(graph_spec: GraphArg, input_shape: ShapeOpt = None, importer: ImporterOpt = "auto",
          backend: Annotated[str, typer.Option(help="backend the fusion plan is for")] = "c",
          as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Nodes, tensor shapes and the fusion plan with the reason for every decision."""
     from uol_core.graph import plan_fusion
 
-    graph = _load(graph_spec, input_shape)
+    graph = _load(graph_spec, input_shape, importer)
     plan = plan_fusion(graph, backend)
     if as_json:
-        print_json({"graph": graph.name, "nodes": _describe(graph), "outputs": graph.outputs,
-                    **plan.to_dict()})
+        print_json({"graph": graph.name, "description": graph.description, "nodes": _describe(graph),
+                    "outputs": graph.outputs, "opaque": _opaque(graph), **plan.to_dict()})
         return
     table = Table("node", "kind", "op", "reads", "writes", "shape", title=f"{graph.name}: {graph.description}")
     for row in _describe(graph):
@@ -88,32 +104,35 @@ def show(graph_spec: GraphArg, input_shape: ShapeOpt = None,
                        f"{d.bytes_saved:,}", d.reason)
     console.print(fusion)
     console.print(f"{len(graph.nodes)} nodes -> {len(plan.groups)} groups")
+    _print_opaque(graph)
 
 
 @app.command("import")
 @graph_errors
 def import_cmd(module: Annotated[str, typer.Argument(help="module:Class (built with no arguments)")],
-               input_shape: ShapeOpt = None,
+               input_shape: ShapeOpt = None, importer: ImporterOpt = "auto",
                output: Annotated[Path | None, typer.Option("-o", "--output", help="write graph JSON here")] = None,
                as_json: Annotated[bool, typer.Option("--json", help="print the graph JSON")] = False) -> None:
-    """Trace a torch module with torch.fx and map its ops to library operators."""
+    """Import a torch module (torch.export, torch.fx as the fallback) and map its ops to ODL
+    operators; every node left in torch is listed with the reason."""
     from uol_core.graph import graph_to_dict
 
-    graph = _load(module, input_shape or None) if input_shape else None
+    graph = _load(module, input_shape or None, importer) if input_shape else None
     if graph is None:
         raise ValueError("give --input-shape for every input of the module, e.g. --input-shape 1,512,512")
     data = graph_to_dict(graph)
+    data["opaque"] = _opaque(graph)
     if output:
         output.write_text(json.dumps(data, indent=1) + "\n")
     if as_json:
         print_json(data)
         return
     opaque = [n for n in graph.nodes if n.kind == "torch" and n.label != "view"]
+    console.print(f"{graph.description}")
     console.print(f"{graph.name}: {len(graph.nodes)} nodes, "
                   f"{sum(n.kind == 'odl' for n in graph.nodes)} ODL, "
                   f"{sum(n.label == 'view' for n in graph.nodes)} views, {len(opaque)} opaque torch")
-    for node in opaque:
-        console.print(f"  opaque: {node.name} ({node.source}) runs in torch")
+    _print_opaque(graph)
     if output:
         console.print(f"wrote {output} (parameter values are not stored: a run of the file uses random weights)")
 
@@ -125,24 +144,39 @@ def run_cmd(graph_spec: GraphArg, input_shape: ShapeOpt = None,
             backend: Annotated[str, typer.Option(help="c, triton (interpreted: slow) or reference")] = "c",
             repeat: Annotated[int, typer.Option(help="timed runs (median)")] = 5,
             no_fuse: Annotated[bool, typer.Option("--no-fuse", help="one group per node")] = False,
+            compare_compile: Annotated[bool, typer.Option("--compile", help="also time torch.compile "
+                                                          "of the module")] = False,
+            importer: ImporterOpt = "auto",
             as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
-    """Compile every group, run end to end, verify, and time each group against torch eager."""
+    """Compile every group, run end to end, verify, and time the whole graph against the torch
+    module it came from (eager; torch.compile with --compile)."""
     from uol_core.graph import run_graph
 
-    graph = _load(graph_spec, input_shape)
-    report = run_graph(graph, backend, target, repeat=max(1, repeat), fuse=not no_fuse)
+    graph = _load(graph_spec, input_shape, importer)
+    report = run_graph(graph, backend, target, repeat=max(1, repeat), fuse=not no_fuse,
+                       compare_compile=compare_compile)
     if as_json:
         print_json(report)
     else:
-        table = Table("group", "nodes", "pattern", "engine", "ms", "torch ms", "share", "note",
+        table = Table("group", "nodes", "pattern", "engine", "ms", "reference ms", "share", "note",
                       title=f"{graph.name} on {target} ({backend})")
         for r in sorted(report["rows"], key=lambda r: -r["ms"]):
             table.add_row(r["group"], ", ".join(r["nodes"]), r["pattern"], r["engine"], f"{r['ms']:.3f}",
-                          f"{r['torch_ms']:.3f}", f"{100 * r['share']:.0f}%", r["note"][:60])
+                          f"{r['reference_ms']:.3f}", f"{100 * r['share']:.0f}%", r["note"][:60])
         console.print(table)
         status = "verified" if report["verified"] else "MISMATCH"
         console.print(f"{status} against {report['against']} (max rel. error {report['max_rel_error']:.2e}); "
-                      f"total {report['total_ms']:.2f} ms vs torch eager {report['torch_eager_ms']:.2f} ms "
-                      f"({report['speedup_vs_eager']:.2f}x)")
+                      f"total {report['total_ms']:.2f} ms")
+        for key, label in (("eager", "torch eager"), ("compile", "torch.compile")):
+            if report[f"torch_{key}_ms"] is not None:
+                console.print(f"  vs {label} {report[f'torch_{key}_ms']:.2f} ms: "
+                              f"{report[f'speedup_vs_{key}']:.2f}x (calls alternated in one run)")
+        if report["torch_eager_ms"] is None:
+            console.print(f"  no whole-graph speedup: {report['speed_baseline']}")
+        if report.get("torch_compile_error"):
+            console.print(f"  torch.compile unavailable: {report['torch_compile_error']}")
+        for row in report["opaque"]:
+            console.print(f"  opaque: {row['node']} ({row['source']}) runs in torch: {row['reason']}",
+                      soft_wrap=True)
     if not report["verified"]:
         raise typer.Exit(1)

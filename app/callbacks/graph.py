@@ -101,9 +101,13 @@ def run_graph(_n, source, target):
     summary = html.Div([
         html.Span(f"{verdict} against {rep['against']} (max rel. error "
                   f"{rep['max_rel_error']:.1e})", className=cls, id="graph-verdict"),
-        html.P(f"whole graph {rep['total_ms']:.2f} ms vs torch eager "
-               f"{rep['torch_eager_ms']:.2f} ms ({rep['speedup_vs_eager'] or 0:.2f}x); "
-               f"hotspots: {', '.join(rep['hotspots'])}")])
+        html.P((f"whole graph {rep['total_ms']:.2f} ms vs torch eager "
+                f"{rep['torch_eager_ms']:.2f} ms ({rep['speedup_vs_eager']:.2f}x); "
+                if rep.get("torch_eager_ms") is not None else
+                f"whole graph {rep['total_ms']:.2f} ms ({rep.get('speed_baseline', '')}); ")
+               + f"hotspots: {', '.join(rep['hotspots'])}"),
+        *[html.P(f"opaque: {o['node']} ({o['source']}) runs in torch: {o['reason']}",
+                 className="graph-opaque") for o in rep.get("opaque", [])]])
     return rep, fig, summary
 
 

@@ -39,11 +39,12 @@ def load_graph_source(source: dict):
     if kind == "model":
         import torch
 
-        from uol_core.graph.fx_import import import_module, load_module
+        from uol_core.graph.export_import import import_model
+        from uol_core.graph.fx_import import load_module
 
         spec, shape = MODELS[source["name"]]
         torch.manual_seed(0)
-        return import_module(load_module(spec), torch.randn(*shape), name=source["name"])
+        return import_model(load_module(spec), torch.randn(*shape), name=source["name"])
     raise GraphError(f"unknown graph source {kind!r}")
 
 
@@ -61,7 +62,8 @@ def structure(graph) -> dict:
     labels = {}
     for node in graph.nodes:
         labels[node.name] = (f"{node.op.name} ({node.source})" if node.kind == "odl"
-                             else f"torch {node.source}")
+                             else f"torch {node.source}" + (f": {node.label.removeprefix('opaque: ')}"
+                                                            if node.label.startswith("opaque") else ""))
     return {"name": graph.name, "nodes": list(g.nodes), "edges": [list(e) for e in g.edges],
             "labels": labels, "groups": groups, "decisions": decisions}
 

@@ -241,13 +241,25 @@ def graph_from_dict(data: Any) -> Graph:
                  str(data.get("description", "")))
 
 
+def _jsonable(value: Any) -> Any:
+    """Arguments as JSON values: a torch dtype, device or layout becomes its name."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
 def graph_to_dict(graph: Graph) -> dict:
     """The JSON form of a graph (parameter values are not stored; only their shapes)."""
     nodes = []
     for node in graph.nodes:
         if node.kind == "torch":
-            nodes.append({"name": node.name, "torch": node.source, "args": node.args,
-                          "kwargs": node.kwargs, "outputs": node.outputs, "label": node.label})
+            nodes.append({"name": node.name, "torch": node.source, "args": _jsonable(node.args),
+                          "kwargs": _jsonable(node.kwargs), "outputs": node.outputs,
+                          "label": node.label})
             continue
         entry: dict = {"name": node.name}
         if node.source == "inline":

@@ -265,7 +265,10 @@ class _Importer:
                     kind = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
                     if n.op == "call_module":
                         kind = ""
-                    label = "view" if kind in VIEWS else "opaque: not in the library"
+                    what = f"module {type(self.gm.get_submodule(n.target)).__name__}" \
+                        if n.op == "call_module" else f"{n.op.replace('call_', '')} {kind or n.target}"
+                    label = "view" if kind in VIEWS else \
+                        f"opaque: unsupported op: {what} has no ODL mapping in the torch.fx importer"
                     self.opaque(n, label)
         return Graph(self.name, self.inputs, self.params, self.nodes, out_names,
                      f"imported from {self.name} with torch.fx", self.values, dict(self.shapes))

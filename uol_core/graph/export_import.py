@@ -1,0 +1,283 @@
+"""Import a torch nn.Module with torch.export: an ATen-level graph with every shape fixed, where
+stock modules with Python control flow (nn.TransformerEncoderLayer, nn.MultiheadAttention) trace
+whole. Each ATen node maps to an ODL op (aten_rules.py) or stays a torch node with the reason:
+a view (zero-copy, runs in torch), an unsupported op, a dtype, a dynamic shape. Nodes whose
+inputs are all parameters are folded at import (a weight's transpose, a slice of a buffer).
+
+`import_model` tries torch.export first and falls back to torch.fx symbolic tracing (with the
+export error kept in the graph's description) when export cannot trace the module.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+from torch import fx, nn
+
+from uol_core.graph.aten_map import Unmapped
+from uol_core.graph.format import DTYPE_NAMES, Graph, GraphError, Node, TensorSpec
+from uol_core.graph.load import validate
+from uol_core.graph.merge import ident
+from uol_core.odl import OdlError, parse
+from uol_core.odl.ir import Op
+
+# Ops that only re-describe memory (or are identities at inference): they stay torch views.
+VIEW_OPS = {"view", "_unsafe_view", "reshape", "transpose", "permute", "unsqueeze", "squeeze",
+            "flatten", "unflatten", "contiguous", "expand", "select", "split", "split_with_sizes",
+            "chunk", "alias", "clone", "t", "detach", "slice", "unbind", "narrow", "lift_fresh_copy"}
+
+
+def packet(target) -> str:
+    """The ATen op name without namespace and overload ('aten.linear.default' -> 'linear')."""
+    if target is operator.getitem:
+        return "getitem"
+    name = getattr(target, "__name__", str(target))
+    return name.split(".")[0]
+
+
+class ExportImporter:
+    """Walks an exported program once, emitting graph nodes, parameters and views."""
+
+    def __init__(self, program, name: str) -> None:
+        self.program, self.name = program, name
+        self.nodes: list[Node] = []
+        self.inputs: dict[str, TensorSpec] = {}
+        self.params: dict[str, TensorSpec] = {}
+        self.values: dict[str, torch.Tensor] = {}
+        self.shapes: dict[str, TensorSpec | None] = {}
+        self.forms: dict[str, dict[str, str]] = {}  # fx node -> {"nd"|"flat": graph tensor}
+        self.consts: dict[str, torch.Tensor] = {}  # fx node -> value, for nodes known at import
+        self.used: set[str] = set()
+
+    # ------------------------------------------------------------ names and tensors
+
+    def fresh(self, base: str) -> str:
+        name, i = ident(base), 1
+        while name in self.used:
+            i += 1
+            name = f"{ident(base)}_{i}"
+        self.used.add(name)
+        return name
+
+    @staticmethod
+    def shape(n: fx.Node) -> tuple[int, ...]:
+        return tuple(int(s) for s in n.meta["val"].shape)
+
+    @staticmethod
+    def flat_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (math.prod(shape[:-1]), shape[-1]) if len(shape) >= 2 else shape
+
+    def param(self, base: str, value: torch.Tensor) -> str:
+        name = self.fresh(base)
+        value = value.detach().contiguous()
+        self.params[name], self.values[name] = TensorSpec(tuple(value.shape),
+                                                          DTYPE_NAMES.get(value.dtype, "f32")), value
+        return name
+
+    def tensor(self, n: fx.Node, form: str = "nd") -> str:
+        """The graph tensor holding `n` in `form` ("nd" or "flat"); a reshape of a constant is
+        a new parameter, of anything else a torch view node."""
+        if n.name in self.consts and n.name not in self.forms:
+            self.forms[n.name] = {"nd": self.param(n.name, self.consts[n.name])}
+        forms = self.forms[n.name]
+        if form in forms:
+            return forms[form]
+        shape = self.shape(n)
+        want = self.flat_shape(shape) if form == "flat" else shape
+        if n.name in self.consts:
+            forms[form] = self.param(f"{n.name}_{form}", self.consts[n.name].reshape(want))
+            return forms[form]
+        out = self.fresh(f"{n.name}_{form}")
+        self.nodes.append(Node(out, "torch", source="method:reshape", outputs={"out": out},
+                               args=[{"tensor": next(iter(forms.values()))}, list(want)],
+                               fn=torch.Tensor.reshape, label="view"))
+        self.shapes[out] = TensorSpec(want, "f32")
+        forms[form] = out
+        return out
+
+    def odl(self, n: fx.Node, text: str, inputs: dict[str, str], form: str, source: str = "inline",
+            reshape_to: tuple[int, ...] | None = None) -> None:
+        """Add an ODL node computing `n` (in `form`); `reshape_to` adds a view after it."""
+        op = _parse(text)
+        out = self.fresh(n.name if reshape_to is None else f"{n.name}_raw")
+        self.nodes.append(Node(self.fresh(f"{n.name}_op"), "odl", op=op, source=source,
+                               inputs=inputs, outputs={op.outputs[0].name: out}))
+        self.forms[n.name] = {form: out}
+        if reshape_to is not None:
+            view = self.fresh(n.name)
+            self.nodes.append(Node(view, "torch", source="method:reshape", outputs={"out": view},
+                                   args=[{"tensor": out}, list(reshape_to)], fn=torch.Tensor.reshape,
+                                   label="view"))
+            self.shapes[view] = TensorSpec(reshape_to, "f32")
+            self.forms[n.name] = {"nd": view}
+
+    def torch_node(self, n: fx.Node, label: str) -> None:
+        """Keep `n` as a torch call (a view, or opaque with `label` giving the reason)."""
+        def arg(a):
+            if isinstance(a, fx.Node):
+                return {"tensor": self.tensor(a, "nd")}
+            if isinstance(a, (list, tuple)):
+                return [arg(x) for x in a]
+            if isinstance(a, dict):
+                return {k: arg(v) for k, v in a.items()}
+            if isinstance(a, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+                return a
+            return a
+
+        out = self.fresh(n.name)
+        source = "operator.getitem" if n.target is operator.getitem else f"aten.{packet(n.target)}"
+        fn = n.target
+        if packet(fn) in ("view", "_unsafe_view"):  # our kernels' outputs may be laid out otherwise
+            fn, source = torch.ops.aten.reshape.default, "aten.reshape"
+        self.nodes.append(Node(self.fresh(f"{n.name}_op"), "torch", source=source, outputs={"out": out},
+                               args=arg(list(n.args)), kwargs=arg(dict(n.kwargs)), fn=fn,
+                               label=label))
+        val = n.meta.get("val")
+        self.shapes[out] = TensorSpec(tuple(int(s) for s in val.shape), DTYPE_NAMES.get(val.dtype, "f32")) \
+            if isinstance(val, torch.Tensor) else None
+        self.forms[n.name] = {"nd": out}
+
+    # ------------------------------------------------------------ the walk
+
+    def fold(self, n: fx.Node) -> bool:
+        """Evaluate `n` now when every tensor it reads is known at import (parameters, buffers)."""
+        reads = [a for a in n.all_input_nodes]
+        if not reads or any(a.name not in self.consts for a in reads):
+            return False
+        def value(a):
+            if isinstance(a, fx.Node):
+                return self.consts[a.name]
+            if isinstance(a, (list, tuple)):
+                return type(a)(value(x) for x in a)
+            return a
+        with torch.no_grad():
+            result = n.target(*value(n.args), **{k: value(v) for k, v in n.kwargs.items()})
+        if isinstance(result, torch.Tensor):
+            self.consts[n.name] = result
+            return True
+        if isinstance(result, (list, tuple)) and all(isinstance(r, torch.Tensor) for r in result):
+            self.consts[n.name] = result  # a split of a constant: its getitems fold in turn
+            return True
+        return False
+
+    def reason(self, n: fx.Node) -> str | None:
+        """Why `n` cannot be an ODL op whatever its kind (dtype, dynamic shape), or None."""
+        vals = [n.meta.get("val")] + [a.meta.get("val") for a in n.all_input_nodes]
+        for v in vals:
+            if isinstance(v, torch.Tensor):
+                if any(not isinstance(s, int) for s in v.shape):
+                    return "dynamic shape: a size is symbolic (export with static shapes)"
+                if v.dtype != torch.float32:
+                    return f"dtype: {str(v.dtype).replace('torch.', '')} tensor (ODL import maps f32)"
+        return None
+
+    def run(self) -> Graph:
+        from uol_core.graph.aten_rules import RULES
+
+        sig = self.program.graph_signature
+        state = {**self.program.state_dict, **getattr(self.program, "constants", {})}
+        lifted = {**sig.inputs_to_parameters, **sig.inputs_to_buffers,
+                  **getattr(sig, "inputs_to_lifted_tensor_constants", {})}
+        out_names: list[str] = []
+        for n in self.program.graph_module.graph.nodes:
+            if n.op == "placeholder":
+                if n.name in lifted:
+                    self.consts[n.name] = state[lifted[n.name]].detach()
+                    continue
+                name = self.fresh(n.name)
+                val = n.meta["val"]
+                self.inputs[name] = TensorSpec(self.shape(n), DTYPE_NAMES.get(val.dtype, "f32"))
+                self.forms[n.name] = {"nd": name}
+            elif n.op == "output":
+                results = n.args[0] if isinstance(n.args[0], (tuple, list)) else (n.args[0],)
+                out_names = [self.tensor(r) if r.name not in self.consts
+                             else self.param(r.name, self.consts[r.name]) for r in results]
+            elif n.op == "call_function":
+                self.visit(n, RULES)
+            else:
+                raise GraphError(f"exported graph node {n.name}: unexpected kind {n.op}")
+        return Graph(self.name, self.inputs, self.params, self.nodes, out_names,
+                     f"imported from {self.name} with torch.export", self.values, dict(self.shapes))
+
+    def visit(self, n: fx.Node, rules: dict) -> None:
+        kind = packet(n.target)
+        if kind.startswith(("_assert", "sym_constrain")):  # export's own shape/dtype checks
+            return
+        if kind not in ("dropout",) and self.fold(n):
+            return
+        if n.target is operator.getitem or kind in VIEW_OPS:
+            self.torch_node(n, "view")
+            return
+        if kind in ("dropout", "feature_dropout") and not _arg(n, 2, "train", False):
+            self.forms[n.name] = dict(self.forms[n.args[0].name])  # identity at inference
+            return
+        if "higher_order" in str(n.target) or kind in ("cond", "while_loop", "map_impl"):
+            self.torch_node(n, f"opaque: data-dependent control flow ({kind})")
+            return
+        blocked = self.reason(n)
+        rule = rules.get(kind)
+        if blocked is None and rule is None:
+            blocked = f"unsupported op: aten.{kind} has no ODL mapping"
+        if blocked is None:
+            try:
+                rule(self, n)
+                return
+            except Unmapped as why:
+                blocked = f"unsupported form: aten.{kind}: {why}"
+            except OdlError as err:  # a generated op the checker refuses (bounds, shapes)
+                blocked = f"unsupported form: aten.{kind}: {str(err).splitlines()[0]}"
+        self.torch_node(n, f"opaque: {blocked}")
+
+
+def _arg(n: fx.Node, pos: int, name: str, default):
+    """An ATen argument by position or keyword."""
+    if len(n.args) > pos:
+        return n.args[pos]
+    return n.kwargs.get(name, default)
+
+
+_PARSED: dict[str, Op] = {}
+
+
+def _parse(text: str) -> Op:
+    if text not in _PARSED:
+        _PARSED[text] = parse(text)
+    return _PARSED[text]
+
+
+def export_module(module: nn.Module, *example_inputs: torch.Tensor, name: str | None = None) -> Graph:
+    """Import `module` (put in eval mode) with torch.export; keeps the module as the reference."""
+    module = module.eval()
+    try:
+        program = torch.export.export(module, tuple(example_inputs), strict=False)
+    except Exception as err:  # export's own message is what the user needs
+        raise GraphError(f"torch.export cannot trace {type(module).__name__}: "
+                         f"{str(err).strip().splitlines()[0]}") from None
+    graph = ExportImporter(program, name or type(module).__name__).run()
+    graph.module = module
+    return validate(graph)
+
+
+def import_model(module: nn.Module, *example_inputs: torch.Tensor, name: str | None = None,
+                 method: str = "auto") -> Graph:
+    """torch.export first ("auto"), torch.fx symbolic tracing when export fails; or force one
+    with method="export" / "fx". Both failing raises one GraphError quoting both."""
+    from uol_core.graph.fx_import import import_module
+
+    if method not in ("auto", "export", "fx"):
+        raise GraphError(f"unknown import method '{method}' (auto, export or fx)")
+    if method == "fx":
+        return import_module(module, *example_inputs, name=name)
+    try:
+        return export_module(module, *example_inputs, name=name)
+    except GraphError as export_error:
+        if method == "export":
+            raise
+        try:
+            graph = import_module(module, *example_inputs, name=name)
+        except GraphError as fx_error:
+            raise GraphError(f"{export_error}; fallback: {fx_error}") from None
+        graph.description += f" (torch.export failed: {export_error})"
+        return graph
