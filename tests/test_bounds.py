@@ -33,6 +33,27 @@ def test_nc_outside_its_legal_list_is_refused_before_anything_runs(nc):
     assert time.monotonic() - start < 60
 
 
+def test_nc_is_derived_and_every_legal_config_is_accepted_at_its_own_sizes():
+    """nc follows kc, nr, par and threads (block_nc): a tuned or recorded config of the space
+    resolves to itself, a config without nc gets its own, and a stale nc is refused."""
+    from app.services.knobs import space_for
+    from uol_core.acg.space import block_nc
+
+    sizes = {"M": 256, "N": 4096, "K": 512}
+    space = space_for(GEMM, "c", "host", tuple(sorted(sizes.items())))
+    configs = space.acg.configs
+    assert space.legal_values("nc") == sorted({c.nc for c in configs})
+    for cfg in configs[:: max(1, len(configs) // 50)]:
+        assert space.resolve(cfg.to_dict()) == cfg.to_dict()
+        without_nc = {k: v for k, v in cfg.to_dict().items() if k != "nc"}
+        assert space.resolve(without_nc)["nc"] == block_nc(
+            space.acg.plan, space.acg.target, cfg.kc, cfg.nr, cfg.par, cfg.threads)
+    small = space_for(GEMM, "c", "host", tuple(sorted(SMALL.items())))
+    stale = next(v for v in space.legal_values("nc") if v not in small.legal_values("nc"))
+    with pytest.raises(ValueError, match=f"knob nc={stale} is not one of its legal values"):
+        small.resolve({"nc": stale})
+
+
 @pytest.mark.parametrize("backend,config", [("c", {"mr": 999}), ("c", {"isa": "sse9"}),
                                             ("c", {"kc": 64.5}), ("triton", {"BLOCK": 3})])
 def test_every_knob_is_checked_against_its_legal_list(backend, config):
@@ -142,3 +163,56 @@ def test_a_hang_and_eight_uncapped_tunes_leave_another_clients_run_answered():
     for t in tunes:
         t.join(180)
     assert hung["ok"] is False and "limit" in hung["error"]
+
+
+def _client_app():
+    """A Dash app behind the IDE's token guard and client tagging, whose one callback says
+    which job-queue client it runs for."""
+    from dash import Dash, Input, Output, html
+
+    from app import security
+
+    dash_app = Dash(__name__)
+    dash_app.layout = html.Div([html.Button(id="go"), html.Div(id="who")])
+
+    @dash_app.callback(Output("who", "children"), Input("go", "n_clicks"))
+    def who(_clicks):
+        return job_queue.client_id()
+
+    token = security.new_token()
+    security.install(dash_app, token)
+    job_queue.install(dash_app)
+    return dash_app.server, token
+
+
+BASE = "http://127.0.0.1:8050"
+
+
+def _who(client, token: str, cookie: str = "") -> str:
+    body = {"output": "who.children", "outputs": {"id": "who", "property": "children"},
+            "inputs": [{"id": "go", "property": "n_clicks", "value": 1}],
+            "changedPropIds": ["go.n_clicks"]}
+    headers = {"X-UOL-Token": token, **({"Cookie": cookie} if cookie else {})}
+    resp = client.post("/_dash-update-component", json=body, headers=headers, base_url=BASE)
+    assert resp.status_code == 200, resp.text
+    return resp.get_json()["response"]["who"]["children"]
+
+
+def test_jobs_queue_per_browser_by_its_cookies_and_refusals_get_no_client_cookie():
+    from app.security import cookie_name
+
+    server, token = _client_app()
+    client = server.test_client()
+    refused = client.get("/_dash-layout", base_url=BASE)
+    assert refused.status_code == 401
+    assert not [c for c in refused.headers.getlist("Set-Cookie") if c.startswith("uol_client")]
+    tagged = client.get("/_dash-layout", headers={"X-UOL-Token": token}, base_url=BASE)
+    assert any(c.startswith("uol_client=") for c in tagged.headers.getlist("Set-Cookie"))
+
+    fresh = server.test_client(use_cookies=False)
+    assert _who(fresh, token) == job_queue.LOCAL_CLIENT
+    # the session cookie is named per port: the one of this port identifies the browser
+    port_cookie = f"{cookie_name('127.0.0.1:8050')}=s1"
+    assert _who(fresh, token, port_cookie) == "s1"
+    assert _who(fresh, token, "uol_session_9999=other") == job_queue.LOCAL_CLIENT
+    assert _who(fresh, token, f"{port_cookie}; uol_client=browser-7") == "browser-7"

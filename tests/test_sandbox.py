@@ -4,15 +4,19 @@ writes outside it do not happen, refusals and limits are reported, the private f
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import tempfile
 
 import pytest
 
-pytest.importorskip("triton")
-
 from app.services import debugging
 from uol_core.runtime.sandbox import Limits
+
+# only the sandboxed child imports triton: importing it here, before the interpreter is
+# switched on, would leave this process unable to run Triton kernels in later tests
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                reason="triton is not installed")
 
 CALL = debugging.EXAMPLE_CALL
 

@@ -1,4 +1,5 @@
-"""`uol compile | run | tune | explain`: generate, verify, measure and explain C kernels."""
+"""`uol compile | run | tune | explain`: generate, verify, measure and explain kernels on any
+registered backend (C, Triton: interpreted where there is no GPU, the reference)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from uol_cli.common import UserError, friendly_errors, print_json, read_op
 FileArg = Annotated[str, typer.Argument(help="an .odl file, or a library operator name")]
 ShapeOpt = Annotated[str | None, typer.Option("--shape", help="sizes, e.g. M=64,N=32,K=16")]
 TargetOpt = Annotated[str, typer.Option("--target", help="HFL target name (see `uol hw list`)")]
-BackendOpt = Annotated[str, typer.Option("--backend", help="code generator backend")]
+BackendOpt = Annotated[str, typer.Option("--backend", help="code generator backend: c, triton "
+                                          "(interpreted without a GPU), reference or auto")]
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="k=v,... over the model's "
                                                                 "choice, or 'tuned'")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -58,9 +60,8 @@ def compile_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host
                 show: Annotated[bool, typer.Option("--show", help="print the C source")] = False,
                 as_json: JsonOpt = False) -> None:
     """Generate and build a kernel; print its config (and source with --show)."""
-    from uol_core.runtime.build import build
     op, sizes, k = _kernel(file, shape, target, backend, config)
-    path = build(k.kernel_source)
+    path = getattr(k.kernel, "path", "(in memory)")
     if as_json:
         print_json({"op": op.name, "sizes": sizes, "config": k.config, "library": str(path),
                     "entry": k.kernel_source.entry, **({"source": k.source} if show else {})})
@@ -77,34 +78,22 @@ def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
             inputs: Annotated[str | None, typer.Option("--inputs", help="torch.save dict")] = None,
             out: Annotated[str | None, typer.Option("--out", help="write outputs (torch.save)")]
             = None, as_json: JsonOpt = False) -> None:
-    """Build, verify against the reference, and measure a kernel (in a worker process)."""
+    """Build, verify against the reference, and measure a kernel (C: in a worker process)."""
     import torch
 
-    from uol_core.runtime.measure import time_call
-    from uol_core.runtime.reference import evaluate_all
-    from uol_core.runtime.verify import compare
+    from uol_core.backends import get_backend
     from uol_core.runtime.worker import Worker, make_job
     op, text, name = read_op(file)
-    if inputs:
-        try:
-            given = torch.load(inputs, map_location="cpu", weights_only=True)
-        except Exception as err:
-            raise UserError(f"cannot read inputs {inputs}: {err}") from None
-        if not isinstance(given, dict):
-            raise UserError(f"{inputs} must hold a dict of named tensors")
-        sizes = _sizes(op, shape) if shape else None
+    if inputs or not getattr(get_backend(backend, target), "worker_jobs", False):
+        given = _load_inputs(inputs) if inputs else None
+        sizes = _sizes(op, shape) if shape or given is None else None
         import uol_core
         k = uol_core.compile(op, shapes=sizes or {n: tuple(t.shape) for n, t in given.items()},
                              target=target, backend=backend, config=config)
-        given = {n: t.float() for n, t in given.items()}
-        outs = k(**given)
-        outs = outs if isinstance(outs, dict) else {op.outputs[0].name: outs}
-        verdict = compare(outs, evaluate_all(op, given), int(k.kernel_source.meta["reduction_length"]))
-        result = {"status": "ok" if verdict.ok else "mismatch", **verdict.to_dict()}
-        if verdict.ok and not check:
-            timing = time_call(lambda: k(**given), min_seconds=0.2)
-            result.update(median_s=timing.median_s, iqr_s=timing.iqr_s,
-                          gflops=k.kernel_source.meta["flops"] / timing.median_s / 1e9)
+        if given is None:
+            from uol_core.runtime.inputs import random_inputs
+            given = random_inputs(op, k.sizes, seed=0)
+        result, outs = _run_here(op, k, given, check)
         if out:
             torch.save(outs, out)
         sizes, cfg = k.sizes, k.config
@@ -133,6 +122,44 @@ def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
         print(line + (f" ({report['reason']})" if report["reason"] else ""))
     if not ok:
         raise typer.Exit(1)
+
+
+def _load_inputs(path: str) -> dict:
+    import torch
+
+    try:
+        given = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise UserError(f"cannot read inputs {path}: {err}") from None
+    if not isinstance(given, dict):
+        raise UserError(f"{path} must hold a dict of named tensors")
+    return given
+
+
+def _run_here(op, k, given: dict, check: bool) -> tuple[dict, dict]:
+    """Run the kernel in this process on `given`, compare with the reference, time it unless
+    `check` or the kernel says its time means nothing (Triton interpreted)."""
+    from uol_core.odl.cost import op_cost
+    from uol_core.runtime.measure import time_call
+    from uol_core.runtime.reference import evaluate_all
+    from uol_core.runtime.verify import compare
+
+    given = {n: t.float() if t.is_floating_point() else t for n, t in given.items()}
+    outs = k(**given)
+    outs = outs if isinstance(outs, dict) else {op.outputs[0].name: outs}
+    meta = k.kernel_source.meta
+    depth = int(meta.get("reduction_length") or max(k.sizes.values(), default=1))
+    verdict = compare(outs, evaluate_all(op, given), depth)
+    result = {"status": "ok" if verdict.ok else "mismatch", **verdict.to_dict()}
+    note = getattr(k.kernel, "timing_note", "")
+    if verdict.ok and not check and note:
+        result["reason"] = note
+    elif verdict.ok and not check:
+        timing = time_call(lambda: k(**given), min_seconds=0.2)
+        flops = meta.get("flops") or op_cost(op, k.sizes).flops
+        result.update(median_s=timing.median_s, iqr_s=timing.iqr_s,
+                      gflops=flops / timing.median_s / 1e9)
+    return result, outs
 
 
 def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
@@ -176,14 +203,9 @@ def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
 
 def _session(op, sizes, target, db, replay):
     """The GEMM tuner for contractions it lowers, the pattern tuner for everything else."""
-    from uol_core.acg.lower import UnsupportedOp
-    from uol_core.acg.pattern_tuner import PatternTuningSession
-    from uol_core.acg.tuner import TuningSession
+    from uol_core.acg.tuner import open_session
 
-    try:
-        return TuningSession(op, sizes, target, db=db, replay=replay)
-    except UnsupportedOp:
-        return PatternTuningSession(op, sizes, target, db=db, replay=replay)
+    return open_session(op, sizes, target, db=db, replay=replay)
 
 
 def explain_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",

@@ -6,15 +6,16 @@
     'scale'
 """
 
-from uol_core.api import compile
+from uol_core.api import compile, explain, run, tune
 from uol_core.odl import OdlError, parse, parse_module
 from uol_core.odl.cost import op_cost
 from uol_core.odl.patterns import classify
 from uol_core.ops import list_ops, load_op
 from uol_core.runtime.reference import evaluate
 from uol_core.runtime.shapes import ShapeError
+from uol_core.torch_bridge import to_torch
 
 __all__ = [
-    "OdlError", "ShapeError", "classify", "compile", "evaluate", "list_ops", "load_op", "op_cost", "parse",
-    "parse_module",
+    "OdlError", "ShapeError", "classify", "compile", "evaluate", "explain", "list_ops", "load_op",
+    "op_cost", "parse", "parse_module", "run", "to_torch", "tune",
 ]

@@ -1,7 +1,10 @@
-"""Python API: `uol_core.compile(op, shapes=..., target=..., config=...)` -> a callable kernel.
+"""Python API: `uol_core.compile(op, shapes=..., target=..., backend=..., config=...)` -> a
+callable kernel; `run`, `tune` and `explain` for one-shot use.
 
-In-process and fast: the kernel is a gcc-built .so called through ctypes on torch data
-pointers (no copies). The worker-process path (isolation) is for the tuner and the IDE.
+In-process and fast: a C kernel is a gcc-built .so called through ctypes on torch data
+pointers (no copies); a Triton kernel runs on the GPU, or interpreted where there is none.
+Every backend is reached through the registry (`uol_core.backends`). The worker-process
+path (isolation) is for the tuner and the IDE.
 """
 
 from __future__ import annotations
@@ -12,10 +15,8 @@ from pathlib import Path
 
 import torch
 
-from uol_core.acg.config import TileConfig, lanes, parse_config, resolve_target
-from uol_core.acg.cost_model import CostModel
-from uol_core.acg.lower import lower_contraction
-from uol_core.acg.space import build_space
+from uol_core.acg.config import TileConfig, resolve_target
+from uol_core.backends import get_backend
 from uol_core.backends.base import KernelSource
 from uol_core.odl.ir import Op
 from uol_core.runtime.native import NativeKernel
@@ -24,14 +25,22 @@ from uol_core.runtime.shapes import ShapeError, bind_sizes, shape_of
 DEFAULT_TUNE_BUDGET = 8
 
 
+def looks_like_odl(text: str) -> bool:
+    """Whether `text` is ODL source rather than a path or a library name."""
+    stripped = text.lstrip()
+    return "\n" in stripped or stripped.startswith(("op ", "#"))
+
+
 def load_any(op_or_path) -> Op:
-    """An Op from an Op, a path to an .odl file, or a library operator name."""
+    """An Op from an Op, ODL text, a path to an .odl file, or a library operator name."""
     from uol_core.odl import parse
     from uol_core.ops import load_op
 
     if isinstance(op_or_path, Op):
         return op_or_path
     text = str(op_or_path)
+    if looks_like_odl(text):
+        return parse(text)
     path = Path(text)
     if text.endswith(".odl") or path.is_file():
         if not path.is_file():
@@ -64,9 +73,9 @@ class CompiledKernel:
     """A kernel for one op, target and config; call it with tensors by input name."""
 
     def __init__(self, op: Op, shapes, target, backend: str, config):
-        if backend != "c":
-            raise ValueError(f"backend '{backend}' is not available here; use backend='c'")
-        self.op, self.target, self.backend = op, resolve_target(target), backend
+        self.op, self.target = op, resolve_target(target)
+        self._backend = get_backend(backend, self.target)
+        self.backend = self._backend.name
         self._config_request = config
         self._built: dict[tuple, tuple] = {}
         self._by_shapes: dict[tuple, dict[str, int]] = {}
@@ -77,24 +86,14 @@ class CompiledKernel:
 
     def _specialise(self, sizes: dict[str, int]):
         key = tuple(sorted(sizes.items()))
-        if key in self._built:
-            self.sizes = sizes
-            return self._built[key]
         if key not in self._built:
-            from uol_core.backends.c import emit
-            from uol_core.runtime.build import build
-
             check_memory(self.op, sizes)
-            cfg, space, model = choose_config(self.op, sizes, self.target, self._config_request)
-            src = emit(self.op, cfg, self.target, sizes)
-            if isinstance(cfg, dict):  # non-GEMM kernels take any dtype (issue 5)
-                from uol_core.backends.c_native import CKernel
-                native = CKernel(src, self.op, sizes)
-            else:
-                path = build(src)
-                shapes = {n: shape_of(self.op, n, sizes) for n in src.meta["args"]}
-                native = NativeKernel(path, src.entry, src.meta["args"], shapes)
-            self._built[key] = (cfg, src, native, space, model)
+            backend = self._backend
+            plan = backend.plan(self.op, sizes, self.target)
+            choice = backend.choose(plan, self._config_request)
+            src = backend.emit(plan, choice.config)
+            native = backend.load(src, plan)
+            self._built[key] = (choice.config, src, native, choice.space, choice.model)
         self.sizes = sizes
         return self._built[key]
 
@@ -106,8 +105,14 @@ class CompiledKernel:
 
     @property
     def config(self) -> dict:
-        cfg = self._current()[0]
-        return dict(cfg) if isinstance(cfg, dict) else cfg.to_dict()
+        from uol_core.acg.space_core import as_mapping
+
+        return dict(as_mapping(self._current()[0]))
+
+    @property
+    def kernel(self):
+        """The loaded kernel at the current shapes (NativeKernel, CKernel, a Triton kernel...)."""
+        return self._current()[2]
 
     @property
     def kernel_source(self) -> KernelSource:
@@ -122,9 +127,14 @@ class CompiledKernel:
         from uol_core.acg.explain import explain
         from uol_core.acg.tuner import recorded
         cfg, src, _, space, model = self._current()
-        if model is None:  # non-GEMM kernels: fusion plan, pattern space, byte roofline
-            from uol_core.acg.space_patterns import explain_pattern
-            return explain_pattern(space, cfg, src, measured)
+        if model is None:
+            from uol_core.acg.space_patterns import PatternSpace, explain_pattern
+            if isinstance(space, PatternSpace):  # fusion plan, pattern space, byte roofline
+                return explain_pattern(space, cfg, src, measured)
+        if model is None:  # any other space: its rules and the op's roofline
+            from uol_core.acg.explain import explain_space
+            return explain_space(self.op, self.sizes, self.target, space, cfg,
+                                 src.meta.get("fusion", ""), measured)
         rank = None
         if measured is None:
             measured, rank = recorded(self.op, self.sizes, self.target, cfg)
@@ -169,57 +179,50 @@ def _dtype_error(name: str, t: torch.Tensor):
 
 
 def choose_config(op: Op, sizes: dict, target, request):
-    """The config to build: model top-1, user overrides on top of it, or the tuned best."""
-    from uol_core.acg.lower import UnsupportedOp
-    try:
-        plan = lower_contraction(op, sizes)
-    except UnsupportedOp:  # every other pattern: the pattern space (acg/space_patterns.py)
-        from uol_core.acg.space_patterns import choose_pattern_config
-        cfg, space = choose_pattern_config(op, sizes, target, request)
-        return cfg, space, None
-    space = build_space(plan, target)
-    model = CostModel(plan, target)
-    if not space.configs:
-        raise ShapeError(f"no legal config for {op.name} at {sizes} on {target.name}")
-    best = model.rank(space.configs)[0][0]
-    if request is None:
-        return best, space, model
-    if request == "tuned":
-        return tuned_config(op, sizes, target) or best, space, model
-    cfg = parse_config(request, best)
-    # The space's other constraints only cost speed, so overrides may break them to explore;
-    # these two are what the packing and the unrolled k loop rely on (an mc that is not a
-    # multiple of mr overran the A panel).
-    if cfg.mc % cfg.mr or cfg.kc % cfg.ku:
-        raise ValueError(f"mc={cfg.mc} must be a multiple of mr={cfg.mr} and kc={cfg.kc} of "
-                         f"ku={cfg.ku} (constraint 'divisibility': A is packed in whole "
-                         "mr-row strips, the k loop is unrolled ku times)")
-    if cfg.nr % lanes(cfg.isa, target):
-        raise ValueError(f"nr={cfg.nr} must be a multiple of the {cfg.isa} vector "
-                         f"({lanes(cfg.isa, target)} lanes)")
-    if cfg.isa not in space.domains["isa"] and cfg.isa != "vecext":
-        raise ValueError(f"isa={cfg.isa} is not available on target {target.name} "
-                         f"(usable: {', '.join(space.domains['isa'])}, vecext)")
-    return cfg, space, model
+    """The C config to build, its space and cost model (None for non-GEMM kernels): model
+    top-1, user overrides on top of it, or the tuned best ('tuned')."""
+    backend = get_backend("c")
+    choice = backend.choose(backend.plan(op, sizes, target), request)
+    return choice.config, choice.space, choice.model
 
 
 def tuned_config(op: Op, sizes: dict, target) -> TileConfig | None:
-    """The best recorded config, tuning with a small budget when none is recorded."""
-    from uol_core.acg.config import parse_config as parse
-    from uol_core.acg.tuner import TuningSession
+    """The best recorded GEMM config, tuning with a small budget when none is recorded."""
+    from uol_core.backends.c_backend import tuned_tile
 
-    session = TuningSession(op, sizes, target)
-    try:
-        row = session.db.best(session.key)
-        if row is None:
-            result = session.tune(budget=DEFAULT_TUNE_BUDGET)
-            return result.best
-        return parse(row["config"], TileConfig())
-    finally:
-        session.close()
+    return tuned_tile(op, sizes, resolve_target(target))
 
 
 def compile(op_or_path, shapes: Mapping | None = None, target="host", backend: str = "c",
             config=None) -> CompiledKernel:
-    """Compile an ODL op (object, path or library name) into a callable kernel."""
+    """Compile an ODL op (object, ODL text, path or library name) into a callable kernel.
+
+    backend: "c", "triton" (interpreted where there is no GPU), "reference", or "auto"
+    (Triton on a GPU target, else C)."""
     return CompiledKernel(load_any(op_or_path), shapes, target, backend, config)
+
+
+def run(op_or_path, target="host", backend: str = "c", config=None, **tensors: torch.Tensor):
+    """Compile for the tensors' shapes and run once: the output (a dict for several)."""
+    kernel = compile(op_or_path, {n: tuple(t.shape) for n, t in tensors.items()}, target,
+                     backend, config)
+    return kernel(**tensors)
+
+
+def explain(op_or_path, shapes: Mapping, target="host", backend: str = "c", config=None):
+    """Why the kernel for these shapes looks as it does (see CompiledKernel.explain)."""
+    return compile(op_or_path, shapes, target, backend, config).explain()
+
+
+def tune(op_or_path, shapes: Mapping, target="host", budget: int = 12,
+         seconds: float | None = None, db=None, replay: bool = False):
+    """Tune the C kernel of an op at `shapes`: the GEMM tuner for contractions it lowers, the
+    pattern tuner for the rest; every measurement lands in the tuning database."""
+    from uol_core.acg.tuner import open_session
+
+    op = load_any(op_or_path)
+    session = open_session(op, bind_sizes(op, dict(shapes)), target, db=db, replay=replay)
+    try:
+        return session.tune(budget=budget, seconds=seconds)
+    finally:
+        session.close()

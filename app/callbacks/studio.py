@@ -54,16 +54,19 @@ def compile_kernel(_clicks, _loaded, backend, target, sizes_text, knob_values, k
     from app.components.codeview import code_html
     from app.components.studio_parts import knob_panel
     from app.services.kernels import compile_odl
+    from app.services.knobs import DERIVED_KNOBS
 
     trigger = ctx.triggered_id
     state = state or {}
     knobs = {i["name"]: v for i, v in zip(knob_ids, knob_values)}
+    # a derived knob (nc) is left out of a carried-over config: it follows the other knobs
+    carried = {k: v for k, v in state.get("config", {}).items() if k not in DERIVED_KNOBS}
     if isinstance(trigger, dict):  # a knob changed (or the panel was just re-rendered)
-        config = {**state.get("config", {}), **knobs}
-        if config == state.get("config") and odl == state.get("odl"):
+        config = {**carried, **knobs}
+        if config == carried and odl == state.get("odl"):
             raise PreventUpdate  # the panel re-render echoes the values it was built with
     elif trigger == "compile-button" and state.get("backend") == backend:
-        config = {**state.get("config", {}), **knobs}
+        config = {**carried, **knobs}
     elif trigger is None:
         config = (init or {}).get("config") or {}
     else:

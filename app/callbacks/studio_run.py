@@ -89,8 +89,8 @@ def _number(value) -> float:
 
 
 def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> dict | None:
-    """C: the ACG tuner (model top-k, then local search; every row in the tuning DB).
-    Triton: evenly spread legal configs through the run worker."""
+    """Backends the worker measures (C): the ACG tuner (model top-k, then local search; every
+    row in the tuning DB). Others (Triton): the same search over queued Runs."""
     best: dict | None = None
 
     def report(i: int, total: int) -> None:
@@ -98,13 +98,17 @@ def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> d
         set_progress((str(i), str(total), f"{i}/{total} measured, best {top:.2f} GFLOP/s",
                       tune_figure(trail)))
 
-    if state["backend"] == "c":
+    from uol_core.backends import get_backend
+
+    if getattr(get_backend(state["backend"], state["target"]), "worker_jobs", False):
         from app.services.runner import QueuedWorker
         from uol_core import parse
-        from uol_core.acg.tuner import TuningSession
+        from uol_core.acg.tuner import open_session
+        from uol_core.runtime.shapes import bind_sizes
 
-        session = TuningSession(parse(state["odl"]), state["sizes"], state["target"],
-                                worker=QueuedWorker(client))
+        op = parse(state["odl"])
+        session = open_session(op, bind_sizes(op, state["sizes"]), state["target"],
+                               worker=QueuedWorker(client))
         try:
             def on_trial(trial, n: int) -> None:
                 trail.append({"i": n, "config": trial.config.to_dict(),

@@ -10,6 +10,7 @@ from app.callbacks import studio_run as _run_callbacks  # noqa: F401
 from app.components.codeview import code_host
 from app.figures.studio import empty_figure
 from app.services.runner import MAX_TUNE_BUDGET
+from uol_core.backends import get_backend, kernel_backend_names
 
 dash.register_page(__name__, path="/", name="Studio", title="UOL Studio: Kernel Studio", order=0)
 
@@ -56,8 +57,9 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
                                            value=init["target"], clearable=False,
                                            className="dropdown")),
         field("Backend", dcc.Dropdown(id="backend-select", clearable=False, className="dropdown",
-                                      options=[{"label": "C (gcc, CPU)", "value": "c"},
-                                               {"label": "Triton", "value": "triton"}],
+                                      options=[{"label": get_backend(name).label,
+                                                "value": name}
+                                               for name in kernel_backend_names()],
                                       value=init["backend"])),
         field("Sizes", dcc.Input(id="sizes-input", value=format_sizes(init["sizes"]),
                                  debounce=True, style={"width": "190px"})),

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-import os
 import re
-import tempfile
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +11,7 @@ from pathlib import Path
 from app.services.debug_child import MARK
 from app.services.job_queue import LOCAL_CLIENT, JobRefused, job_slot
 from uol_core.runtime.sandbox import Limits, run_sandboxed
+from uol_core.runtime.usercache import private_dir
 
 TRACE_TIMEOUT_S = 120.0
 MAX_KERNEL_BYTES = 64 * 1024  # an uploaded kernel file larger than this is refused
@@ -30,9 +29,9 @@ EXAMPLE_CALL = {"function": "scale", "grid": "4", "args": "x_ptr=randn:60 y_ptr=
 
 
 def _root() -> Path:
-    root = Path(os.environ.get("UOL_CACHE_DIR") or tempfile.gettempdir()) / "uol-ide-traces"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+    """Saved traces: the private per-user cache (never a shared temporary folder, where
+    another local user could plant or read a trace)."""
+    return private_dir("traces")
 
 
 # What a trace may use; the interpreter is slow, so CPU time is what usually runs out first.

@@ -37,12 +37,13 @@ JSON_COLUMNS = ("sizes", "config", "result")
 
 
 def db_path() -> Path:
-    """$UOL_IDE_RUNS_DB, else $UOL_CACHE_DIR/ide_runs.sqlite (default ~/.cache/uol-studio)."""
+    """$UOL_IDE_RUNS_DB, else ide_runs.sqlite in the private per-user cache root
+    (uol_core.runtime.usercache: $UOL_CACHE_DIR, else $XDG_CACHE_HOME/uol, else ~/.cache/uol)."""
+    from uol_core.runtime.usercache import private_dir
+
     if os.environ.get("UOL_IDE_RUNS_DB"):
         return Path(os.environ["UOL_IDE_RUNS_DB"])
-    root = Path(os.environ.get("UOL_CACHE_DIR") or Path.home() / ".cache" / "uol-studio")
-    root.mkdir(parents=True, exist_ok=True)
-    return root / "ide_runs.sqlite"
+    return private_dir() / "ide_runs.sqlite"
 
 
 def _connect() -> sqlite3.Connection:

@@ -123,6 +123,18 @@ def only_one(client: str, kind: str) -> Iterator[None]:
         _release(fd)
 
 
+@contextmanager
+def slot_held(index: int, wait_s: float = QUEUE_WAIT_S) -> Iterator[None]:
+    """Hold worker slot `index` itself (waiting while a job uses it): for stopping or
+    restarting that slot's worker process while no job can be using it."""
+    _, fd = _wait_for([_lock_dir() / f"slot-{index}"], time.monotonic() + wait_s,
+                      f"worker slot {index}")
+    try:
+        yield
+    finally:
+        _release(fd)
+
+
 def busy_slots() -> int:
     """How many worker slots are held now (for status displays and tests)."""
     folder, held = _lock_dir(), 0
@@ -136,25 +148,30 @@ def busy_slots() -> int:
 
 def client_id() -> str:
     """The calling browser's id inside a Dash callback (also a background one): its
-    `uol_client` cookie, else the session cookie, else the local client."""
+    `uol_client` cookie, else its session cookie (named per port), else the local client."""
     try:
         from dash import callback_context
 
         cookies = callback_context.cookies or {}
+        headers = callback_context.headers or {}
     except Exception:  # outside a callback (CLI, tests)
         return LOCAL_CLIENT
-    return cookies.get(CLIENT_COOKIE) or cookies.get("uol_session") or LOCAL_CLIENT
+    from app.security import cookie_name
+
+    host = headers.get("Host") or headers.get("host") or ""
+    return cookies.get(CLIENT_COOKIE) or cookies.get(cookie_name(host)) or LOCAL_CLIENT
 
 
 def install(app) -> None:
-    """Give each browser a random `uol_client` cookie, so its jobs queue separately."""
+    """Give each browser a random `uol_client` cookie, so its jobs queue separately; a refused
+    request (401/403: no token) gets none, so nothing is handed out before the token."""
     import secrets
 
     from flask import request
 
     @app.server.after_request
     def _tag_client(response):
-        if CLIENT_COOKIE not in request.cookies:
+        if CLIENT_COOKIE not in request.cookies and response.status_code not in (401, 403):
             response.set_cookie(CLIENT_COOKIE, secrets.token_urlsafe(16), httponly=True,
                                 samesite="Strict", secure=request.is_secure)
         return response

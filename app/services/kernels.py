@@ -1,8 +1,8 @@
 """Compile service for the Studio: ODL text -> kernel source, knob space and explanation.
 
-Uses `uol_core.compile` when it is installed; until then the same steps are done here with
-the backends and the ACG space directly. Every failure comes back as a `CompileResult.error`
-(with the ODL line when there is one), never as an exception to the page.
+The same steps as `uol_core.compile`, through the backend registry, with the solved knob
+space cached. Every failure comes back as a `CompileResult.error` (with the ODL line when
+there is one), never as an exception to the page.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from functools import lru_cache
 from typing import Any
 
 from app.services import knobs as knob_space
+from uol_core.backends import kernel_backend_names
 
 TARGET_DEFAULT = "host"
-BACKENDS = ("c", "triton")
+BACKENDS = kernel_backend_names()
 # Filter-like dimensions get small sizes so windowed ops (conv, pooling) stay valid.
 SMALL_DIMS = {"R": 3, "S": 3, "KH": 3, "KW": 3, "P": 2}
 
@@ -87,10 +88,11 @@ def _target(name: str):
 def emit(odl: str, backend: str, target: str, sizes: dict[str, int], config: dict | None):
     """The KernelSource, knob rows and explanation of one compile (raises on any error).
 
-    The C path uses the ACG pieces that `uol_core.compile` uses (space, cost model, emitter,
+    Uses the backend from the registry as `uol_core.compile` does (plan, space, emitter,
     explain), with the solved space cached, so a knob change re-emits in milliseconds.
     """
     from uol_core.api import check_memory
+    from uol_core.backends import get_backend
     from uol_core.runtime.shapes import bind_sizes
 
     op = _parse(odl)
@@ -99,29 +101,22 @@ def emit(odl: str, backend: str, target: str, sizes: dict[str, int], config: dic
     tgt = _target(target)
     space = knob_space.space_for(odl, backend, target, tuple(sorted(bound.items())))
     cfg = space.resolve(config or {})
-    explanation = ""
-    if backend == "c":
-        from uol_core.acg.config import TileConfig
-        from uol_core.backends import c
-
-        tile = TileConfig(**cfg)
-        src = c.emit(op, tile, tgt, bound)
-        explanation = _safe_explain(space, tile)
-    else:
-        from uol_core.backends import triton
-
-        src = triton.emit(op, cfg, tgt)
+    chosen = get_backend(backend, tgt)
+    src = chosen.emit(chosen.plan(op, bound, tgt), cfg)
+    explanation = _safe_explain(space, cfg) if space.model is not None else ""
     if not explanation:
         explanation = knob_space.explain(space, cfg, op, bound, tgt)
     return op, bound, src, space.knob_rows(cfg, src.text), explanation
 
 
-def _safe_explain(space, tile) -> str:
-    """The ACG explanation as text; '' (so the fallback is used) when it cannot be made."""
+def _safe_explain(space, cfg: dict) -> str:
+    """The ACG explanation (cost-modelled spaces: the GEMM's) as text; '' (so the fallback is
+    used) when it cannot be made."""
     try:
+        from uol_core.acg.config import TileConfig
         from uol_core.acg.explain import explain
 
-        return explain(space.acg, space.model, tile).render()
+        return explain(space.acg, space.model, TileConfig.from_config(cfg)).render()
     except Exception:  # an explanation failure must not hide the kernel
         return ""
 

@@ -1,16 +1,22 @@
 """Knob spaces for the Studio's knob panel: legal values per knob, and the constraint forbidding the rest.
 
-The C backend's space is the ACG GEMM space (`uol_core.acg.space`, solved once per op, target
-and sizes, then cached: re-solving takes about a second and a knob change must not). Triton
-knobs are the backend's launch constants with the target limits they must respect.
+The panel renders whatever `Space` (uol_core.acg.space_core) the op's backend gives through
+the registry: the C GEMM's tile space, the C pattern space (softmax, norms, conv, ...), the
+Triton tile space. It is solved once per op, backend, target and sizes, then cached:
+re-solving can take a second and a knob change must not.
+
+A derived knob (the C GEMM's nc, `uol_core.acg.space.block_nc` of kc, nr, par and threads) is
+not searched and has no panel row: its legal values are the ones it takes across the legal
+configs, and a config that does not give it gets the value derived from its own knobs.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
+
+DERIVED_KNOBS = frozenset({"nc"})  # follow the other knobs: a config carried over drops them
 
 
 @dataclass(frozen=True)
@@ -40,35 +46,57 @@ class KnobSpace:
     model: Any = None  # the ACG cost model (C backend)
     legal_count: int = 0
     notes: list[str] = field(default_factory=list)
+    derived: dict[str, list] = field(default_factory=dict)  # derived knob -> its legal values
+    derive: Any = None  # callable(cfg: dict) -> {derived knob: value for that config}
+    # domains that depend on one knob's value: the C space's nr is counted in vector lanes,
+    # so an AVX-512 config has other nr values than an AVX2 one (scope knob: isa)
+    scope_knob: str = ""
+    scoped: dict[Any, dict[str, list]] = field(default_factory=dict)
+    # the backend names its knobs in the kernel text: a knob absent from it is unused there
+    hide_unused: bool = False
+
+    def domain(self, name: str, cfg: dict | None = None) -> list:
+        """Knob `name`'s domain, the one of `cfg`'s scope (its isa) where that differs."""
+        scope = self.scoped.get((cfg or {}).get(self.scope_knob), {})
+        return list(scope.get(name, self.domains.get(name, [])))
 
     def violated(self, cfg: dict) -> list[Rule]:
         """Rules that `cfg` breaks."""
         return [r for r in self.rules if not r.holds(cfg)]
 
-    def legal_values(self, name: str) -> list:
-        """The values knob `name` may take: its domain, or for a derived knob (the C backend's
-        nc) the values it takes across the legal configs."""
+    def legal_values(self, name: str, cfg: dict | None = None) -> list:
+        """The values knob `name` may take (in `cfg`'s scope): its domain, or for a derived
+        knob (the C backend's nc) the values it takes across the legal configs."""
         if name in self.domains:
-            return list(self.domains[name])
-        if self.acg is not None and self.acg.configs:
-            return sorted({getattr(c, name) for c in self.acg.configs if hasattr(c, name)})
+            return self.domain(name, cfg)
+        if name in self.derived:
+            return list(self.derived[name])
         return [self.default[name]]
 
     def resolve(self, config: dict) -> dict:
         """Default config with the user's knob values on top (unknown keys dropped); a value
-        outside its knob's legal list raises ValueError before anything is built or run."""
+        outside its knob's legal list raises ValueError before anything is built or run.
+        A derived knob the config does not give is derived from the resolved knobs."""
+        config = config or {}
         cfg = dict(self.default)
-        for key, value in (config or {}).items():
-            if key not in cfg or value is None:
-                continue
-            kind = type(cfg[key])
+        if self.derive is not None:
+            searched = {k: v for k, v in config.items() if k not in self.derived}
+            cfg.update(self.derive(self._checked(cfg, searched)))
+        return self._checked(cfg, config)
+
+    def _checked(self, base: dict, config: dict) -> dict:
+        cfg = dict(base)
+        given = [key for key, value in config.items() if key in cfg and value is not None]
+        for key in given:
+            value, kind = config[key], type(cfg[key])
             if kind is int and isinstance(value, float) and not value.is_integer():
                 raise ValueError(f"knob {key}={value!r} is not an integer")
             try:  # a client can post anything: only the legal values reach the generator
                 cfg[key] = str(value) if kind is str else kind(value)
             except (TypeError, ValueError, OverflowError):
                 raise ValueError(f"knob {key}={value!r} is not a {kind.__name__}") from None
-            legal = self.legal_values(key)
+        for key in given:  # once every value is in: a scoped domain needs the final isa
+            legal = self.legal_values(key, cfg)
             if cfg[key] not in legal:
                 shown = legal if len(legal) <= 12 else [*legal[:6], "...", *legal[-3:]]
                 raise ValueError(f"knob {key}={cfg[key]!r} is not one of its legal values "
@@ -78,9 +106,9 @@ class KnobSpace:
     def knob_rows(self, cfg: dict, source_text: str = "") -> list[dict]:
         """Per knob: current value and options; an option that breaks a rule is disabled, with why."""
         rows = []
-        for name, domain in self.domains.items():
-            if len(domain) < 2 or (self.backend == "triton" and source_text
-                                   and name.startswith("BLOCK") and name not in source_text):
+        for name in self.domains:
+            domain = self.domain(name, cfg)
+            if len(domain) < 2 or (self.hide_unused and source_text and name not in source_text):
                 continue  # fixed by the target, or unused by this kernel
             options = []
             for value in domain:
@@ -91,72 +119,32 @@ class KnobSpace:
         return rows
 
 
-def _c_space(odl: str, target: str, sizes: dict[str, int]) -> KnobSpace:
+def _space(odl: str, backend: str, target: str, sizes: dict[str, int]) -> KnobSpace:
+    """The panel's view of the Space the backend solves for the op (any pattern, any target)."""
     from uol_core import parse
-    from uol_core.acg.cost_model import CostModel
-    from uol_core.acg.lower import lower_contraction
-    from uol_core.acg.space import build_space
-    from uol_core.hfl import load_target
+    from uol_core.acg.space_core import as_mapping
+    from uol_core.backends import get_backend
 
-    tgt = load_target(target)
-    plan = lower_contraction(parse(odl), sizes)
-    space = build_space(plan, tgt)
-    model = CostModel(plan, tgt)
-    rules = [Rule(c.name, c.formula, lambda cfg, c=c: c.predicate(*(cfg[v] for v in c.variables)))
-             for c in space.constraints]
+    chosen = get_backend(backend, target)
+    plan = chosen.plan(parse(odl), sizes, target)
+    choice = chosen.choose(plan, None)  # the model's pick: what `uol_core.compile` builds
+    space = choice.space
+    rules = [Rule(c.name, c.formula, c.holds) for c in space.constraints]
     if not space.configs:
-        raise ValueError(f"no legal C config for {plan.op.name} on {target}: every assignment "
-                         f"breaks a constraint ({', '.join(r.name for r in rules)})")
-    # the cost model's top pick is what `uol_core.compile` builds with config=None
-    pick = model.rank(space.configs)[0][0]
-    knobs = KnobSpace("c", space.domains, rules, pick.to_dict(), space, len(space.configs))
-    knobs.model = model
+        raise ValueError(f"no legal {chosen.name} config for {plan.op.name} on {target}: every "
+                         f"assignment breaks a constraint ({', '.join(r.name for r in rules)})")
+    knobs = KnobSpace(chosen.name, dict(space.domains), rules, dict(as_mapping(choice.config)),
+                      space, choice.model, len(space.configs),
+                      [*space.notes, *choice.notes], dict(space.derived), space.derive,
+                      space.scope_knob, dict(space.scoped),
+                      bool(getattr(chosen, "knobs_named_in_source", False)))
     return knobs
-
-
-TRITON_DOMAINS = {
-    "BLOCK": [32, 64, 128, 256, 512, 1024],
-    "BLOCK_R": [8, 16, 32, 64, 128],
-    "BLOCK_M": [16, 32, 64, 128],
-    "BLOCK_N": [16, 32, 64, 128],
-    "BLOCK_K": [16, 32, 64],
-    "GROUP_M": [1, 4, 8],
-    "num_warps": [1, 2, 4, 8, 16],
-    "num_stages": [1, 2, 3, 4],
-}
-
-
-def _triton_space(odl: str, target: str, sizes: dict[str, int]) -> KnobSpace:
-    from uol_core.backends.triton import DEFAULTS
-    from uol_core.hfl import load_target
-
-    tgt = load_target(target)
-    smem = tgt.smem_per_block_optin_bytes or tgt.smem_per_block_bytes or 96 * 1024
-    threads = tgt.max_threads_per_block or 1024
-    warp = tgt.warp_size or 32
-    regs = tgt.registers_per_sm or 65536
-    rules = [
-        Rule("shared memory", f"(BLOCK_M*BLOCK_K + BLOCK_K*BLOCK_N) * 4 B * num_stages <= {smem} B",
-             lambda c: (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * 4
-             * c["num_stages"] <= smem),
-        Rule("threads per block", f"num_warps * {warp} <= {threads}",
-             lambda c: c["num_warps"] * warp <= threads),
-        Rule("registers", f"BLOCK_M*BLOCK_N accumulators / (num_warps*{warp}) <= 255 per thread "
-             f"and <= {regs} per SM", lambda c: c["BLOCK_M"] * c["BLOCK_N"]
-             / (c["num_warps"] * warp) <= 255 and c["BLOCK_M"] * c["BLOCK_N"] <= regs),
-        Rule("work per warp", "BLOCK >= 32 * num_warps (every lane gets an element)",
-             lambda c: c["BLOCK"] >= warp * c["num_warps"]),
-    ]
-    default = {k: v for k, v in DEFAULTS.items() if k in TRITON_DOMAINS}
-    count = math.prod(len(v) for v in TRITON_DOMAINS.values())
-    return KnobSpace("triton", dict(TRITON_DOMAINS), rules, default, None, count)
 
 
 @lru_cache(maxsize=32)
 def space_for(odl: str, backend: str, target: str, sizes: tuple) -> KnobSpace:
     """The knob space of an op, cached by (text, backend, target, sizes)."""
-    builder = _c_space if backend == "c" else _triton_space
-    return builder(odl, target, dict(sizes))
+    return _space(odl, backend, target, dict(sizes))
 
 
 def explain(space: KnobSpace, cfg: dict, op, sizes: dict[str, int], target) -> str:

@@ -17,6 +17,8 @@ from pathlib import Path
 from app.services import history
 from app.services.job_queue import LOCAL_CLIENT, JobRefused, job_slot, only_one
 from app.services.run_child import MARK
+from app.services.tune_session import RunSession
+from uol_core.backends import get_backend, kernel_backend_names
 
 RUN_TIMEOUT_S = 120.0
 MAX_TUNE_BUDGET = 64  # measurements per tune: a larger budget is cut to this (and said so)
@@ -117,15 +119,19 @@ def add_rates(result: dict, odl: str, target: str) -> dict:
 
 
 def check_request(odl: str, backend: str, target: str, sizes: dict, config: dict | None) -> None:
-    """Refuse (ValueError) a request outside the legal lists before anything is built or run:
-    every knob value must be one its knob may take (nc included)."""
+    """Refuse a request outside its bounds before anything is built or run: sizes over the
+    memory budget (ShapeError, checked first: the knobs' legal lists depend on the sizes),
+    then every knob value must be one its knob may take (ValueError; nc included)."""
     from app.services.knobs import space_for
     from uol_core import parse
+    from uol_core.api import check_memory
     from uol_core.runtime.shapes import bind_sizes
 
-    if backend not in ("c", "triton"):
-        raise ValueError(f"unknown backend '{backend}': use c or triton")
-    bound = bind_sizes(parse(odl), sizes)
+    if backend not in kernel_backend_names():
+        raise ValueError(f"unknown backend '{backend}': use {' or '.join(kernel_backend_names())}")
+    op = parse(odl)
+    bound = bind_sizes(op, sizes)
+    check_memory(op, bound)
     space_for(odl, backend, target, tuple(sorted(bound.items()))).resolve(config or {})
 
 
@@ -139,7 +145,8 @@ def run_kernel(odl: str, backend: str, target: str, sizes: dict, config: dict | 
     try:
         check_request(odl, backend, target, sizes, config)
         with job_slot(client, kind) as slot:
-            if backend == "c" and not os.environ.get("UOL_FAULT_INJECT"):
+            if getattr(get_backend(backend), "worker_jobs", False) \
+                    and not os.environ.get("UOL_FAULT_INJECT"):
                 result = _c_worker(request, timeout, slot)
             else:  # Triton (interpreter or GPU), and the crash/hang test hook
                 result = _worker(request, timeout)
@@ -166,7 +173,7 @@ def capped_budget(budget) -> int:
 
 def tune(odl: str, backend: str, target: str, sizes: dict, budget: int, progress=None,
          base: dict | None = None, client: str = LOCAL_CLIENT, stop=None) -> dict:
-    """Measure up to `budget` (at most MAX_TUNE_BUDGET) legal configs spread over the space;
+    """Measure up to `budget` (at most MAX_TUNE_BUDGET) legal configs with the shared search;
     one tune per client at a time (a second is refused), each measurement queued like a Run."""
     with only_one(client, "tune"):
         return tune_measurements(odl, backend, target, sizes, budget, progress, base, client,
@@ -185,38 +192,12 @@ def tune_measurements(odl: str, backend: str, target: str, sizes: dict, budget: 
     check_request(odl, backend, target, sizes, base)
     bound = bind_sizes(parse(odl), sizes)
     space = space_for(odl, backend, target, tuple(sorted(bound.items())))
-    candidates = _spread(space, capped_budget(budget), base)
-    best: dict | None = None
-    trail: list[dict] = []
-    for i, cfg in enumerate(candidates, 1):
-        if stop is not None and stop():
-            break
-        res = run_kernel(odl, backend, target, bound, cfg, kind="tune", client=client)
-        trail.append({"i": i, "config": cfg, "ok": res.get("ok"), "median_s": res.get("median_s"),
-                      "id": res.get("id"), "error": res.get("error", "")})
-        if res.get("ok") and res.get("median_s") and (
-                best is None or res["median_s"] < best["median_s"]):
-            best = res
-        if progress:
-            progress(i, len(candidates), trail, best)
-    return {"best": best, "trail": trail, "budget": len(candidates), "cap": MAX_TUNE_BUDGET}
-
-
-def _spread(space, budget: int, base: dict | None) -> list[dict]:
-    """`budget` configs: the current one first, then legal configs evenly spaced over the space."""
-    picks = [space.resolve(base or {})]
-    if space.acg is not None and space.acg.configs:
-        configs = space.acg.configs
-        step = max(1, len(configs) // max(budget - 1, 1))
-        picks += [c.to_dict() for c in configs[::step]]
-    else:
-        for name, domain in space.domains.items():
-            for value in domain:
-                cfg = {**picks[0], name: value}
-                if not space.violated(cfg):
-                    picks.append(cfg)
-    unique = list({json.dumps(p, sort_keys=True): p for p in picks}.values())
-    return unique[:max(budget, 1)]
+    session = RunSession(space, base, capped_budget(budget),
+                         lambda cfg: run_kernel(odl, backend, target, bound, cfg, kind="tune",
+                                                client=client), stop, progress)
+    stopped = session.tune()  # the shared search: spread over the space, then neighbours
+    return {"best": session.best, "trail": session.trail, "budget": session.budget,
+            "cap": MAX_TUNE_BUDGET, "stopped": stopped}
 
 
 class QueuedWorker:

@@ -13,10 +13,10 @@ import psutil
 
 
 def _activity_dir() -> Path:
-    root = Path(os.environ.get("UOL_CACHE_DIR") or Path.home() / ".cache" / "uol-studio")
-    path = root / "ide_activity"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Running-job markers, in the private per-user cache (uol_core.runtime.usercache)."""
+    from uol_core.runtime.usercache import private_dir
+
+    return private_dir("ide_activity")
 
 
 @contextmanager

@@ -124,7 +124,8 @@ def test_ide_reports_kernel_fault_and_keeps_serving(ide, ide_state, monkeypatch,
     real_emit, real_worker = kernels.emit, runner._c_worker
     # a short timeout for the planted hang only (the page's default is minutes)
     timeout = 5.0 if fault == "hang" else 60.0
-    monkeypatch.setattr(runner, "_c_worker", lambda req, _t: real_worker(req, timeout))
+    monkeypatch.setattr(runner, "_c_worker",
+                        lambda req, _t, slot: real_worker(req, timeout, slot))
 
     def planted(*a, **kw):
         op, sizes, src, knobs, text = real_emit(*a, **kw)
@@ -140,12 +141,12 @@ def test_ide_reports_kernel_fault_and_keeps_serving(ide, ide_state, monkeypatch,
 @pytest.mark.parametrize("cc, says", [
     pytest.param("/nonexistent/gcc", "not usable", id="gcc-missing"),
     pytest.param("crash_cc", "crashed (SIGSEGV)", id="compiler-crash", marks=LONG_ONLY)])
-def test_ide_reports_compiler_fault(ide, ide_state, monkeypatch, crash_cc, cc, says):
+def test_ide_reports_compiler_fault(ide, ide_state, monkeypatch, tmp_path, crash_cc, cc, says):
     from app.services import runner
 
     _restart_worker(runner)
     monkeypatch.setenv("UOL_CC", crash_cc if cc == "crash_cc" else cc)
-    monkeypatch.setenv("UOL_CACHE_DIR", str(REPO / "tests" / "reliability" / ".cc-cache"))
+    monkeypatch.setenv("UOL_CACHE_DIR", str(tmp_path / "cc-cache"))  # nothing cached: gcc runs
     try:
         text = _ide_run(ide, ide_state)
         assert says in text, (cc, text[:800])
@@ -173,8 +174,12 @@ def test_ide_run_child_fault_hook(ide, ide_state, monkeypatch, fault, says):
 
 
 def _restart_worker(runner) -> None:
-    """A fresh worker process reads UOL_CC and UOL_CACHE_DIR again (spawned, not forked)."""
-    with runner._WORKER_LOCK:
-        for w in runner._WORKER:
-            w.close()
-        runner._WORKER.clear()
+    """Fresh pool workers read UOL_CC and UOL_CACHE_DIR again (spawned, not forked); every
+    slot is held while its worker closes, so no job of the IDE is using it."""
+    from app.services.job_queue import pool_size, slot_held
+
+    for slot in range(pool_size()):
+        with slot_held(slot):
+            worker = runner._WORKERS.pop(slot, None)
+            if worker is not None:
+                worker.close()

@@ -35,6 +35,17 @@ class TileConfig:
         data.update(changes)
         return TileConfig(**data)
 
+    def to_config(self):
+        """The shared `Config` (acg.space_core) with the same knobs, in field order."""
+        from uol_core.acg.space_core import Config
+
+        return Config(self.to_dict())
+
+    @classmethod
+    def from_config(cls, cfg) -> TileConfig:
+        """The GEMM's typed view of a `Config` (or any mapping of its knobs); unknown keys raise."""
+        return parse_config(dict(cfg), cls())
+
 
 FIELD_NAMES = tuple(f.name for f in fields(TileConfig))
 FIELD_TYPES = {f.name: (str if f.type in ("str", str) else int) for f in fields(TileConfig)}

@@ -96,7 +96,7 @@ def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | No
         f"parallel split over {cfg.par} with {cfg.threads} threads: balance "
         f"{100 * est.terms['balance']:.0f}%",
     ]
-    rows = [c for c in space.constraints if c.isa == cfg.isa]
+    rows = [c for c in space.constraints if c.applies({"isa": cfg.isa})]
     violated = [f"{c.name}: {c.formula}" for c in rows if not c.holds(cfg)]
     bytes_min = F32 * plan.batch_count * (plan.M * plan.K + plan.K * plan.N + plan.M * plan.N)
     attainable, bound = roofline_gflops(plan.flops, bytes_min, t)
@@ -141,3 +141,46 @@ def tile_picture(cfg: TileConfig, plan) -> str:
         *["               " + "#" * (cfg.nr // 2) for _ in range(min(cfg.mr, 8))],
         f"  split over {cfg.par} across {cfg.threads} thread(s)",
     ])
+
+
+def explain_space(op, sizes: dict, target, space, cfg, picture: str = "",
+                  measured: dict | None = None) -> Explanation:
+    """An Explanation from any `Space` (the GPU tile space, say): the rules that stop each
+    knob growing, the constraints with the HFL facts they use, and the op's roofline."""
+    from uol_core.hfl.roofline import roofline
+    from uol_core.odl.cost import op_cost
+
+    cfg = dict(cfg)
+    binding = []
+    for knob, domain in space.domains.items():
+        larger = [v for v in domain if _after(v, cfg.get(knob))]
+        stops = {c.name for v in larger[:1] for c in space.violated({**cfg, knob: v})}
+        if stops:
+            binding.append(f"{knob}={cfg.get(knob)}: larger stopped by {', '.join(sorted(stops))}")
+    cost = op_cost(op, sizes)
+    try:
+        roof = roofline(cost.flops, cost.bytes, target).to_dict()
+    except (ValueError, AttributeError) as exc:  # a target without peak numbers
+        roof = {"bound": f"unknown ({exc})"}
+    facts = sorted({f for c in space.constraints for f in c.provenance})
+    hfl = [{"field": f, "value": getattr(target, f, None), "provenance": _provenance(target, f)}
+           for f in facts]
+    return Explanation(op.name, dict(sizes), cfg, binding=binding,
+                       violated=[f"{c.name}: {c.formula}" for c in space.violated(cfg)],
+                       roofline=roof, legal_configs=len(space.configs),
+                       measured=dict(measured or {}), hfl_facts=hfl,
+                       constraints=space.report(), picture=picture)
+
+
+def _after(value, current) -> bool:
+    try:
+        return value > current
+    except TypeError:
+        return False
+
+
+def _provenance(target, name: str) -> str:
+    try:
+        return str(target.provenance(name))
+    except (KeyError, AttributeError):
+        return "HFL target"

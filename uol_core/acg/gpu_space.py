@@ -16,6 +16,7 @@ from typing import Any
 
 import constraint
 
+from uol_core.acg.space_core import Config, Constraint, Space
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Op
 from uol_core.odl.patterns import classify
@@ -32,32 +33,30 @@ GENERIC_DOMAINS = {"BLOCK": [64, 128, 256, 512, 1024], "BLOCK_R": [16, 32, 64, 1
                    "num_warps": [1, 2, 4, 8]}
 
 
-@dataclass(frozen=True)
-class Rule:
-    """A named hard constraint over some variables, with the reason shown to the user."""
-
-    name: str
-    variables: tuple[str, ...]
-    test: Callable[..., bool]
-    why: str
+def gpu_rule(name: str, variables: tuple[str, ...], test: Callable[..., bool], why: str,
+         facts: tuple[str, ...] = ()) -> Constraint:
+    """A named hard constraint over some variables, with the reason shown to the user
+    (the `Constraint`'s formula) and the HFL fields it reads."""
+    return Constraint(name, why, variables, test, facts)
 
 
 @dataclass
-class GpuSpace:
+class GpuSpace(Space):
     """Legal configs of one op at concrete sizes on one target, and what pruned the rest.
 
     The counts of what each rule removed are computed when first asked for (explanations),
     not on every solve: enumerating the full product costs more than solving it.
     """
 
-    configs: list[dict]
-    domains: dict[str, list]
-    rules: list[Rule] = field(default_factory=list)
     problem: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def rules(self) -> list[Constraint]:
+        return self.constraints
+
+    @property
     def total(self) -> int:
-        return math.prod(len(v) for v in self.domains.values())
+        return self.product_size
 
     @functools.cached_property
     def violations(self) -> dict[str, int]:
@@ -82,10 +81,25 @@ class GpuSpace:
                     break
         return removed
 
+    def report(self) -> list[dict]:
+        """One row per rule, with what it alone removes (counted on first request)."""
+        counts = self.violations
+        return [{"name": c.name, "formula": c.formula, "removed": counts.get(c.name, 0),
+                 "of": self.total} for c in self.constraints]
+
     def explain(self, config: dict) -> list[str]:
         """Names and reasons of every rule a config breaks (empty: legal)."""
-        return [f"{r.name}: {r.why}" for r in self.rules
+        return [f"{r.name}: {r.formula}" for r in self.rules
                 if not r.test(*(config[v] for v in r.variables))]
+
+
+SMEM_FACTS = ("smem_per_block_optin_bytes", "smem_per_block_bytes")
+
+
+def _shared_memory(smem: int | None, rule: Constraint) -> list[Constraint]:
+    """The shared-memory rule, or none for a target without shared memory (a CPU target, where
+    Triton runs interpreted and no tile can overflow a GPU's shared memory)."""
+    return [rule] if smem else []
 
 
 def gemm_problem(op: Op, sizes: dict[str, int]) -> dict[str, Any]:
@@ -108,7 +122,7 @@ def gemm_problem(op: Op, sizes: dict[str, int]) -> dict[str, Any]:
             "bytes": op.tensor(roles.lhs).dtype.itemsize}
 
 
-def gemm_rules(p: dict[str, Any], target: Any) -> list[Rule]:
+def gemm_rules(p: dict[str, Any], target: Any) -> list[Constraint]:
     """The hard constraints of a Triton GEMM tile on `target` (attribute names of the HFL)."""
     b = p["bytes"]
     smem = target.smem_per_block_optin_bytes or target.smem_per_block_bytes
@@ -122,27 +136,29 @@ def gemm_rules(p: dict[str, Any], target: Any) -> list[Rule]:
         return block <= max(16, 1 << max(dim - 1, 0).bit_length())
 
     return [
-        Rule("shared_memory", ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages"),
-             lambda bm, bn, bk, s: b * (bm * bk + bk * bn) * s <= smem,
-             f"{b} B x (BM*BK + BK*BN) x num_stages must fit {smem} B of shared memory per block"),
-        Rule("registers", ("BLOCK_M", "BLOCK_N", "num_warps"),
+        *_shared_memory(smem, gpu_rule(
+            "shared_memory", ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages"),
+            lambda bm, bn, bk, s: b * (bm * bk + bk * bn) * s <= smem,
+            f"{b} B x (BM*BK + BK*BN) x num_stages must fit {smem} B of shared memory per block",
+            SMEM_FACTS)),
+        gpu_rule("registers", ("BLOCK_M", "BLOCK_N", "num_warps"),
              lambda bm, bn, w: math.ceil(bm * bn / (warp * w)) + 32 <= regs_max,
              f"fp32 accumulators per thread + 32 must stay within {regs_max} registers"),
-        Rule("warps_per_tile", ("BLOCK_M", "BLOCK_N", "num_warps"),
+        gpu_rule("warps_per_tile", ("BLOCK_M", "BLOCK_N", "num_warps"),
              lambda bm, bn, w: w <= max(1, bm * bn // 256) and
              warp * w <= (target.max_threads_per_block or 1024),
              "each warp needs at least a 16x16 piece of the tile; threads <= max per block"),
-        Rule("mma_divisibility", ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
+        gpu_rule("mma_divisibility", ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
              lambda bm, bn, bk: bm % mm == 0 and bn % mn == 0 and bk % mk == 0,
              f"tiles must be multiples of the {p['dtype']} MMA shape {mm}x{mn}x{mk}"),
-        Rule("problem_fit", ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
+        gpu_rule("problem_fit", ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
              lambda bm, bn, bk: fits(bm, p["M"]) and fits(bn, p["N"]) and fits(bk, p["K"]),
              f"a tile no larger than the next power of two of M={p['M']}, N={p['N']}, K={p['K']}"),
-        Rule("split_k", ("SPLIT_K", "BLOCK_K"),
+        gpu_rule("split_k", ("SPLIT_K", "BLOCK_K"),
              lambda sk, bk: sk == 1 or (not p["epilogue"] and p["dtype"] in ("f16", "f32")
                                         and sk <= math.ceil(p["K"] / bk)),
              "split-K adds partial sums atomically: a bare f16/f32 GEMM with K/BLOCK_K >= SPLIT_K"),
-        Rule("group_m", ("GROUP_M", "BLOCK_M"),
+        gpu_rule("group_m", ("GROUP_M", "BLOCK_M"),
              lambda g, bm: g == 1 or math.ceil(p["M"] / bm) > 1,
              "row grouping only matters with more than one row of tiles"),
     ]
@@ -165,7 +181,7 @@ def flash_problem(op: Op, sizes: dict[str, int]) -> dict[str, Any]:
             "dtype": dtype.value, "bytes": dtype.itemsize, "causal": plan.causal is not None}
 
 
-def flash_rules(p: dict[str, Any], target: Any) -> list[Rule]:
+def flash_rules(p: dict[str, Any], target: Any) -> list[Constraint]:
     """Constraints of the flash kernel: K/V blocks in shared memory, S and O tiles in registers."""
     b = p["bytes"]
     smem = target.smem_per_block_optin_bytes or target.smem_per_block_bytes
@@ -178,36 +194,38 @@ def flash_rules(p: dict[str, Any], target: Any) -> list[Rule]:
         return block <= max(16, 1 << max(dim - 1, 0).bit_length())
 
     return [
-        Rule("shared_memory", ("BLOCK_M", "BLOCK_N", "num_stages"),
-             lambda bm, bn, s: b * (bm * d + s * bn * (d + e)) <= smem,
-             f"{b} B x (BM*D + num_stages*BN*(D+E)) must fit {smem} B of shared memory"),
-        Rule("registers", ("BLOCK_M", "BLOCK_N", "num_warps"),
+        *_shared_memory(smem, gpu_rule(
+            "shared_memory", ("BLOCK_M", "BLOCK_N", "num_stages"),
+            lambda bm, bn, s: b * (bm * d + s * bn * (d + e)) <= smem,
+            f"{b} B x (BM*D + num_stages*BN*(D+E)) must fit {smem} B of shared memory",
+            SMEM_FACTS)),
+        gpu_rule("registers", ("BLOCK_M", "BLOCK_N", "num_warps"),
              lambda bm, bn, w: math.ceil(bm * (bn + e) / (warp * w)) + 32 <= regs_max,
              f"score and accumulator tiles per thread + 32 within {regs_max} registers"),
-        *([] if b <= 2 else [Rule(
+        *([] if b <= 2 else [gpu_rule(
             "fma_operand_registers", ("BLOCK_M", "BLOCK_N", "num_warps"),
             lambda bm, bn, w: math.ceil((bm * d + d * bn + bn * e + bm * bn + bm * e) /
                                         (warp * w)) <= regs_max // 2,
             f"{p['dtype']} dots without tensor cores hold Q, K, V, S and O tiles in registers: "
             f"at most half of {regs_max} per thread (64x64 blocks spilled: 8.6 ms vs 0.34 ms "
             "for 16x64 on an H200, S=4096 D=64)")]),
-        Rule("warps_per_tile", ("BLOCK_M", "BLOCK_N", "num_warps"),
+        gpu_rule("warps_per_tile", ("BLOCK_M", "BLOCK_N", "num_warps"),
              lambda bm, bn, w: w <= max(1, bm * bn // 256) and
              warp * w <= (target.max_threads_per_block or 1024),
              "each warp needs at least a 16x16 piece of the score tile"),
-        Rule("problem_fit", ("BLOCK_M", "BLOCK_N"),
+        gpu_rule("problem_fit", ("BLOCK_M", "BLOCK_N"),
              lambda bm, bn: fits(bm, p["S"]) and fits(bn, p["T"]),
              f"blocks no larger than the next power of two of S={p['S']}, T={p['T']}"),
     ]
 
 
-def generic_rules(target: Any) -> list[Rule]:
+def generic_rules(target: Any) -> list[Constraint]:
     """Constraints of the blocked map/reduce kernels."""
     warp = target.warp_size or 32
-    return [Rule("threads_per_block", ("num_warps",),
+    return [gpu_rule("threads_per_block", ("num_warps",),
                  lambda w: warp * w <= (target.max_threads_per_block or 1024),
                  "threads per block within the target's limit"),
-            Rule("elements_per_thread", ("BLOCK", "num_warps"), lambda bl, w: bl >= warp * w,
+            gpu_rule("elements_per_thread", ("BLOCK", "num_warps"), lambda bl, w: bl >= warp * w,
                  "every thread owns at least one element of the block")]
 
 
@@ -231,7 +249,7 @@ def gpu_space(op: Op, sizes: dict[str, int], target: Any) -> GpuSpace:
                       {**problem, "fallback": "no " + ("flash" if problem.get("flash") else "GEMM")
                        + " tile fits this target (bound by " + ", ".join(_binding(space))
                        + "): the statements run as generic blocked kernels"})
-    fallback.configs = [{**c, "force_generic": 1} for c in fallback.configs]
+    fallback.configs = [c.replace(force_generic=1) for c in fallback.configs]
     return fallback
 
 
@@ -241,14 +259,15 @@ def _binding(space: GpuSpace) -> list[str]:
     return alone or [k for k, v in space.removed.items() if v]
 
 
-def _solve(domains: dict[str, list], rules: list[Rule], problem: dict[str, Any]) -> GpuSpace:
+def _solve(domains: dict[str, list], rules: list[Constraint], problem: dict[str, Any]) -> GpuSpace:
     csp = constraint.Problem()
     for name, values in domains.items():
         csp.addVariable(name, values)
     for rule in rules:
         csp.addConstraint(rule.test, rule.variables)
-    configs = sorted(csp.getSolutions(), key=lambda c: tuple(c[k] for k in domains))
-    return GpuSpace(configs, dict(domains), rules, problem)
+    configs = sorted((Config({k: c[k] for k in domains}) for c in csp.getSolutions()),
+                     key=lambda c: tuple(c[k] for k in domains))
+    return GpuSpace(dict(domains), list(rules), configs, problem=problem)
 
 
 def predict(config: dict, problem: dict, target: Any) -> dict[str, float]:

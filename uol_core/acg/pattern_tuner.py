@@ -1,9 +1,11 @@
 """The tuner for the non-GEMM C kernels (rows, maps, stencils, scans, fused ops).
 
-Same protocol as the GEMM tuner (`acg.tuner`): rank the legal configs of the pattern space
-with its roofline model, measure the top few in the worker (verified first), then step one
-knob at a time around the best until gains flatten or the budget runs out. Every measurement
-and every failure is written to the tuning database at once; a failure is never retried.
+A session of the shared search (`acg.tuner.search`): rank the legal configs of the pattern
+space with its roofline model, measure the top few in the worker (verified first), then step
+one knob at a time around the best until gains flatten or the budget runs out. Every
+measurement and every failure is written to the tuning database at once, under a key that
+names the template that writes the kernel (rows, flash, conv, generic: each has its own
+version), so a template change never reuses another version's records.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from uol_core.acg.config import resolve_target
-from uol_core.acg.space_patterns import VARIABLES, build_pattern_space, predict_seconds
-from uol_core.acg.tuner import Trial, TuneResult, search, tuning_key
+from uol_core.acg.space_core import Config, parse_key
+from uol_core.acg.space_patterns import build_pattern_space, pattern_config, predict_seconds
+from uol_core.acg.tuner import Trial, TuneResult, generator_id, search, tuning_key
 from uol_core.backends.c import emit
 from uol_core.odl.cost import op_cost
 from uol_core.odl.printer import format_op
@@ -20,22 +23,9 @@ from uol_core.runtime.tuningdb import TuningDB
 from uol_core.runtime.worker import Worker, make_job
 
 
-class PatternConfig(dict):
-    """A knob assignment of the pattern space, keyed like the GEMM configs in the database."""
-
-    def key(self) -> str:
-        return ",".join(f"{k}={self[k]}" for k in VARIABLES if k in self)
-
-    def to_dict(self) -> dict:
-        return dict(self)
-
-    def __hash__(self) -> int:  # configs are used as set members while tuning
-        return hash(self.key())
-
-
-def parse_pattern_key(text: str) -> PatternConfig:
-    """'threads=2,chunk=0,vec=8,fuse=1' -> PatternConfig."""
-    return PatternConfig({k: int(v) for k, v in (part.split("=") for part in text.split(","))})
+def parse_pattern_key(text: str) -> Config:
+    """'threads=2,chunk=0,vec=8,fuse=1' -> Config."""
+    return pattern_config(parse_key(text))
 
 
 class PatternTuningSession:
@@ -50,21 +40,27 @@ class PatternTuningSession:
         self.db = db or TuningDB()
         self.worker, self.own_worker = worker, worker is None
         self.replay, self.seed, self.min_seconds, self.timeout_s = replay, seed, min_seconds, timeout_s
-        self.key = tuning_key(op, self.sizes, self.target)
         self.flops = op_cost(op, self.sizes).flops
-        configs = [PatternConfig(c) for c in self.space.configs]
+        configs = list(self.space.configs)
         self._ranked = sorted(((c, self.predicted_gflops(c)) for c in configs),
                               key=lambda pair: -pair[1])
+        self.key = tuning_key(op, self.sizes, self.target, self._generator())
         self._rank = {c.key(): i + 1 for i, (c, _) in enumerate(self._ranked)}
         self._legal = {c.key(): c for c in configs}
 
-    def predicted_gflops(self, cfg: PatternConfig) -> float:
+    def _generator(self) -> str:
+        """The template that writes this op's kernel (it does not depend on the knobs)."""
+        pick = self._ranked[0][0] if self._ranked else {}
+        src = emit(self.op, dict(pick), self.target, self.sizes)
+        return generator_id(str(src.meta.get("generator", "")))
+
+    def predicted_gflops(self, cfg: Config) -> float:
         return self.flops / predict_seconds(self.op, self.sizes, self.target, cfg) / 1e9
 
-    def ranked(self) -> list[tuple[PatternConfig, float]]:
+    def ranked(self) -> list[tuple[Config, float]]:
         return self._ranked
 
-    def measure(self, cfg: PatternConfig) -> Trial:
+    def measure(self, cfg: Config) -> Trial:
         """From the database when known (failures included), else built, verified and timed."""
         predicted, rank = self.predicted_gflops(cfg), self._rank.get(cfg.key(), 0)
         row = self.db.lookup(self.key, cfg.key())
@@ -87,7 +83,7 @@ class PatternTuningSession:
         self.db.record(self.key, cfg.key(), result)  # at once: a killed tuner loses nothing
         return Trial(cfg, predicted, rank, result)
 
-    def neighbours(self, cfg: PatternConfig) -> list[PatternConfig]:
+    def neighbours(self, cfg: Config) -> list[Config]:
         """Legal configs one domain step away in one knob, best predicted first."""
         found = []
         for var, domain in self.space.domains.items():
@@ -96,7 +92,7 @@ class PatternTuningSession:
             i = domain.index(cfg[var])
             for j in (i - 1, i + 1):
                 if 0 <= j < len(domain):
-                    other = self._legal.get(PatternConfig({**cfg, var: domain[j]}).key())
+                    other = self._legal.get(cfg.replace(**{var: domain[j]}).key())
                     if other is not None:
                         found.append(other)
         return sorted(found, key=lambda c: self._rank.get(c.key(), 1 << 30))

@@ -8,19 +8,19 @@ fits is a soft term of the cost model.
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import product
 
 import constraint
 
 from uol_core.acg.config import TileConfig, lanes, target_isas, vector_registers
 from uol_core.acg.formula import compile_formula
 from uol_core.acg.lower import GemmPlan
+from uol_core.acg.space_core import Constraint, count_removed
+from uol_core.acg.space_core import Space as BaseSpace
 
 F32 = 4  # bytes per element: the C GEMM path is f32 only (lower.py checks)
 PREFETCH_SHARE = 4  # at most 1/PREFETCH_SHARE of L1 holds data prefetched ahead (a policy, not hw)
@@ -33,30 +33,23 @@ MC_CANDIDATES = [24, 48, 72, 96, 120, 144, 192, 240, 288, 384]
 VARIABLES = ("mr", "nr", "kc", "mc", "ku", "pf", "par", "threads")
 
 
-@dataclass(frozen=True)
-class NamedConstraint:
-    """One restriction: a name and its formula (a Python expression over the tile variables).
+# HFL fields each GEMM rule reads (its provenance in explanations and the knob panel).
+RULE_FACTS = {
+    "register file": ("vector_registers", "isa"),
+    "latency hiding": ("fma_units", "fma_latency_cycles"),
+    "L1 capacity": ("l1d_bytes",),
+    "L2 capacity": ("l2_bytes",),
+    "parallel split": ("cores",),
+    "prefetch budget": ("l1d_bytes",),
+}
 
-    The formula is generated here, with the target's numbers filled in, so it is both what
-    python-constraint2 solves and what a person reads; `removed` counts the assignments of the
-    full product that this constraint alone rejects.
-    """
 
-    name: str
-    formula: str
-    isa: str = ""
-    removed: int = 0
-
-    @property
-    def variables(self) -> tuple[str, ...]:
-        return _variables(self.formula)
-
-    @property
-    def predicate(self) -> Callable[..., bool]:
-        return _compiled(self.formula, self.variables)
-
-    def holds(self, cfg: TileConfig) -> bool:
-        return bool(self.predicate(*(getattr(cfg, v) for v in self.variables)))
+def named_constraint(name: str, formula: str, isa: str = "", removed: int = 0) -> Constraint:
+    """A GEMM rule as a `Constraint`: its variables are the tile knobs the formula names, its
+    test the formula itself (parsed, never evaluated as Python), limited to configs of `isa`."""
+    variables = _variables(formula)
+    return Constraint(name, formula, variables, _compiled(formula, variables),
+                      RULE_FACTS.get(name, ()), (("isa", isa),) if isa else (), removed)
 
 
 @lru_cache(maxsize=4096)
@@ -71,30 +64,17 @@ def _compiled(formula: str, variables: tuple[str, ...]) -> Callable[..., bool]:
 
 
 @dataclass
-class Space:
-    """Variables with domains, the named constraints, and the legal configs that satisfy them all."""
+class Space(BaseSpace):
+    """The GEMM space: the shared `Space` plus its plan, target, solve time and latency rule.
 
-    plan: GemmPlan
-    target: object
-    domains: dict[str, list]
-    constraints: list[NamedConstraint]
-    configs: list[TileConfig] = field(default_factory=list)
+    Legal configs are `TileConfig`s (the GEMM's typed view; `to_config()` gives the `Config`).
+    """
+
+    plan: GemmPlan | None = None
+    target: object = None
     seconds: float = 0.0
     # isa -> (chains the latency rule asked for, chains units x latency would need)
     latency: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-    @property
-    def product_size(self) -> int:
-        return math.prod(len(d) for d in self.domains.values())
-
-    def violated(self, cfg: TileConfig) -> list[NamedConstraint]:
-        """Constraints a (user-given) config breaks."""
-        return [c for c in self.constraints if not c.holds(cfg)]
-
-    def report(self) -> list[dict]:
-        """One row per constraint: name, formula, assignments removed (of the full product)."""
-        return [{"name": c.name, "formula": c.formula, "removed": c.removed,
-                 "of": self.product_size} for c in self.constraints]
 
 
 def _upto_first_cover(values: list[int], extent: int) -> list[int]:
@@ -136,7 +116,7 @@ def fma_chains_needed(target) -> int:
 
 
 def gemm_constraints(plan: GemmPlan, target, isa: str,
-                     hide: int | None = None) -> list[NamedConstraint]:
+                     hide: int | None = None) -> list[Constraint]:
     """The named restrictions of the GEMM space on `target` for one ISA, numbers filled in
     (`hide`: the accumulator chains the latency rule asks for; default units x latency)."""
     regs, lane = vector_registers(isa, target), lanes(isa, target)
@@ -159,7 +139,7 @@ def gemm_constraints(plan: GemmPlan, target, isa: str,
         ("prefetch budget", f"pf * (mr + nr) * {F32} <= {l1 // PREFETCH_SHARE}"),
         ("unroll", f"ku <= {max(K, 1)} and ku * mr * {nv} <= {UNROLL_FMAS}"),
     ]
-    return [NamedConstraint(name, formula, isa) for name, formula in rows]
+    return [named_constraint(name, formula, isa) for name, formula in rows]
 
 
 def block_nc(plan: GemmPlan, target, kc: int, nr: int, par: str = "ir", threads: int = 1) -> int:
@@ -174,14 +154,6 @@ def block_nc(plan: GemmPlan, target, kc: int, nr: int, par: str = "ir", threads:
     return min(whole, cap)
 
 
-def _count_removed(c: NamedConstraint, domains: dict[str, list]) -> int:
-    """Assignments of the full product that `c` alone rejects (counted over its own variables)."""
-    sub = [domains[v] for v in c.variables]
-    pred = c.predicate
-    bad = sum(1 for values in product(*sub) if not pred(*values))
-    return bad * (math.prod(len(d) for d in domains.values()) // math.prod(len(d) for d in sub))
-
-
 def build_space(plan: GemmPlan, target) -> Space:
     """Solve the GEMM space of `plan` on `target`: legal configs plus per-constraint statistics.
 
@@ -192,7 +164,7 @@ def build_space(plan: GemmPlan, target) -> Space:
     """
     start = time.perf_counter()
     configs: list[TileConfig] = []
-    named: list[NamedConstraint] = []
+    named: list[Constraint] = []
     domains: dict[str, list] = {}
     latency: dict[str, tuple[int, int]] = {}
     for isa in usable_isas(target):
@@ -211,10 +183,20 @@ def build_space(plan: GemmPlan, target) -> Space:
         hide = min(need, max((s["mr"] * (s["nr"] // lane) for s in solutions), default=1))
         latency[isa] = (hide, need)
         for c in gemm_constraints(plan, target, isa, hide):
-            named.append(NamedConstraint(c.name, c.formula, isa, _count_removed(c, domains)))
+            named.append(count_removed(c, domains))
         configs += [TileConfig(isa=isa, nc=block_nc(plan, target, s["kc"], s["nr"], s["par"],
                                                     s["threads"]), **s)
                     for s in solutions if s["mr"] * (s["nr"] // lane) >= hide]
     configs.sort(key=lambda c: (c.isa, c.mr, c.nr, c.kc, c.mc, c.ku, c.pf, c.par, c.threads))
     domains["isa"] = usable_isas(target)
-    return Space(plan, target, domains, named, configs, time.perf_counter() - start, latency)
+    derived = {"nc": sorted({c.nc for c in configs})}
+
+    def derive(cfg) -> dict:  # nc follows kc, nr, par and threads (BLIS rule, block_nc)
+        return {"nc": block_nc(plan, target, cfg["kc"], cfg["nr"], cfg["par"], cfg["threads"])}
+
+    lane_counts = domains_for(plan, target)["nr"]
+    scoped = {isa: {"nr": [n * lanes(isa, target) for n in lane_counts]}
+              for isa in domains["isa"]}
+    return Space(domains, named, configs, derived, derive=derive, scope_knob="isa",
+                 scoped=scoped, plan=plan, target=target,
+                 seconds=time.perf_counter() - start, latency=latency)

@@ -9,64 +9,45 @@ many assignments of the full product it alone removes. The cost model is a roofl
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import product
 
 import constraint
 
 from uol_core.acg.fusion import FusionPlan, plan_fusion
+from uol_core.acg.space_core import (
+    Config,
+    Constraint,
+    Space,
+    count_removed,
+    keyword_test,
+    parse_key,
+)
 from uol_core.odl.ir import Access, Op, walk
 from uol_core.runtime.shapes import shape_of
 
 VARIABLES = ("threads", "chunk", "vec", "fuse")
 
 
-@dataclass(frozen=True)
-class PatternConstraint:
-    """A named restriction: its formula (numbers filled in) and assignments it alone removes."""
-
-    name: str
-    formula: str  # for people: the rule with the target's numbers filled in
-    test: Callable[..., bool] = field(compare=False, repr=False, default=lambda **_: True)
-    removed: int = 0
-
-    @property
-    def variables(self) -> tuple[str, ...]:
-        return tuple(v for v in VARIABLES if v in self.formula)
-
-    def holds(self, cfg: Mapping) -> bool:
-        return bool(self.test(**{v: cfg[v] for v in self.variables}))
-
-
 @dataclass
-class PatternSpace:
-    """Domains, constraints and legal configs of one op at concrete sizes on one target."""
+class PatternSpace(Space):
+    """The shared `Space` of one op at concrete sizes on one target (legal configs: `Config`)."""
 
-    op: Op
-    sizes: dict[str, int]
-    target: object
-    domains: dict[str, list]
-    constraints: list[PatternConstraint]
-    configs: list[dict] = field(default_factory=list)
+    op: Op | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
+    target: object = None
 
-    def report(self) -> list[dict]:
-        """One row per constraint: name, formula, removed (of the full product)."""
-        total = math.prod(len(d) for d in self.domains.values())
-        return [{"name": c.name, "formula": c.formula, "removed": c.removed, "of": total}
-                for c in self.constraints]
-
-    def violated(self, cfg: Mapping) -> list[PatternConstraint]:
-        return [c for c in self.constraints if not c.holds({**_defaults(), **cfg})]
-
-
-def _keyword(test: Callable[..., bool], names: tuple[str, ...]) -> Callable[..., bool]:
-    """python-constraint2 passes values by position in `names` order."""
-    return lambda *values: test(**dict(zip(names, values)))
+    def violated(self, cfg: Mapping) -> list[Constraint]:
+        return super().violated({**_defaults(), **cfg})
 
 
 def _defaults() -> dict:
     return {"threads": 1, "chunk": 0, "vec": 0, "fuse": 1}
+
+
+def pattern_config(values: Mapping) -> Config:
+    """A pattern config with its knobs in VARIABLES order (the tuning database key's order)."""
+    return Config({k: values[k] for k in VARIABLES if k in values})
 
 
 def _outer_extent(plan: FusionPlan) -> int:
@@ -92,35 +73,32 @@ def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpac
     domains = {"threads": sorted({1, cores}), "chunk": [0, 1, 4, 16, 64],
                "vec": [0, lanes, 2 * lanes], "fuse": [1, 0] if len(op.stmts) > 1 else [1]}
     private, l2 = _private_bytes(op, sizes, fused), int(target.l2_bytes or 1 << 20)
-    # Each rule: its name, the formula a person reads, and the same test as a function (the
-    # numbers are the target's; no text is evaluated).
+    # Each rule: its name, the formula a person reads, the same test as a function (the
+    # numbers are the target's; no text is evaluated), and the HFL facts it uses.
     rows = [
-        ("cores", f"threads <= {cores}", lambda threads: threads <= cores),
+        ("cores", f"threads <= {cores}", lambda threads: threads <= cores, ("cores",)),
         ("work per thread", f"chunk == 0 or {outer} // chunk >= threads",
-         lambda chunk, threads: chunk == 0 or outer // chunk >= threads),
+         lambda chunk, threads: chunk == 0 or outer // chunk >= threads, ()),
         ("vector width", f"vec == 0 or (vec % {lanes} == 0 and vec <= {2 * lanes})",
-         lambda vec: vec == 0 or (vec % lanes == 0 and vec <= 2 * lanes)),
+         lambda vec: vec == 0 or (vec % lanes == 0 and vec <= 2 * lanes), ("vector_bits",)),
         ("private slices fit L2", f"fuse == 0 or {private} <= {l2}",
-         lambda fuse: fuse == 0 or private <= l2),
+         lambda fuse: fuse == 0 or private <= l2, ("l2_bytes",)),
         ("parallel pays", f"threads == 1 or {outer} >= threads * 4",
-         lambda threads: threads == 1 or outer >= threads * 4),
+         lambda threads: threads == 1 or outer >= threads * 4, ("cores",)),
     ]
     problem = constraint.Problem()
     for var, dom in domains.items():
         problem.addVariable(var, dom)
     named = []
-    for name, formula, test in rows:
-        c = PatternConstraint(name, formula, test)
-        bad = sum(1 for values in product(*(domains[v] for v in c.variables))
-                  if not c.holds(dict(zip(c.variables, values))))
-        scale = math.prod(len(d) for d in domains.values()) // max(
-            1, math.prod(len(domains[v]) for v in c.variables))
-        named.append(PatternConstraint(name, formula, test, bad * scale))
-        problem.addConstraint(constraint.FunctionConstraint(_keyword(test, c.variables)),
-                              list(c.variables))
-    configs = problem.getSolutions()
+    for name, formula, test, facts in rows:
+        variables = tuple(v for v in VARIABLES if v in formula)
+        rule = count_removed(Constraint(name, formula, variables, keyword_test(test, variables),
+                                        facts), domains)
+        named.append(rule)
+        problem.addConstraint(constraint.FunctionConstraint(rule.test), list(variables))
+    configs = [pattern_config(c) for c in problem.getSolutions()]
     configs.sort(key=lambda c: (c["threads"], c["chunk"], c["vec"], c["fuse"]))
-    return PatternSpace(op, dict(sizes), target, domains, named, configs)
+    return PatternSpace(domains, named, configs, op=op, sizes=dict(sizes), target=target)
 
 
 def traffic_bytes(op: Op, sizes: Mapping[str, int], fuse: bool) -> int:
@@ -161,25 +139,9 @@ def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
 
         return tuned_pattern_config(op, sizes, target) or best, space
     if isinstance(request, str):
-        request = _parse(request)
+        request = parse_key(request)
     cfg = {**best, **dict(request or {})}
     return cfg, space
-
-
-def _parse(text: str) -> dict:
-    """'chunk=4,vec=8' -> {'chunk': 4, 'vec': 8}; values are integers."""
-    out = {}
-    for part in text.replace(" ", ",").split(","):
-        if not part:
-            continue
-        key, sep, value = part.partition("=")
-        if not sep:
-            raise ValueError(f"bad config item '{part}': write key=value, e.g. chunk=4")
-        try:
-            out[key.strip()] = int(value)
-        except ValueError:
-            raise ValueError(f"config {key} must be an integer, got '{value}'") from None
-    return out
 
 
 def explain_pattern(space: PatternSpace, cfg: Mapping, src, measured: dict | None = None):

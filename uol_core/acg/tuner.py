@@ -20,9 +20,11 @@ from uol_core.backends.c import GENERATOR_VERSION, emit
 from uol_core.odl.printer import format_op
 from uol_core.runtime.build import compiler_version
 from uol_core.runtime.tuningdb import TuningDB, TuningKey, op_hash, target_fingerprint
+from uol_core.runtime.tuninglease import LEASE_WAIT_S, TuningLease
 from uol_core.runtime.worker import Worker, make_job
 
 SEARCH_VARS = ("mr", "nr", "kc", "mc", "ku", "pf", "par", "threads", "isa")
+LEASE_MIN_TTL_S = 60.0  # a key's lease outlives twice the worker's timeout, at least this
 
 
 @dataclass
@@ -59,9 +61,11 @@ class TuningSession:
 
     def __init__(self, op, sizes: dict, target="host", db: TuningDB | None = None,
                  worker: Worker | None = None, replay: bool = False, seed: int = 0,
-                 min_seconds: float = 0.15, timeout_s: float = 120.0):
+                 min_seconds: float = 0.15, timeout_s: float = 120.0,
+                 lease_wait_s: float = LEASE_WAIT_S):
         self.op, self.sizes = op, dict(sizes)
         self.target = resolve_target(target)
+        self.lease_wait_s = lease_wait_s  # how long tune() waits for another tuner on this key
         self.plan: GemmPlan = lower_contraction(op, self.sizes)
         self.space: Space = build_space(self.plan, self.target)
         self.model = CostModel(self.plan, self.target)
@@ -138,11 +142,33 @@ class TuningSession:
             self.worker.close()
 
 
-def tuning_key(op, sizes: dict, target) -> TuningKey:
-    """The database key of an op at sizes on a target, with this compiler and generator."""
+def generator_id(template: str = GENERATOR_VERSION, backend: str = "c") -> str:
+    """The generator part of a tuning key: the backend's own hash and the template version
+    (a change to either invalidates the records it wrote, as Triton's cache key does)."""
+    from uol_core.backends import get_backend
+
+    return f"{get_backend(backend).hash()}/{template}"
+
+
+def tuning_key(op, sizes: dict, target, generator: str | None = None) -> TuningKey:
+    """The database key of an op at sizes on a target, with this compiler and `generator`
+    (`generator_id()`; default: the C GEMM template's)."""
     return TuningKey(op_hash(op), op.name, json.dumps(dict(sizes), sort_keys=True),
                      ",".join(sorted({d.dtype.value for d in op.inputs + op.outputs})),
-                     target_fingerprint(target), compiler_version(), GENERATOR_VERSION)
+                     target_fingerprint(target), compiler_version(),
+                     generator or generator_id())
+
+
+def open_session(op, sizes: dict, target="host", **options):
+    """The tuning session of a C kernel: the GEMM tuner for contractions it lowers, the
+    pattern tuner for every other op (same search, same database)."""
+    from uol_core.acg.lower import UnsupportedOp
+    from uol_core.acg.pattern_tuner import PatternTuningSession
+
+    try:
+        return TuningSession(op, sizes, target, **options)
+    except UnsupportedOp:
+        return PatternTuningSession(op, sizes, target, **options)
 
 
 def recorded(op, sizes: dict, target, cfg: TileConfig, db: TuningDB | None = None):
@@ -167,7 +193,29 @@ def search(session, budget: int | None, seconds: float | None, top: int, patienc
     """The search every tuner shares: measure the model's top `top`, then step to the best
     untried neighbour of the best until the budget runs out or gains stay flat for
     `patience` measurements. `session` offers ranked(), measure(cfg) and neighbours(cfg);
-    configs are told apart by their key()."""
+    configs are told apart by their key().
+
+    A measuring session (`db`, `key`, not `replay`) first takes the key's lease: a second
+    tuner on the same key waits (`lease_wait_s`, default LEASE_WAIT_S) and then finds the
+    first one's measurements in the database instead of timing them again beside it."""
+    if getattr(session, "replay", True):
+        return _search(session, budget, seconds, top, patience, progress, after_top, None)
+    ttl = max(LEASE_MIN_TTL_S, 2 * float(getattr(session, "timeout_s", LEASE_MIN_TTL_S)))
+    with TuningLease(session.db, session.key, ttl) as lease:
+        waited = time.perf_counter()
+        if not lease.acquire(float(getattr(session, "lease_wait_s", LEASE_WAIT_S))):
+            return TuneResult(None, 0.0, stopped=(
+                f"another tuner is measuring this op at these sizes ({lease.blocker.describe()}); "
+                f"waited {time.perf_counter() - waited:.0f} s. Run again when it has finished: "
+                "its results are then read from the tuning database"))
+        return _search(session, budget, seconds, top, patience, progress, after_top,
+                       lease.renew)
+
+
+def _search(session, budget: int | None, seconds: float | None, top: int, patience: int,
+            progress: Callable[[Trial, int], None] | None,
+            after_top: Callable[[list[Trial]], None] | None,
+            renew: Callable[[], None] | None) -> TuneResult:
     start = time.perf_counter()
     out = TuneResult(None, 0.0)
     tried: set[str] = set()
@@ -176,6 +224,8 @@ def search(session, budget: int | None, seconds: float | None, top: int, patienc
     def run(cfg) -> bool:
         nonlocal stale
         trial = session.measure(cfg)
+        if renew is not None:
+            renew()  # a measurement took at most the worker's timeout: keep the key
         tried.add(cfg.key())
         out.trials.append(trial)
         if progress:

@@ -1,7 +1,7 @@
 """Where a group's op runs: the chosen backend when it can emit the op, else the reference evaluator.
 
-This is the one place that knows the backends. A faster backend (or a new pattern in the C
-backend) is picked up here with no change to planning or running: `can_emit` asks the backend
+The backends come from the registry (`uol_core.backends`). A new backend (or a new pattern in
+one) is picked up here with no change to planning or running: `can_emit` asks the backend
 itself, so the fusion planner and the runner follow whatever the backend accepts today.
 """
 
@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
+from uol_core.backends import backend_names, generator_of, get_backend
 from uol_core.odl.ir import Op
 from uol_core.odl.printer import format_op
 
-BACKENDS = ("c", "triton", "reference")
+BACKENDS = backend_names()
+REFERENCE = "reference"
 Runner = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
 
 
@@ -36,27 +38,15 @@ def _key(op: Op, sizes: dict[str, int], backend: str, target) -> tuple:
     return (format_op(op), tuple(sorted(sizes.items())), backend, str(target))
 
 
-def _check_c(op: Op, sizes: dict[str, int], target) -> str:
-    """Plan and emit C text without building it (cheap enough for the fusion planner);
-    returns the generator that would write the kernel (a template or the generic path)."""
-    from uol_core.acg.config import resolve_target
-    from uol_core.api import check_memory, choose_config
-    from uol_core.backends.c import emit
+def _check(op: Op, sizes: dict[str, int], backend: str, target) -> str:
+    """Plan and emit the kernel text without building it (cheap enough for the fusion
+    planner); returns the generator that would write the kernel (a template, generic, ...)."""
+    from uol_core.api import check_memory
 
-    tgt = resolve_target(target)
     check_memory(op, sizes)
-    cfg, _, _ = choose_config(op, sizes, tgt, None)
-    return str(emit(op, cfg, tgt, sizes).meta.get("generator", "c"))
+    return generator_of(get_backend(backend, target), op, sizes, target)
 
 
-def _check_triton(op: Op, sizes: dict[str, int], target) -> str:
-    from uol_core.backends.triton import emit
-
-    emit(op, None, None)
-    return "triton"
-
-
-CHECKS: dict[str, Callable[[Op, dict, object], str]] = {"c": _check_c, "triton": _check_triton}
 _GENERATOR: dict[tuple, str] = {}
 
 
@@ -68,14 +58,14 @@ def generator(op: Op, sizes: dict[str, int], backend: str, target="host") -> str
 
 def can_emit(op: Op, sizes: dict[str, int], backend: str, target="host") -> tuple[bool, str]:
     """Whether `backend` generates a kernel for `op` at `sizes`, and if not, the backend's reason."""
-    if backend == "reference":
+    if backend == REFERENCE:
         return True, ""
-    if backend not in CHECKS:
+    if backend not in BACKENDS:
         raise ValueError(f"unknown backend '{backend}' (known: {', '.join(BACKENDS)})")
     key = _key(op, sizes, backend, target)
     if key not in _EMIT_CACHE:
         try:
-            _GENERATOR[key] = CHECKS[backend](op, sizes, target)
+            _GENERATOR[key] = _check(op, sizes, backend, target)
             _EMIT_CACHE[key] = (True, "")
         except Exception as err:  # the backend's own refusal, whatever its type, is the answer
             _EMIT_CACHE[key] = (False, str(err).split("\n")[0])
@@ -88,10 +78,10 @@ def _reference(op: Op) -> Runner:
     return lambda tensors: evaluate_all(op, tensors)
 
 
-def _build_c(op: Op, sizes: dict[str, int], target) -> Runner:
+def _build(op: Op, sizes: dict[str, int], backend: str, target) -> Runner:
     import uol_core
 
-    kernel = uol_core.compile(op, shapes=sizes, target=target, backend="c")
+    kernel = uol_core.compile(op, shapes=sizes, target=target, backend=backend)
     single = len(op.outputs) == 1
 
     def run(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -101,29 +91,18 @@ def _build_c(op: Op, sizes: dict[str, int], target) -> Runner:
     return run
 
 
-def _build_triton(op: Op, sizes: dict[str, int], target) -> Runner:
-    from uol_core.backends.triton import emit
-    from uol_core.runtime.triton_runner import run_triton
-
-    source = emit(op, None, None)
-    return lambda tensors: run_triton(source, op, tensors)
-
-
-BUILDERS: dict[str, Callable[[Op, dict, object], Runner]] = {"c": _build_c, "triton": _build_triton}
-
-
 def route(op: Op, sizes: dict[str, int], backend: str = "c", target="host") -> Route:
     """The kernel that runs `op`: the backend's when it emits and builds, else the reference."""
     key = _key(op, sizes, backend, target)
     if key in _ROUTE_CACHE:
         return _ROUTE_CACHE[key]
     ok, why = can_emit(op, sizes, backend, target)
-    result = Route("reference", _reference(op), "" if backend == "reference" else why)
-    if ok and backend != "reference":
+    result = Route(REFERENCE, _reference(op), "" if backend == REFERENCE else why)
+    if ok and backend != REFERENCE:
         try:
-            result = Route(backend, BUILDERS[backend](op, sizes, target))
+            result = Route(backend, _build(op, sizes, backend, target))
         except Exception as err:  # a build failure falls back, and the report says why
-            result = Route("reference", _reference(op), f"{backend} build failed: {err}")
+            result = Route(REFERENCE, _reference(op), f"{backend} build failed: {err}")
     _ROUTE_CACHE[key] = result
     return result
 

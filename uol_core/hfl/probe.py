@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
 import statistics
 import time
@@ -51,9 +50,12 @@ CURVE_MIN_BYTES = 4 << 10
 
 
 def cache_dir() -> Path:
-    """Where probe results live: $UOL_CACHE_DIR, else ~/.cache/uol-studio."""
-    root = os.environ.get("UOL_CACHE_DIR") or Path.home() / ".cache" / "uol-studio"
-    return Path(root)
+    """Where probe results live: the private per-user cache root (usercache: $UOL_CACHE_DIR,
+    else $XDG_CACHE_HOME/uol, else ~/.cache/uol), checked to be ours and not writable by
+    others, since a probe result becomes the `host` target every kernel is built for."""
+    from uol_core.runtime.usercache import private_dir
+
+    return private_dir()
 
 
 def cache_path(info: HostInfo) -> Path:
@@ -86,10 +88,10 @@ def probe_host(quick: bool = False, refresh: bool = False,
         except (ValueError, KeyError, HflError):
             pass  # a stale or damaged cache is simply measured again
     record = measure(info, quick=quick, progress=progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    from uol_core.runtime.usercache import write_atomic
+
+    # atomic (a concurrent reader sees the old file or the new one), mode 0600
+    write_atomic(path, json.dumps(record, indent=1).encode())
     return validate(record, path.name)
 
 

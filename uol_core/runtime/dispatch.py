@@ -8,21 +8,23 @@ from dataclasses import dataclass, field
 
 import torch
 
+from uol_core.backends import AUTO, backend_choices, get_backend, resolve_name
 from uol_core.odl.check import check_op, stmt_extents
 from uol_core.odl.derivatives import substitute
-from uol_core.odl.ir import Access, Affine, Op, Reduce, Stmt, Var, walk
+from uol_core.odl.ir import Access, Affine, DType, Op, Reduce, Stmt, Var, walk
 from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
 
-BACKENDS = ("auto", "c", "triton", "reference")
+BACKENDS = backend_choices()  # "auto" and every registered backend
+REFERENCE = "reference"
 
 
 @dataclass
 class OpRunner:
     """Runs one op on named tensors and returns every output by name.
 
-    `backend` is what was asked; `used` says what actually runs (auto picks C when the C
-    backend can emit the op for these sizes and dtypes, else the reference evaluator, and
-    says why in `reason`).
+    `backend` is what was asked; `used` says what actually runs (auto picks the registry's
+    backend for the target, C on a CPU, when it can emit the op for these sizes and dtypes,
+    else the reference evaluator, and says why in `reason`).
     """
 
     op: Op
@@ -59,33 +61,37 @@ class OpRunner:
         return steps({n: tuple(t.shape) for n, t in tensors.items()}) if steps else None
 
     def _build(self, key: tuple, tensors: Mapping[str, torch.Tensor]) -> Callable:
-        if self.backend in ("c", "auto"):
-            groups = statement_groups(self.op)
-            if len(groups) > 1 and _all_f32(tensors) and not whole_op_template(self.op):
+        name = resolve_name(self.backend, self.target)
+        if name != REFERENCE:
+            backend = get_backend(name)
+            groups = statement_groups(self.op) if getattr(backend, "splits_contractions",
+                                                          False) else []
+            if len(groups) > 1 and _all_f32(tensors) and not backend.whole_op(self.op):
                 return self._grouped(key, groups)
             try:
-                return self._c_kernel(key, tensors)
-            except Exception as err:  # unsupported pattern or dtype: auto falls back, c reports
-                if self.backend == "c":
+                return self._kernel(key, tensors, backend)
+            except Exception as err:  # unsupported pattern or dtype: auto falls back, others report
+                if self.backend != AUTO:
                     raise
-                self.reason[key] = f"C backend declined: {err}"
-        if self.backend == "triton":
-            return self._triton_kernel(key)
-        self.used[key] = "reference"
+                self.reason[key] = f"{name} backend declined: {err}"
+        self.used[key] = REFERENCE
         return lambda ts: evaluate_all(self.op, ts)
 
-    def _c_kernel(self, key: tuple, tensors: Mapping[str, torch.Tensor]) -> Callable:
+    def _kernel(self, key: tuple, tensors: Mapping[str, torch.Tensor], backend) -> Callable:
         from uol_core.api import compile as compile_op
 
+        dtypes = getattr(backend, "float_dtypes", None)
+        allowed = {TORCH_DTYPES[DType(t)] for t in dtypes or ()}
         floats = {d.name for d in self.op.inputs if d.dtype.is_float}
-        if any(tensors[n].dtype != torch.float32 for n in floats):
-            raise ValueError("the C backend computes float32 only")
+        if dtypes and any(tensors[n].dtype not in allowed for n in floats):
+            raise ValueError(f"the {backend.name} backend computes {', '.join(dtypes)} floats only")
         kernel = compile_op(self.op, shapes={n: tuple(t.shape) for n, t in tensors.items()},
-                            target=self.target, backend="c")
+                            target=self.target, backend=backend.name)
         _ = kernel.source  # builds now, so an unsupported op is found here, not mid-run
-        self.used[key] = "c"
+        self.used[key] = backend.name
         outputs = [d.name for d in self.op.outputs]
-        self._steps[key] = lambda shapes: [kernel.native_for(shapes)]
+        if getattr(backend, "native_steps", False):
+            self._steps[key] = lambda shapes: [kernel.native_for(shapes)]
 
         def run(ts: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             result = kernel(**{n: t.contiguous() for n, t in ts.items()})
@@ -98,7 +104,7 @@ class OpRunner:
         right after) goes to the GEMM template, each run of other statements to one fused
         kernel; a group the C backend declines runs on the reference."""
         runners = [OpRunner(group_op(self.op, g), self.backend, self.target) for g in groups]
-        self.used[key] = "c (" + " | ".join(
+        self.used[key] = f"{resolve_name(self.backend, self.target)} (" + " | ".join(
             ",".join(self.op.stmts[i].target for i in g) for g in groups) + ")"
         outputs = [d.name for d in self.op.outputs]
         self._steps[key] = lambda shapes: _group_steps(runners, shapes)
@@ -110,14 +116,6 @@ class OpRunner:
             return {name: env[name] for name in outputs}
 
         return run
-
-    def _triton_kernel(self, key: tuple) -> Callable:
-        from uol_core.backends.triton import emit
-        from uol_core.runtime.triton_runner import run_triton
-
-        self.used[key] = "triton"
-        source = emit(self.op, {}, None)
-        return lambda ts: run_triton(source, self.op, dict(ts))
 
 
 def _group_steps(runners: list[OpRunner], shapes: Mapping[str, tuple]) -> list | None:

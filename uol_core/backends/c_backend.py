@@ -1,0 +1,139 @@
+"""The C backend's row of the registry: GEMM-family ops get the tile space and the BLIS-style
+template, every other op the pattern space and the row, flash, conv, scan or generic templates."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from uol_core.backends import Choice, Plan, source_hash
+from uol_core.backends.base import KernelSource
+
+DEFAULT_TUNE_BUDGET = 8
+
+
+class CBackend:
+    """gcc-built C kernels, called through ctypes on torch data pointers."""
+
+    name = "c"
+    lang = "c"
+    label = "C (gcc, CPU)"  # how user interfaces name it
+    # What the runtime asks of a backend beyond the contract (others leave these out):
+    float_dtypes = ("f32",)  # float inputs of another dtype are run by another backend
+    splits_contractions = True  # an op with several contractions runs one kernel per group
+    native_steps = True  # a call's kernels can be listed (profilers, memory planning)
+    worker_jobs = True  # runtime.worker builds, verifies and times its sources in isolation
+
+    def whole_op(self, op: Any) -> bool:
+        """Whether a template takes `op` as a whole (flash attention), which beats splitting it
+        at its contractions."""
+        from uol_core.backends.c_route import whole_op_template
+
+        return whole_op_template(op)
+
+    def plan(self, op: Any, sizes: Mapping[str, int], target: Any) -> Plan:
+        from uol_core.acg.config import resolve_target
+        from uol_core.acg.lower import UnsupportedOp, lower_contraction
+        from uol_core.odl.patterns import classify
+
+        target = resolve_target(target)
+        try:
+            return Plan(op, dict(sizes), target, "gemm", lower_contraction(op, sizes))
+        except UnsupportedOp:  # every other pattern: the pattern space (acg/space_patterns.py)
+            return Plan(op, dict(sizes), target, classify(op).kind)
+
+    def space(self, op: Any, sizes: Mapping[str, int], target: Any):
+        return self._space(self.plan(op, sizes, target))
+
+    def _space(self, plan: Plan):
+        from uol_core.acg.space import build_space
+        from uol_core.acg.space_patterns import build_pattern_space
+
+        if plan.kind == "gemm":
+            return build_space(plan.detail, plan.target)
+        return build_pattern_space(plan.op, plan.sizes, plan.target)
+
+    def choose(self, plan: Plan, request: Any = None) -> Choice:
+        """The model's top config, user overrides on top of it, or the tuned best ('tuned')."""
+        if plan.kind != "gemm":
+            from uol_core.acg.space_patterns import choose_pattern_config
+
+            cfg, space = choose_pattern_config(plan.op, plan.sizes, plan.target, request)
+            return Choice(cfg, space)
+        return _choose_tile(plan, request)
+
+    def emit(self, plan: Plan, config: Any) -> KernelSource:
+        from uol_core.acg.config import TileConfig
+        from uol_core.backends.c import emit
+
+        if plan.kind == "gemm" and not isinstance(config, TileConfig):
+            config = TileConfig.from_config(config)
+        elif plan.kind != "gemm":
+            config = dict(config or {})
+        return emit(plan.op, config, plan.target, plan.sizes)
+
+    def load(self, source: KernelSource, plan: Plan):
+        """The GEMM's float32 kernel called on raw pointers; any other kernel through CKernel,
+        which converts inputs to their declared dtypes."""
+        if plan.kind != "gemm":
+            from uol_core.backends.c_native import CKernel
+
+            return CKernel(source, plan.op, plan.sizes)
+        from uol_core.runtime.build import build
+        from uol_core.runtime.native import NativeKernel
+        from uol_core.runtime.shapes import shape_of
+
+        shapes = {n: shape_of(plan.op, n, plan.sizes) for n in source.meta["args"]}
+        return NativeKernel(build(source), source.entry, source.meta["args"], shapes)
+
+    def hash(self) -> str:
+        return "c-" + source_hash("c.py", "c_*.py", "base.py")
+
+
+def _choose_tile(plan: Plan, request: Any) -> Choice:
+    from uol_core.acg.config import lanes, parse_config
+    from uol_core.acg.cost_model import CostModel
+    from uol_core.acg.space import build_space
+    from uol_core.runtime.shapes import ShapeError
+
+    target = plan.target
+    space = build_space(plan.detail, target)
+    model = CostModel(plan.detail, target)
+    if not space.configs:
+        raise ShapeError(f"no legal config for {plan.op.name} at {dict(plan.sizes)} on "
+                         f"{target.name}")
+    best = model.rank(space.configs)[0][0]
+    if request is None:
+        return Choice(best, space, model)
+    if request == "tuned":
+        return Choice(tuned_tile(plan.op, plan.sizes, target) or best, space, model)
+    cfg = parse_config(request, best)
+    # The space's other constraints only cost speed, so overrides may break them to explore;
+    # these two are what the packing and the unrolled k loop rely on (an mc that is not a
+    # multiple of mr overran the A panel).
+    if cfg.mc % cfg.mr or cfg.kc % cfg.ku:
+        raise ValueError(f"mc={cfg.mc} must be a multiple of mr={cfg.mr} and kc={cfg.kc} of "
+                         f"ku={cfg.ku} (constraint 'divisibility': A is packed in whole "
+                         "mr-row strips, the k loop is unrolled ku times)")
+    if cfg.nr % lanes(cfg.isa, target):
+        raise ValueError(f"nr={cfg.nr} must be a multiple of the {cfg.isa} vector "
+                         f"({lanes(cfg.isa, target)} lanes)")
+    if cfg.isa not in space.domains["isa"] and cfg.isa != "vecext":
+        raise ValueError(f"isa={cfg.isa} is not available on target {target.name} "
+                         f"(usable: {', '.join(space.domains['isa'])}, vecext)")
+    return Choice(cfg, space, model)
+
+
+def tuned_tile(op: Any, sizes: Mapping[str, int], target: Any):
+    """The best recorded GEMM config, tuning with a small budget when none is recorded."""
+    from uol_core.acg.config import TileConfig, parse_config
+    from uol_core.acg.tuner import TuningSession
+
+    session = TuningSession(op, dict(sizes), target)
+    try:
+        row = session.db.best(session.key)
+        if row is None:
+            return session.tune(budget=DEFAULT_TUNE_BUDGET).best
+        return parse_config(row["config"], TileConfig())
+    finally:
+        session.close()
