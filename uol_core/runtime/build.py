@@ -165,8 +165,28 @@ def compiler_version() -> str:
 
 
 def flags_for(src: KernelSource) -> tuple[str, ...]:
-    """Compiler flags of a kernel: the base set plus its ISA's."""
-    return BASE_FLAGS + ISA_FLAGS.get(kernel_isa(src), ())
+    """Compiler flags of a kernel: the base set plus its ISA's (and the f16 workaround)."""
+    return BASE_FLAGS + ISA_FLAGS.get(kernel_isa(src), ()) + f16_flags(src)
+
+
+def f16_flags(src: KernelSource) -> tuple[str, ...]:
+    """On hosts with AVX512-FP16, -march=native lets gcc 12 emit masked `vmovsh` forms that the
+    assembler refuses ("unsupported masking for `vmovsh'"), so _Float16 kernels would not build
+    there; without the FP16 extension gcc computes f16 through f32 (F16C), which every x86-64
+    host with AVX2 has. The flag is added only where the compiler knows it."""
+    if "_Float16" not in src.text or not _compiler_accepts("-mno-avx512fp16"):
+        return ()
+    return ("-mno-avx512fp16",)
+
+
+@lru_cache(maxsize=8)
+def _compiler_accepts(flag: str) -> bool:
+    try:
+        done = subprocess.run([CC, flag, "-x", "c", "-c", "-o", os.devnull, "-"], input="",
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def kernel_isa(src: KernelSource) -> str:
@@ -177,7 +197,7 @@ def kernel_isa(src: KernelSource) -> str:
 
 def target_flags(src: KernelSource) -> tuple[str, ...]:
     """The machine flags of the normal build of `src` (-march=native plus its ISA's)."""
-    return TARGET_FLAGS + ISA_FLAGS.get(kernel_isa(src), ())
+    return TARGET_FLAGS + ISA_FLAGS.get(kernel_isa(src), ()) + f16_flags(src)
 
 
 def build(src: KernelSource, limits: BuildLimits | None = None) -> Path:
