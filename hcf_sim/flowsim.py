@@ -13,6 +13,9 @@ from hcf_sim.links import get_protocol
 from hcf_sim.schedules import Phase, phases
 from hcf_sim.topology import Topology
 
+# ecmp: one hashed path per flow; shortest: always the first; spread: even split over equal-cost hops
+ROUTINGS = ("ecmp", "shortest", "spread")
+
 
 def _mix(a: int, b: int, c: int) -> int:
     # a murmur-style finaliser: structured rank pairs (i, i ^ 512) must not all hash alike
@@ -76,20 +79,57 @@ class Router:
         self._cache[key] = out
         return out
 
+    def spread(self, src_rank: int, dst_rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """Directed link ids and the share of the flow on each: split evenly over equal-cost next hops.
+
+        The expected load of per-flow ECMP hashing over many flows (and what packet spraying or
+        adaptive routing approaches): no single hash draw's luck, so removing a link can only take
+        options away from a flow, never hand it a luckier spread.
+        """
+        key = (src_rank, dst_rank, "spread")
+        if key in self._cache:
+            return self._cache[key]
+        s, d = int(self.gpu_idx[src_rank]), int(self.gpu_idx[dst_rank])
+        row = self.dist[self.dst_row[d]]
+        if not np.isfinite(row[s]):
+            raise HcfError(f"no route from {self.nodes[s]} to {self.nodes[d]}: the topology is split")
+        share: dict[int, float] = {}
+        level = {s: 1.0}
+        while d not in level:
+            nxt: dict[int, float] = {}
+            for u, f in level.items():
+                nb = self.nbrs[u]
+                cand = nb[row[nb] == row[u] - 1]
+                for v in cand:
+                    v = int(v)
+                    lid = self.link_id[(u, v)]
+                    share[lid] = share.get(lid, 0.0) + f / len(cand)
+                    nxt[v] = nxt.get(v, 0.0) + f / len(cand)
+            level = nxt
+        out = (np.fromiter(share, dtype=np.int64, count=len(share)),
+               np.fromiter(share.values(), dtype=float, count=len(share)))
+        self._cache[key] = out
+        return out
+
     def path_nodes(self, src_rank: int, dst_rank: int, mode: str = "ecmp") -> list[str]:
         """The node names along the route from rank src to rank dst."""
         ids = self.route(src_rank, dst_rank, mode)
         return [self.links[ids[0]][0], *(self.links[i][1] for i in ids)] if len(ids) else []
 
 
-def maxmin_rates(flow_of: np.ndarray, link_of: np.ndarray, nflows: int, cap: np.ndarray) -> np.ndarray:
-    """Max-min fair rates by progressive filling; (flow_of[i], link_of[i]) lists which flow uses which link."""
+def maxmin_rates(flow_of: np.ndarray, link_of: np.ndarray, nflows: int, cap: np.ndarray,
+                 weight: np.ndarray | None = None) -> np.ndarray:
+    """Max-min fair rates by progressive filling; (flow_of[i], link_of[i]) lists which flow uses which link.
+
+    weight[i] is the share of flow_of[i]'s rate that crosses link_of[i] (1 on a single path).
+    """
+    weight = np.ones(len(flow_of)) if weight is None else weight
     rates = np.zeros(nflows)
     active = np.ones(nflows, dtype=bool)
     left = cap.astype(float).copy()
     while active.any():
         on = active[flow_of]
-        counts = np.bincount(link_of[on], minlength=len(cap))
+        counts = np.bincount(link_of[on], weights=weight[on], minlength=len(cap))
         used = counts > 0
         if not used.any():
             break
@@ -102,7 +142,7 @@ def maxmin_rates(flow_of: np.ndarray, link_of: np.ndarray, nflows: int, cap: np.
         rates[frozen] = r
         active &= ~frozen
         hit = frozen[flow_of]
-        left -= r * np.bincount(link_of[hit], minlength=len(cap))
+        left -= r * np.bincount(link_of[hit], weights=weight[hit], minlength=len(cap))
         np.maximum(left, 0.0, out=left)
     return rates
 
@@ -136,21 +176,25 @@ class FlowRun:
 def simulate_phase(router: Router, ph: Phase, proto_eff: float, gamma: float, routing: str,
                    load: np.ndarray) -> PhaseResult:
     """Time one phase: the slowest flow's latency, then flows drain under max-min sharing, re-shared at each finish."""
-    routes = [router.route(int(a), int(b), routing) for a, b in zip(ph.src, ph.dst, strict=True)]
+    pairs = list(zip(ph.src.tolist(), ph.dst.tolist(), strict=True))
+    paths = [router.route(a, b, "shortest" if routing == "spread" else routing) for a, b in pairs]
+    routes, shares = ([list(x) for x in zip(*(router.spread(a, b) for a, b in pairs), strict=True)]
+                      if routing == "spread" and pairs else (paths, [np.ones(len(r)) for r in paths]))
     lens = np.array([len(r) for r in routes])
     flow_of = np.repeat(np.arange(len(routes)), lens)
     link_of = np.concatenate(routes) if routes else np.zeros(0, dtype=np.int64)
+    weight = np.concatenate(shares) if shares else np.zeros(0)
     # per-step latency: the protocol's step cost of the slowest link class on the path plus propagation
-    lat = max((router.step[r].max() + router.lat[r].sum()) for r in routes) if routes else 0.0
+    lat = max((router.step[r].max() + router.lat[r].sum()) for r in paths) if paths else 0.0
     wire = ph.nbytes / proto_eff
-    np.add.at(load, link_of, np.repeat(wire, lens) * ph.repeat)
+    np.add.at(load, link_of, np.repeat(wire, lens) * weight * ph.repeat)
     remaining, t = wire.copy(), 0.0
     alive = remaining > 0
     while alive.any():
         idx = np.flatnonzero(alive)
         keep = alive[flow_of]
         sub_flow = np.searchsorted(idx, flow_of[keep])
-        rates = maxmin_rates(sub_flow, link_of[keep], len(idx), router.cap)
+        rates = maxmin_rates(sub_flow, link_of[keep], len(idx), router.cap, weight[keep])
         dt = float(np.min(remaining[idx] / rates))
         t += dt
         remaining[idx] -= rates * dt
@@ -167,8 +211,8 @@ def flow_simulate(topo: Topology, collective: str, algorithm: str, size: float, 
     check_size(size)
     if p > len(gpus):
         raise HcfError(f"{p} ranks asked but topology {topo.name} has only {len(gpus)} GPUs")
-    if routing not in ("ecmp", "shortest"):
-        raise HcfError(f"routing must be 'ecmp' or 'shortest', got {routing!r}")
+    if routing not in ROUTINGS:
+        raise HcfError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
     eff = get_protocol(protocol).efficiency
     router = router or Router(topo, protocol)
     load = np.zeros(len(router.links))

@@ -48,6 +48,11 @@ def crossovers(collective: str, p: int, intra: AlphaBeta, inter: AlphaBeta, grou
                lo: float = 1.0, hi: float = float(1 << 40)) -> list[Crossover]:
     """Sizes in [lo, hi] where the fastest algorithm changes (lower envelope of the cost lines)."""
     lines = {a: _line(collective, a, p, intra, inter, group) for a in candidates(collective, p, group)}
+    return envelope_crossovers(lines, lo, hi)
+
+
+def envelope_crossovers(lines: dict[str, tuple[float, float]], lo: float, hi: float) -> list[Crossover]:
+    """Where the lowest of several time lines (name -> (intercept s, slope s/byte)) changes, in [lo, hi]."""
     cur = min(lines, key=lambda a: (lines[a][0] + lines[a][1] * lo, lines[a][1]))
     s, out = lo, []
     while True:

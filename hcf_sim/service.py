@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass, field
 import networkx as nx
 
 from hcf_sim.collectives import AlphaBeta, algbw, analytical_cost, busbw, check_collective
-from hcf_sim.errors import MAX_FLOW_RANKS, HcfError, check_ranks, check_size
+from hcf_sim.errors import MAX_FLOW_RANKS, HcfError, check_ranks, check_size, human_bytes
 from hcf_sim.flowsim import Router, flow_simulate
 from hcf_sim.links import get_protocol
-from hcf_sim.selector import Selection, select
+from hcf_sim.selector import candidates
 from hcf_sim.topology import Topology
 
 
@@ -34,6 +34,8 @@ class CommResult:
     bus_utilisation: float = 0.0  # busbw / achievable bandwidth of the bottleneck link
     selection: str | None = None
     notes: list[str] = field(default_factory=list)
+    # every candidate's time (s) at this size by the same method: the numbers 'auto' chose from
+    alternatives: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict."""
@@ -76,7 +78,7 @@ def topology_params(topo: Topology, protocol: str = "Simple", gamma: float = 0.0
 def simulate(topo: Topology, collective: str, size: float, algorithm: str = "auto", method: str = "flow",
              protocol: str = "Simple", routing: str = "ecmp", ranks: int | None = None, gamma: float = 0.0,
              top_links: int = 10, router: Router | None = None) -> CommResult:
-    """Simulate one collective on a topology, analytically or flow-by-flow; 'auto' asks the selector."""
+    """Simulate one collective on a topology, analytically or flow-by-flow; 'auto' is the fastest by that method."""
     check_collective(collective, None if algorithm == "auto" else algorithm)
     check_size(size)
     p = check_ranks(ranks or len(topo.gpus))
@@ -87,10 +89,10 @@ def simulate(topo: Topology, collective: str, size: float, algorithm: str = "aut
     if method == "flow" and p > MAX_FLOW_RANKS:
         raise HcfError(f"flow-level simulation is limited to {MAX_FLOW_RANKS} ranks; use --method analytical")
     intra, inter, group = topology_params(topo, protocol, gamma, p)
-    sel: Selection | None = None
     if algorithm == "auto":
-        sel = select(collective, p, size, intra, inter, group)
-        algorithm = sel.best
+        # one model answers both questions: the winner is the fastest by the very method that
+        # times it, so the headline and the comparison can never disagree
+        return compare(topo, collective, size, method, protocol, routing, p, gamma, top_links, router)[0]
     if algorithm == "hierarchical" and group == 1:
         raise HcfError(f"hierarchical needs a topology with servers of >1 GPU (rail) and whole servers; "
                        f"{topo.name} has group size {topo.group_size} and {p} ranks")
@@ -116,7 +118,41 @@ def simulate(topo: Topology, collective: str, size: float, algorithm: str = "aut
     return CommResult(collective, algorithm, method, p, size, t, algbw(size, t) if t else 0.0, bus,
                       {"latency": terms.latency, "bandwidth": terms.bandwidth, "reduction": terms.reduction,
                        "steps": terms.steps, "total": terms.total},
-                      loads, util, bus * inter.beta if t else 0.0, sel.reason if sel else None, notes)
+                      loads, util, bus * inter.beta if t else 0.0, None, notes)
+
+
+def compare(topo: Topology, collective: str, size: float, method: str = "flow", protocol: str = "Simple",
+            routing: str = "ecmp", ranks: int | None = None, gamma: float = 0.0, top_links: int = 10,
+            router: Router | None = None) -> list[CommResult]:
+    """Every candidate algorithm simulated by one method, fastest first; the first says why it wins.
+
+    Each result carries all candidates' times (`alternatives`), so a page can show the comparison
+    beside the headline from the very numbers the choice was made on.
+    """
+    check_collective(collective)
+    p = check_ranks(ranks or len(topo.gpus))
+    _, _, group = topology_params(topo, protocol, gamma, p)
+    if method == "flow" and router is None and p <= MAX_FLOW_RANKS:
+        router = Router(topo, protocol)  # one routing table for every candidate
+    runs = [simulate(topo, collective, size, a, method, protocol, routing, p, gamma, top_links, router)
+            for a in candidates(collective, p, group)]
+    runs.sort(key=lambda r: r.time)
+    times = {r.algorithm: r.time for r in runs}
+    for r in runs:
+        r.alternatives = dict(times)
+    best = runs[0]
+    reason = (f"{best.algorithm} is fastest by the {method} model for {human_bytes(size)} on {p} ranks: "
+              f"{best.time * 1e6:.2f} us")
+    if best.terms and method == "analytical":
+        c = best.terms
+        reason += (f" = {c['latency'] * 1e6:.2f} us latency ({c['steps']} steps) + "
+                   f"{c['bandwidth'] * 1e6:.2f} us bandwidth"
+                   + (f" + {c['reduction'] * 1e6:.2f} us reduction" if c["reduction"] else ""))
+    if len(runs) > 1:
+        reason += f"; runner-up {runs[1].algorithm} takes {runs[1].time / best.time:.2f}x as long" \
+            if best.time else f"; runner-up {runs[1].algorithm}"
+    best.selection = reason
+    return runs
 
 
 def sweep(topo: Topology, collective: str, sizes: list[int], algorithms: list[str], method: str = "analytical",

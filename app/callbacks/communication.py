@@ -14,17 +14,43 @@ def _err(exc: Exception) -> html.Div:
 
 
 def _params(kind, nodes, link, oversub, collective, algorithm, size, codec) -> dict:
-    from hcf_sim.errors import parse_size
+    """The page's knobs as values, each number checked against its limit (said by name)."""
+    from app.services.comm import MAX_DRAW_GPUS, MAX_OVERSUBSCRIPTION, MIN_GPUS, check_number
+    from hcf_sim.errors import check_size, parse_size
 
+    if kind != "custom":
+        nodes = check_number("GPUs", nodes, MIN_GPUS, MAX_DRAW_GPUS, integer=True,
+                             beyond="use `uol hcf simulate` for larger clusters")
+    oversub = check_number("Oversubscription", 1 if oversub in (None, "") else oversub, 1,
+                           MAX_OVERSUBSCRIPTION)
+    if size in (None, ""):
+        raise ValueError("Message size is empty: give bytes or a unit, e.g. 64MiB (up to 1 TiB)")
     return {"kind": kind, "nodes": int(nodes or 0), "link": None if link == "default" else link,
-            "oversub": float(oversub or 1), "collective": collective, "algorithm": algorithm,
-            "size": parse_size(size or "0"), "codec": codec}
+            "oversub": float(oversub), "collective": collective, "algorithm": algorithm,
+            "size": check_size(parse_size(size)), "codec": codec, "faults": []}
 
 
-def _topo(p: dict, custom):
-    from app.services.comm import build
+def _topo(p: dict, custom, faulted: bool = True):
+    """The state's topology with every fault applied so far (so each panel sees the same fabric)."""
+    from app.services.comm import apply_faults, build
 
-    return build(p["kind"], p["nodes"], p["link"], p["oversub"], custom)
+    topo = build(p["kind"], p["nodes"], p["link"], p["oversub"], custom)
+    return apply_faults(topo, p.get("faults")) if faulted else topo
+
+
+def _figures(topo, p: dict, res: dict, curves: dict, failed: list[str] | None = None,
+             title: str = ""):
+    from profilers.figures.comm import algorithm_curves, topology_figure
+
+    tfig = topology_figure(topo.graph, res["utilisation"], failed=failed or (),
+                           title=title or f"{topo.name}: {res['algorithm']} {p['collective']}")
+    cfig = algorithm_curves(curves["sizes"], curves["times"], curves["crossovers"],
+                            (res["size"], res["time"]),
+                            title=f"{p['collective']} on {len(topo.gpus)} ranks "
+                                  "(flow-level, the model of the result)")
+    for fig in (tfig, cfig):
+        fig.update_layout(width=None)
+    return tfig, cfig
 
 
 @callback(Output("algorithm-select", "options"), Output("algorithm-select", "value"),
@@ -70,7 +96,6 @@ def run_simulation(_n, _clear, kind, nodes, link, oversub, collective, algorithm
     """Simulate the collective; time, busbw, link heat on the topology, curves with crossovers."""
     from app.components.comm_parts import result_card
     from app.services import comm
-    from profilers.figures.comm import algorithm_curves, topology_figure
 
     try:
         p = _params(kind, nodes, link, oversub, collective, algorithm, size, codec)
@@ -79,41 +104,41 @@ def run_simulation(_n, _clear, kind, nodes, link, oversub, collective, algorithm
         curves = comm.sweep_curves(topo, p["collective"])
     except Exception as exc:  # HcfError and bad input: said in the page, the server keeps going
         return _err(exc), empty_figure(str(exc)), empty_figure(""), no_update, ""
-    tfig = topology_figure(topo.graph, res["utilisation"],
-                           title=f"{topo.name}: {res['algorithm']} {p['collective']}")
-    cfig = algorithm_curves(curves["sizes"], curves["times"], curves["crossovers"],
-                            (res["size"], res["time"]) if res["method"] == "analytical" else None,
-                            title=f"{p['collective']} on {len(topo.gpus)} ranks (analytical)")
-    for fig in (tfig, cfig):
-        fig.update_layout(width=None)
+    tfig, cfig = _figures(topo, p, res, curves)
     return result_card(res, curves["crossovers"]), tfig, cfig, p, ""
 
 
 @callback(Output("comm-fault", "children", allow_duplicate=True),
           Output("link-heatmap", "figure", allow_duplicate=True),
+          Output("comm-result", "children", allow_duplicate=True),
+          Output("comm-curves", "figure", allow_duplicate=True),
+          Output("comm-state", "data", allow_duplicate=True),
           Input("link-heatmap", "clickData"), State("comm-state", "data"),
           State("comm-custom", "data"), prevent_initial_call=True)
 def fail_element(click, p, custom):
-    """Fail the clicked link or node, reroute and re-plan; the before/after and the new heat."""
-    from app.components.comm_parts import fault_card
+    """Fail the clicked link or node, reroute and re-plan; every panel shows the faulted fabric."""
+    from app.components.comm_parts import fault_card, result_card
     from app.services import comm
-    from profilers.figures.comm import topology_figure
+    from hcf_sim.faults import apply_fault
 
     point = (click or {}).get("points", [{}])[0]
     element = point.get("customdata")
     if not p or not isinstance(element, list) or len(element) != 2:
-        return no_update, no_update
+        return (no_update,) * 5
     try:
         topo = _topo(p, custom)
-        size = max(1.0, p["size"] * comm.wire_ratio(p["codec"], len(topo.gpus)))
-        rep = comm.fault(topo, element, p["collective"], size, p["algorithm"])
+        rep = comm.fault(topo, element, p["collective"], p["size"], p["algorithm"], p["codec"])
+        faults = [*p.get("faults", []), rep["applied"]]
+        broken = apply_fault(topo, *rep["applied"])
+        curves = comm.sweep_curves(broken, p["collective"])
     except Exception as exc:  # a cut that disconnects GPUs is an HcfError: show it
-        return _err(exc), no_update
-    util = {x["link"]: x["utilisation"] for x in rep["after"]["link_load"]}
-    fig = topology_figure(topo.graph, util, failed=[element[1]],
+        return _err(exc), no_update, no_update, no_update, no_update
+    state = {**p, "faults": faults}
+    # drawn on the intact fabric so the failed elements stay where the user clicked them
+    tfig, cfig = _figures(_topo(p, custom, faulted=False), p, rep["after"], curves,
+                          [target for _kind, target in faults],
                           title=f"{topo.name} with {rep['fault']} failed")
-    fig.update_layout(width=None)
-    return fault_card(rep), fig
+    return fault_card(rep), tfig, result_card(rep["after"], curves["crossovers"]), cfig, state
 
 
 @callback(Output("overlap-timeline", "figure"), Output("overlap-summary", "children"),

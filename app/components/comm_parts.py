@@ -27,6 +27,14 @@ def result_card(res: dict, crossovers: list[dict]) -> html.Div:
     body = [html.Div([html.Span(k, className="muted"), html.Span(str(v), id=f"comm-{k.split()[0]}")])
             for k, v in rows]
     extra = []
+    if res.get("alternatives"):
+        # the numbers the choice was made on: the same simulations as the headline
+        best = min(res["alternatives"], key=res["alternatives"].get)
+        extra.append(html.Ul([
+            html.Li(f"{a}: {_us(t)}" + (" (fastest)" if a == best else "")
+                    + (" ← shown" if a == res["algorithm"] else ""))
+            for a, t in sorted(res["alternatives"].items(), key=lambda x: x[1])],
+            id="comm-alternatives"))
     if res.get("selection"):
         extra.append(html.P(res["selection"], className="muted"))
     if crossovers:
@@ -41,8 +49,12 @@ def fault_card(rep: dict) -> html.Div:
     b, a = rep["before"], rep["after"]
     moved = (f"{rep['rerouted_pairs']} of {rep['pairs_checked']} rank pairs changed route"
              if rep["pairs_checked"] else "one rank fewer")
-    return html.Div([
-        html.B(f"Failed {rep['fault']}: "),
-        html.Span(f"{b['algorithm']} {_us(b['time'])} → {a['algorithm']} {_us(a['time'])} "
-                  f"({rep['slowdown']:.2f}x), {rep['replanned']}; {moved}.", id="fault-effect"),
-    ], className="finding")
+    if rep.get("outcome") == "failed":
+        effect = (f"{b['algorithm']} {_us(b['time'])} → collective failed; {rep['replanned']} "
+                  f"({_us(a['time'])}).")
+    else:
+        effect = (f"{b['algorithm']} {_us(b['time'])} → {a['algorithm']} {_us(a['time'])} "
+                  f"({rep['slowdown']:.2f}x) {rep.get('outcome', 'slower')}, {rep['replanned']}; "
+                  f"{moved}.")
+    return html.Div([html.B(f"Failed {rep['fault']}: "), html.Span(effect, id="fault-effect")],
+                    className="finding")

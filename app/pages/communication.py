@@ -22,7 +22,7 @@ OVERLAP = [("DDP buckets (2 ranks)", "ddp"), ("pipeline 1F1B", "1f1b"),
 
 def layout(**_query) -> html.Div:
     """Knobs on top; topology with link heat | results; curves | per-rank timeline; measure."""
-    from app.services.comm import CODECS
+    from app.services.comm import CODECS, MAX_DRAW_GPUS, MAX_OVERSUBSCRIPTION, MIN_GPUS
 
     field = lambda label, comp: html.Div([html.Label(label), comp])  # noqa: E731
     dd = lambda i, opts, v: dcc.Dropdown(id=i, options=opts, value=v, clearable=False,  # noqa: E731
@@ -32,11 +32,15 @@ def layout(**_query) -> html.Div:
     knobs = html.Div([
         field("Topology", dd("topology-select", [{"label": a, "value": b} for a, b in TOPOLOGIES],
                              "fat-tree")),
-        field("GPUs", dcc.Input(id="nodes-input", type="number", value=16, min=2, max=256,
-                                debounce=True, style={"width": "80px"})),
+        # no min/max here: the browser would send None for a value out of range and the page
+        # could not say which limit it crossed; the callback checks it and names the limit
+        field(f"GPUs ({MIN_GPUS}-{MAX_DRAW_GPUS})",
+              dcc.Input(id="nodes-input", type="number", value=16, debounce=True,
+                        style={"width": "80px"})),
         field("Link", dd("link-select", LINKS, "default")),
-        field("Oversubscription", dcc.Input(id="oversub-input", type="number", value=1, min=1,
-                                            max=8, step=0.5, style={"width": "70px"})),
+        field(f"Oversubscription (1-{MAX_OVERSUBSCRIPTION:g})",
+              dcc.Input(id="oversub-input", type="number", value=1, step=0.5,
+                        style={"width": "70px"})),
         field("Collective", dd("collective-select", COLLECTIVES, "allreduce")),
         field("Algorithm", dd("algorithm-select", ["auto"], "auto")),
         field("Message size", dcc.Input(id="size-input", value="64MiB", debounce=True,
@@ -47,8 +51,10 @@ def layout(**_query) -> html.Div:
                    max_size=256 * 1024, accept=".json"),
     ], className="toolbar")
     topo = html.Div([
-        html.P("Link colour = utilisation in the last simulation. Click a link or a node to fail "
-               "it: the collective is rerouted and re-planned.", className="muted"),
+        html.P("Link colour = utilisation in the last simulation (flow-level, flows split over "
+               "equal-cost paths). Click a link or a node to fail it: the collective is rerouted "
+               "and re-planned, and every panel shows the faulted fabric until Clear fault.",
+               className="muted"),
         graph("link-heatmap", "Simulate to draw the topology"),
         html.Button("Clear fault", id="fault-clear", className="secondary"),
         html.Div(id="comm-fault", className="findings"),

@@ -7,7 +7,13 @@ import json
 from app.services.runner import run_json_child
 
 MAX_DRAW_GPUS = 256  # the page draws every node; bigger clusters belong to the CLI
-MAX_FLOW_GPUS = 64  # flow-level (per-link loads) up to here, analytical above
+MIN_GPUS = 2
+MAX_OVERSUBSCRIPTION = 8.0
+# One model answers every question on the page: flow-level with flows split evenly over
+# equal-cost paths (what a fault can only take away). It is fast enough for every drawn size.
+METHOD = "flow"
+ROUTING = "spread"
+CURVE_POINTS = 13
 MAX_TOPOLOGY_JSON = 256 * 1024
 MAX_NAME_CHARS = 128  # topology and node names: labels in figures and reports
 # bytes on the wire per byte of fp32 gradient; codec compute time is not modelled here
@@ -22,6 +28,11 @@ def build(kind: str, nodes: int, link: str | None = None, oversubscription: floa
     from hcf_sim.errors import HcfError
     from hcf_sim.topology import build_topology, from_json
 
+    if kind != "custom":
+        nodes = check_number("GPUs", nodes, MIN_GPUS, MAX_DRAW_GPUS, integer=True,
+                             beyond="use `uol hcf simulate` for larger clusters")
+        oversubscription = check_number("Oversubscription", 1.0 if oversubscription is None
+                                        else oversubscription, 1.0, MAX_OVERSUBSCRIPTION)
     if kind == "custom":
         if not custom:
             raise HcfError("upload a topology JSON first (nodes with kind, links with src/dst)")
@@ -32,6 +43,34 @@ def build(kind: str, nodes: int, link: str | None = None, oversubscription: floa
         raise HcfError(f"{len(topo.gpus)} GPUs: the page draws up to {MAX_DRAW_GPUS}; use "
                        "`uol hcf simulate` for larger clusters")
     return topo.validate()
+
+
+def check_number(label: str, value, lo: float, hi: float, integer: bool = False,
+                 beyond: str = "") -> float:
+    """`value` as a number within [lo, hi], else an HcfError that names the field and its limits."""
+    from hcf_sim.errors import HcfError
+
+    kind = "a whole number" if integer else "a number"
+    limits = f"{label} must be {kind} from {lo:g} to {hi:g}"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise HcfError(f"{limits}; got {value!r}") from None
+    if number != number or (integer and number != int(number)):
+        raise HcfError(f"{limits}; got {value!r}")
+    if not lo <= number <= hi:
+        shown = int(number) if number == int(number) else number
+        raise HcfError(f"{limits}; got {shown}" + (f" ({beyond})" if beyond and number > hi else ""))
+    return int(number) if integer else number
+
+
+def apply_faults(topo, faults: list | None):
+    """The topology with each applied fault [kind, target] of the page's state removed."""
+    from hcf_sim.faults import apply_fault
+
+    for kind, target in faults or []:
+        topo = apply_fault(topo, kind, target)
+    return topo
 
 
 def _check_name(what: str, value) -> None:
@@ -71,14 +110,38 @@ def wire_ratio(codec: str, ranks: int) -> float:
 
 
 def simulate(topo, collective: str, size: float, algorithm: str, codec: str = "none") -> dict:
-    """One collective (flow-level when small enough, with every link's load); JSON-ready."""
+    """One collective, every candidate beside it by the same model; JSON-ready.
+
+    The headline, the comparison (`alternatives`) and the 'auto' pick are the same simulations,
+    so the page cannot show a winner that its own numbers contradict.
+    """
+    from hcf_sim.errors import HcfError
+    from hcf_sim.service import compare
     from hcf_sim.service import simulate as sim
 
     p = len(topo.gpus)
-    method = "flow" if p <= MAX_FLOW_GPUS else "analytical"
     ratio = wire_ratio(codec, p)
-    res = sim(topo, collective, max(1.0, size * ratio), algorithm, method,
-              top_links=topo.graph.number_of_edges() * 2).to_dict()
+    wire = max(1.0, size * ratio)
+    links = topo.graph.number_of_edges() * 2
+    runs = compare(topo, collective, wire, METHOD, routing=ROUTING, top_links=links)
+    times = runs[0].alternatives
+    if algorithm == "auto":
+        chosen = runs[0]
+    else:
+        chosen = next((r for r in runs if r.algorithm == algorithm), None)
+        if chosen is None:  # not a candidate here (e.g. hierarchical without whole servers)
+            chosen = sim(topo, collective, wire, algorithm, METHOD, routing=ROUTING, top_links=links)
+        if chosen.time > runs[0].time:
+            chosen.notes.append(f"{runs[0].algorithm} would take {runs[0].time * 1e6:.2f} us "
+                                f"({chosen.time / runs[0].time:.2f}x faster); choose auto for it")
+        chosen.alternatives = times
+    if not chosen.time:
+        raise HcfError(f"{collective} on {p} rank(s) moves no data; use at least 2 GPUs")
+    res = chosen.to_dict()
+    return _finish(res, codec, ratio, size)
+
+
+def _finish(res: dict, codec: str, ratio: float, size: float) -> dict:
     res.update(codec=codec, wire_ratio=ratio, logical_size=size)
     if ratio != 1.0:
         res["notes"].append(f"{codec}: {ratio:.1%} of the bytes on the wire; codec compute time "
@@ -88,48 +151,85 @@ def simulate(topo, collective: str, size: float, algorithm: str, codec: str = "n
 
 
 def sweep_curves(topo, collective: str, lo: int = 1 << 10, hi: int = 1 << 30,
-                 points: int = 21) -> dict:
-    """Analytical time of every candidate algorithm over sizes, and the exact crossovers."""
-    from hcf_sim.collectives import analytical_cost
-    from hcf_sim.selector import candidates, crossovers
+                 points: int = CURVE_POINTS) -> dict:
+    """Every candidate's time over sizes by the page's one model, and where the fastest changes.
+
+    A flow-level time is affine in the size (latencies fixed, every byte count scales), so the
+    crossovers are exact intersections of each candidate's line through its two end points.
+    """
+    from hcf_sim.flowsim import Router
+    from hcf_sim.selector import candidates, envelope_crossovers
+    from hcf_sim.service import simulate as sim
     from hcf_sim.service import topology_params
 
     p = len(topo.gpus)
-    intra, inter, group = topology_params(topo, "Simple", 0.0, p)
+    _, _, group = topology_params(topo, "Simple", 0.0, p)
+    router = Router(topo)
     sizes = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
     algos = candidates(collective, p, group)
-    times = {a: [analytical_cost(collective, a, p, s, intra, inter, group).total for s in sizes]
-             for a in algos}
+    times = {a: [sim(topo, collective, s, a, METHOD, routing=ROUTING, router=router).time
+                 for s in sizes] for a in algos}
+    lines = {a: (t[0] - (t[-1] - t[0]) / (hi - lo) * lo, (t[-1] - t[0]) / (hi - lo))
+             for a, t in times.items()}
     cross = [{"size": c.size, "frm": c.frm, "to": c.to,
-              "time_s": analytical_cost(collective, c.to, p, c.size, intra, inter, group).total}
-             for c in crossovers(collective, p, intra, inter, group, lo, hi)]
+              "time_s": lines[c.to][0] + lines[c.to][1] * c.size}
+             for c in envelope_crossovers(lines, lo, hi)]
     return {"sizes": sizes, "times": times, "crossovers": cross}
 
 
-def fault(topo, element: list[str], collective: str, size: float, algorithm: str) -> dict:
-    """Fail a clicked link ['link', 'u,v'] or node ['node', name]; before/after and re-plan."""
-    from hcf_sim.faults import fault_scenario
+def resolve_element(topo, element: list) -> tuple[str, str]:
+    """A clicked ['link', 'u,v'] or ['node', name] as the fault hcf_sim applies (kind, target)."""
+    from hcf_sim.errors import HcfError
 
-    kind, target = element
+    if not isinstance(element, list | tuple) or len(element) != 2:
+        raise HcfError("click a link or a node of the topology to fail it")
+    kind, target = (str(x) for x in element)
     if kind == "node":
+        if target not in topo.graph:
+            raise HcfError(f"{target!r} is not in {topo.name} (already failed?)")
         kind = "node" if topo.graph.nodes[target].get("kind") == "gpu" else "switch"
     if kind == "switch" and topo.graph.nodes[target].get("kind") == "nic":
         # a NIC is not a switch to hcf_sim: failing it is failing its GPU's only uplink
         gpu = next(n for n in topo.graph.neighbors(target)
                    if topo.graph.nodes[n].get("kind") == "gpu")
         kind, target = "link", f"{gpu},{target}"
-    method = "flow" if len(topo.gpus) <= MAX_FLOW_GPUS else "analytical"
-    rep = fault_scenario(topo, kind, target, collective, size, algorithm, method)
-    return rep.to_dict()
+    return kind, target
+
+
+def fault(topo, element: list, collective: str, size: float, algorithm: str,
+          codec: str = "none") -> dict:
+    """Fail a clicked element; before/after by the page's model, the fault applied and the re-plan.
+
+    `size` is the logical size: the wire ratio is applied here as in `simulate`, so the fault's
+    'before' is the page's headline.
+    """
+    from hcf_sim.faults import fault_scenario
+
+    kind, target = resolve_element(topo, element)
+    ratio = wire_ratio(codec, len(topo.gpus))
+    rep = fault_scenario(topo, kind, target, collective, max(1.0, size * ratio), algorithm,
+                         METHOD, routing=ROUTING, top_links=topo.graph.number_of_edges() * 2).to_dict()
+    for side in ("before", "after"):
+        _finish(rep[side], codec, wire_ratio(codec, rep[side]["ranks"]), size)
+    rep["applied"] = [kind, target]
+    return rep
 
 
 def overlap(topo, collective_algo: str, kind: str, stages: int = 4, microbatches: int = 8,
             layers: int = 8, layer_mib: float = 4.0) -> dict:
     """Per-rank Gantt rows of a DDP step (bucketed all-reduces) or a pipeline schedule."""
+    from hcf_sim.flowsim import Router
     from hcf_sim.service import simulate as sim
 
+    # the same model as the Result panel; buckets repeat sizes, so each size is simulated once
+    router, known = Router(topo), {}
+
     def allreduce_s(nbytes: float) -> float:
-        return sim(topo, "allreduce", max(1.0, nbytes), collective_algo, "analytical").time
+        size = max(1.0, nbytes)
+        if size not in known:
+            known[size] = sim(topo, "allreduce", size, collective_algo, METHOD, routing=ROUTING,
+                              router=router).time
+        return known[size]
 
     if kind == "ddp":
         from hcf_sim.overlap import ddp_step
@@ -144,8 +244,8 @@ def overlap(topo, collective_algo: str, kind: str, stages: int = 4, microbatches
     else:
         from hcf_sim.pipeline import simulate_pipeline
 
-        p2p = sim(topo, "broadcast", 1 << 20, "tree", "analytical").time if len(topo.gpus) > 1 \
-            else 0.0
+        p2p = (sim(topo, "broadcast", 1 << 20, "tree", METHOD, routing=ROUTING, router=router).time
+               if len(topo.gpus) > 1 else 0.0)
         r = simulate_pipeline(stages, microbatches, kind, 1e-3, 2.0, p2p, 2,
                               allreduce_s(64 << 20))
         summary = (f"{kind}: {stages} stages x {microbatches} micro-batches, makespan "
