@@ -1,10 +1,17 @@
-"""Compare two runs (a knob change, two backends, two targets): time, GFLOP/s, config, line costs."""
+"""Compare two runs (a knob change, two backends, two targets): time, GFLOP/s, config, line costs.
+
+Only like is compared with like: two timed runs of the same op at the same sizes compare by
+time; timed runs of different sizes (or ops) compare by GFLOP/s, and the verdict says so; a
+profiled or interpreted run has no time to compare, only its per-line costs.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
 from profilers.runs import Run
+
+TIME, FLOP_RATE, NO_TIMING = "time", "flop rate", "none"
 
 
 @dataclass
@@ -38,12 +45,20 @@ class Comparison:
     context_changes: dict[str, tuple] = field(default_factory=dict)  # target, backend, sizes
     lines: list[LineDelta] = field(default_factory=list)
     event: str = "Ir"
+    basis: str = TIME  # what `speedup` is a ratio of: TIME, FLOP_RATE, or NO_TIMING
+    why: str = ""  # why the basis is not plain time
 
     @property
     def verdict(self) -> str:
-        """One sentence a user reads first."""
+        """One sentence a user reads first; it names the basis when it is not plain time."""
         if self.speedup is None:
-            return "no timing in one of the runs"
+            return f"no timing comparison: {self.why or 'no timing in one of the runs'}"
+        if self.basis == FLOP_RATE:
+            ratio = self.speedup
+            rel = "the same GFLOP/s as" if abs(ratio - 1) < 0.03 else \
+                f"{ratio:.2f}x the GFLOP/s of" if ratio > 1 else f"{1 / ratio:.2f}x fewer GFLOP/s than"
+            return (f"normalised by FLOPs ({self.why}): {self.b.label} achieves {rel} "
+                    f"{self.a.label}")
         if abs(self.speedup - 1) < 0.03:
             return f"{self.b.label} is as fast as {self.a.label} (within 3 %)"
         word = "faster" if self.speedup > 1 else "slower"
@@ -58,22 +73,60 @@ class Comparison:
                 "config_changes": {k: list(v) for k, v in self.config_changes.items()},
                 "context_changes": {k: list(v) for k, v in self.context_changes.items()},
                 "lines": [{**asdict(d), "change": d.change} for d in self.lines],
-                "event": self.event}
+                "event": self.event, "basis": self.basis, "why": self.why}
+
+
+def _untimed_reason(run: Run) -> str | None:
+    """Why `run`'s time cannot stand in a timing comparison, or None when it can."""
+    if run.mode == "profiled":
+        return (f"{run.label} is a profiled run (callgrind or cycle counters), not a timed one; "
+                "per-line costs are compared instead")
+    if run.mode != "timed":
+        return f"{run.label} is {run.mode}, with no time to compare"
+    if not run.median_s:
+        return f"{run.label} has no time"
+    return None
+
+
+def timing_basis(a: Run, b: Run) -> tuple[str, str]:
+    """(basis, why) for comparing B with A: TIME for two timed runs of one op at one size,
+    FLOP_RATE when the work differs but both know their FLOPs, else NO_TIMING."""
+    for run in (a, b):
+        reason = _untimed_reason(run)
+        if reason:
+            return NO_TIMING, reason
+    if a.op == b.op and dict(a.sizes) == dict(b.sizes):
+        return TIME, ""
+    what = "ops differ" if a.op != b.op else \
+        f"sizes differ: {_sizes(a.sizes)} vs {_sizes(b.sizes)}"
+    if a.flops and b.flops:
+        return FLOP_RATE, what
+    return NO_TIMING, f"{what} and the FLOPs of one run are unknown"
 
 
 def compare(a: Run, b: Run, event: str = "Ir") -> Comparison:
-    """Diff run B against baseline A."""
+    """Diff run B against baseline A, like with like (see `timing_basis`)."""
+    basis, why = timing_basis(a, b)
     speedup = time_change = None
-    if a.median_s and b.median_s:
+    if basis == TIME:
         speedup = a.median_s / b.median_s
         time_change = (b.median_s - a.median_s) / a.median_s
+    elif basis == FLOP_RATE:
+        speedup = b.gflops / a.gflops
+    timed = basis != NO_TIMING
     keys = sorted(set(a.config) | set(b.config))
     config = {k: (a.config.get(k), b.config.get(k)) for k in keys
               if a.config.get(k) != b.config.get(k)}
-    context = {k: (getattr(a, k), getattr(b, k)) for k in ("op", "target", "backend", "sizes")
+    context = {k: (getattr(a, k), getattr(b, k))
+               for k in ("op", "target", "backend", "sizes", "mode", "machine")
                if getattr(a, k) != getattr(b, k)}
-    return Comparison(a, b, speedup, time_change, a.gflops, b.gflops, config, context,
-                      line_deltas(a.hotspots, b.hotspots, event), event)
+    return Comparison(a, b, speedup, time_change, a.gflops if timed else None,
+                      b.gflops if timed else None, config, context,
+                      line_deltas(a.hotspots, b.hotspots, event), event, basis, why)
+
+
+def _sizes(sizes: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in sizes.items()) or "-"
 
 
 def line_deltas(ha: dict | None, hb: dict | None, event: str = "Ir") -> list[LineDelta]:
@@ -98,9 +151,11 @@ def render_text(c: Comparison) -> str:
     """Plain-text diff for the terminal."""
     def fmt(v: float | None, scale: float = 1.0, unit: str = "") -> str:
         return "-" if v is None else f"{v * scale:.3f}{unit}"
+    # a profiled or interpreted run's time is no timing: it is not printed beside a timed one
+    ma, mb = (c.a.median_s, c.b.median_s) if c.basis != NO_TIMING else (None, None)
     out = [c.verdict, "",
            f"{'':14}{'A: ' + c.a.label:>28}{'B: ' + c.b.label:>28}",
-           f"{'median':14}{fmt(c.a.median_s, 1e3, ' ms'):>28}{fmt(c.b.median_s, 1e3, ' ms'):>28}",
+           f"{'median':14}{fmt(ma, 1e3, ' ms'):>28}{fmt(mb, 1e3, ' ms'):>28}",
            f"{'GFLOP/s':14}{fmt(c.gflops_a):>28}{fmt(c.gflops_b):>28}"]
     for k, (va, vb) in {**c.context_changes, **c.config_changes}.items():
         out.append(f"{k:14}{va!s:>28}{vb!s:>28}")

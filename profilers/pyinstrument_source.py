@@ -153,6 +153,8 @@ def profile_stage(stage: str, op_spec: str, sizes: Mapping[str, int], target: st
 
 
 def _op_text(op_spec: str) -> str:
+    if "\n" in op_spec or "->" in op_spec:  # ODL text itself (a user's op, not in the library)
+        return op_spec
     path = Path(op_spec)
     if path.is_file():
         return path.read_text(encoding="utf-8")

@@ -120,6 +120,8 @@ def _sections(report: Mapping) -> list[tuple[str, list[tuple[str, object]]]]:
     if report.get("measurements"):
         cols = ["label", "backend", "median_s", "iqr_s", "repeats", "outliers", "noisy",
                 "gflops", "gbps"]
+        if any("sizes" in m for m in report["measurements"]):  # runs of an IDE comparison
+            cols[2:2] = ["sizes", "target", "mode"]
         items: list[tuple[str, object]] = [("table", (report["measurements"], cols))]
         if report.get("verification"):
             items.append(("kv", report["verification"]))
@@ -131,7 +133,7 @@ def _sections(report: Mapping) -> list[tuple[str, list[tuple[str, object]]]]:
                                                   "achieved_gflops", "attainable_gflops",
                                                   "bound", "fraction"]))]))
     if report.get("comparison"):
-        out.append(("Comparison with the baseline library (torch)", [("figure", "comparison")]))
+        out.append((_comparison_title(report["comparison"]), [("figure", "comparison")]))
     if report.get("flame"):
         out.append(("Flame graph", [("figure", "flame")]))
     if report.get("hotspots"):
@@ -148,6 +150,16 @@ def _sections(report: Mapping) -> list[tuple[str, list[tuple[str, object]]]]:
         if rows:
             out.append((name, [("table", (rows, list(rows[0])))]))
     return out
+
+
+def _comparison_title(comparison: Mapping) -> str:
+    """Name the baseline for what it is: the reference evaluator is not a torch library call."""
+    if comparison["a"].get("backend") == "torch":
+        return "Comparison with the reference evaluator (uol_core.evaluate, torch)"
+    basis = comparison.get("basis", "time")
+    return "Comparison of two runs" + ("" if basis == "time" else
+                                       " (normalised by FLOPs)" if basis == "flop rate" else
+                                       " (no timing comparison)")
 
 
 def to_html(report: Mapping) -> str:
@@ -236,7 +248,11 @@ def _figure_markdown(report: Mapping, name: str) -> list[str]:
         return rows
     if name == "comparison":
         c = report["comparison"]
-        return [f"speedup of B over A: {_fmt(c['speedup'])}x "
+        ratio = {"time": "speedup of B over A", "flop rate": "GFLOP/s of B over A "
+                 "(normalised by FLOPs)"}.get(c.get("basis", "time"))
+        if ratio is None:
+            return [c["verdict"]]
+        return [f"{ratio}: {_fmt(c['speedup'])}x "
                 f"(A {_fmt(c['a']['label'])}, B {_fmt(c['b']['label'])})"]
     return [f"*(figure `{name}`: see the HTML report)*"]
 

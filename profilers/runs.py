@@ -24,6 +24,8 @@ class Run:
     status: str = "ok"
     hotspots: dict | None = None  # HotspotReport.to_dict()
     extra: dict = field(default_factory=dict)
+    mode: str = "timed"  # timed | profiled | interpreted | untimed: only timed runs compare by time
+    machine: str = ""
 
     @property
     def gflops(self) -> float | None:

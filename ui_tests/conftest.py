@@ -99,6 +99,10 @@ def wait_idle(page: Page, timeout: int = 60_000) -> None:
 
 
 def pick(page: Page, dropdown_id: str, value: str) -> None:
-    """Choose `value` in a Dash 4 dropdown by typing-free clicks on its option."""
+    """Choose `value` in a Dash 4 dropdown as a user does: open it, type into its search box
+    where it has one (long lists render only the options in view), click the option."""
     page.click(f"#{dropdown_id}")
+    search = page.get_by_placeholder("Search")
+    if search.count():
+        search.last.fill(value)
     page.get_by_role("option", name=value, exact=True).click()

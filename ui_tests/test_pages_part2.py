@@ -52,6 +52,11 @@ def test_debugger_finds_missing_mask_in_user_kernel(page, live_server):
     # the finding's line is outlined in the kernel source
     expect(page.locator("#debug-source #dbg-8.marked-line")).to_be_attached()
     expect(page.locator("#debug-heatmap .heatmaplayer").first).to_be_attached()
+    # x is 1-D: one row per panel, and the out-of-bounds load is marked among the loads
+    drawn = page.evaluate("""() => document.querySelector('#debug-heatmap .js-plotly-plot').data
+        .map(t => [t.type, t.xaxis, t.z ? String(t.z.shape || t.z.length) : null])""")
+    assert [d[:2] for d in drawn] == [["heatmap", "x"], ["heatmap", "x2"], ["scatter", "x"]], drawn
+    assert [d[2].replace(" ", "") for d in drawn[:2]] == ["1,60", "1,60"], drawn
     # one program: the last one, whose lanes run past the end of x
     pick(page, "debug-program", "(3, 0, 0)")
     expect(page.locator("#debug-heatmap .gtitle")).to_contain_text("program (3, 0, 0)")

@@ -6,10 +6,25 @@ from dash import Input, Output, State, callback, no_update
 
 from app.components.source_view import annotated_html, register_painter
 from app.figures.studio import empty_figure
+from profilers.report_render import hotspot_event
 
 register_painter("line-hotspots")
 register_painter("odl-hotspots")
 MAX_TIMELINE_EVENTS = 400  # a torch trace has hundreds of tiny ops; the first ones tell the story
+
+
+def hotspot_source_text(rep: dict) -> str:
+    """Where the kernel's line costs came from (callgrind, or the cycle-counter build and why),
+    or why there are none: the words the flame graph and hotspot panes show."""
+    hot = rep.get("hotspots")
+    if not hot:
+        return "no per-line profile: " + (rep.get("hotspots_missing")
+                                          or "; ".join(rep.get("notes", [])[-1:]) or "unknown")
+    meta = hot.get("meta") or {}
+    if meta.get("source", "callgrind") == "callgrind":
+        return "source: callgrind instruction counts"
+    why = f", because {meta['why']}" if meta.get("why") else ""
+    return f"source: cycle counters in an instrumented build{why}"
 
 
 @callback(Output("profile-current", "data"), Output("profile-status", "children"),
@@ -19,13 +34,13 @@ MAX_TIMELINE_EVENTS = 400  # a torch trace has hundreds of tiny ops; the first o
           prevent_initial_call=True)
 def run_profile(_n, op, sizes, target):
     """Profile one op in the worker (the server never runs the kernel); errors shown in the page."""
-    from app.services.profiling import profile_op
+    from app.services.profiling import op_to_profile, profile_op
     from app.services.system import activity
     from uol_core.runtime.shapes import parse_shape_spec
 
     try:
         with activity(f"profile {op}"):
-            res = profile_op(op, parse_shape_spec(sizes or ""), target or "host")
+            res = profile_op(op_to_profile(op), parse_shape_spec(sizes or ""), target or "host")
     except Exception as exc:  # bad sizes and the like
         return no_update, f"✗ {exc}"
     if not res.get("ok"):
@@ -33,9 +48,12 @@ def run_profile(_n, op, sizes, target):
     rep = res["report"]
     k = rep["runs"]["kernel"]
     ok = "verified" if rep["verification"]["ok"] else "WRONG RESULT"
+    sizes_text = ",".join(f"{n}={v}" for n, v in rep["op"]["sizes"].items())
     return ({"id": res["id"], "has_last": True},
-            f"✓ run #{res['id']}: {rep['op']['name']} {ok}, {k['median_s'] * 1e6:.1f} µs, "
-            f"{k['gflops'] or 0:.3g} GFLOP/s ({rep['comparison']['verdict']})")
+            f"✓ profiled run #{res['id']}: {rep['op']['name']} {sizes_text} on "
+            f"{rep['target']['name']} {ok}, {k['median_s'] * 1e6:.1f} µs, "
+            f"{k['gflops'] or 0:.3g} GFLOP/s ({rep['comparison']['verdict']}; "
+            f"{hotspot_source_text(rep)})")
 
 
 def _report(current: dict | None) -> dict | None:
@@ -60,9 +78,12 @@ def draw_flame(current, source, search):
         return empty_figure("Profile an operator to see where the time goes"), ""
     if source == "kernel":
         if not rep.get("hotspots"):
-            return empty_figure("no callgrind profile (is valgrind installed?)"), ""
-        tree = HotspotReport.from_dict(rep["hotspots"]).tree()
-        title = f"{rep['op']['name']}: kernel instructions by ODL line and C line"
+            return empty_figure(hotspot_source_text(rep)), ""
+        hot = HotspotReport.from_dict(rep["hotspots"])
+        tree = hot.tree()
+        unit = "instructions" if hot.source == "callgrind" else "cycles"
+        title = (f"{rep['op']['name']}: kernel {unit} by ODL line and C line "
+                 f"({hotspot_source_text(rep)})")
     else:
         tree = FlameNode.from_dict(rep["flame"])
         title = f"{rep['op']['name']}: compile + first run (pyinstrument)"
@@ -97,22 +118,24 @@ def draw_hotspots(current):
     else:
         tfig = empty_figure("no timeline: " + "; ".join(rep.get("notes", [])[-1:]))
     if not hot:
-        note = {"note": "no callgrind profile: " + "; ".join(rep.get("notes", []))}
+        note = {"note": hotspot_source_text(rep)}
         return note, note, "", tfig
-    total = hot["total"].get("Ir") or 1
+    event, _ = hotspot_event(hot)
+    what = "instructions" if event == "Ir" else event
+    total = hot["total"].get(event) or 1
     blobs = []
     for rows, text, pane in ((hot["odl_lines"], rep["op"]["odl"], "hodl"),
                              (hot["kernel_lines"], rep.get("kernel_source", ""), "hc")):
-        share = {r["line"]: r["costs"].get("Ir", 0) / total for r in rows if r["line"]}
+        share = {r["line"]: r["costs"].get(event, 0) / total for r in rows if r["line"]}
         top = max(share.values(), default=0) or 1
         heat = {line: s / top for line, s in share.items()}
-        notes = {line: f"{s:.1%} of instructions" for line, s in share.items()}
+        notes = {line: f"{s:.1%} of {what}" for line, s in share.items()}
         lang = "odl" if pane == "hodl" else "c"
         blobs.append({"html": annotated_html(text, lang, pane, heat=heat, notes=notes)}
                      if text else {"note": "source not in the report"})
-    best = max(hot["kernel_lines"], key=lambda r: r["costs"].get("Ir", 0), default=None)
-    summary = (f"{total:,} instructions; hottest C line {best['line']} "
-               f"({best['costs'].get('Ir', 0) / total:.0%}, ODL line {best.get('odl_line')})"
+    best = max(hot["kernel_lines"], key=lambda r: r["costs"].get(event, 0), default=None)
+    summary = (f"{total:,} {what} ({hotspot_source_text(rep)}); hottest C line {best['line']} "
+               f"({best['costs'].get(event, 0) / total:.0%}, ODL line {best.get('odl_line')})"
                if best else "")
     return blobs[1], blobs[0], summary, tfig
 
@@ -121,18 +144,22 @@ def draw_hotspots(current):
           Output("compare-b", "options"), Output("compare-a", "value"),
           Output("compare-b", "value"), Input("profile-current", "data"))
 def list_runs(_current):
-    """Roofline of every measured run; the two newest preselected for the comparison."""
-    from app.services.profiling import measured_runs, roofline_figure
+    """Roofline of every timed run (profiled ones are not timed points); compare candidates
+    named with op, sizes, target and mode, the newest like-with-like pair preselected."""
+    from app.services.history import describe
+    from app.services.profiling import comparable_runs, measured_runs, roofline_figure
 
-    rows = measured_runs()
-    if not rows:
-        return empty_figure("no measured runs yet"), [], [], None, None
-    fig = roofline_figure(rows)
+    timed, rows = measured_runs(), comparable_runs()
+    fig = roofline_figure(timed)  # the roofs even with no timed run yet
     fig.update_layout(width=None)
-    opts = [{"label": f"#{r['id']} {r['kind']} {r['op']} {r['backend']} "
-                      f"{r['median_s'] * 1e6:.1f} µs", "value": r["id"]} for r in rows]
-    a = rows[1]["id"] if len(rows) > 1 else rows[0]["id"]
-    return fig, opts, opts, a, rows[0]["id"]
+    if not rows:
+        return fig, [], [], None, None
+    opts = [{"label": describe(r), "value": r["id"]} for r in rows]
+    newest = rows[0]
+    alike = [r for r in rows[1:] if (r["op"], r["sizes"], r.get("mode")) ==
+             (newest["op"], newest["sizes"], newest.get("mode"))]
+    a = (alike or rows[1:] or rows)[0]["id"]
+    return fig, opts, opts, a, newest["id"]
 
 
 @callback(Output("compare-graph", "figure"), Output("compare-text", "children"),

@@ -12,25 +12,23 @@ from app.figures.studio import empty_figure
 dash.register_page(__name__, path="/profiler", name="Profiler", title="UOL Studio: Profiler",
                    order=3)
 
-PROFILABLE = ["matmul", "linear_bias", "batched_matmul"]  # ops the C report path compiles
-
-
 def layout(**_query) -> html.Div:
     """Profile toolbar, then flame | hotspots, timeline | roofline, and the run comparison."""
-    from app.services.profiling import load_profile
-    from uol_core.ops import list_ops
+    from app.services.profiling import load_profile, profilable_ops
 
     last = load_profile()
     field = lambda label, comp: html.Div([html.Label(label), comp])  # noqa: E731
     graph = lambda gid, msg: dcc.Graph(id=gid, figure=empty_figure(msg),  # noqa: E731
                                        config={"displaylogo": False}, style={"width": "100%"})
-    ops = [o for o in PROFILABLE if o in list_ops()] or list_ops()
+    ops = profilable_ops()  # every library op, then the user's own ops from Studio runs
+    first = next((o["value"] for o in ops if o["value"] == "matmul"), ops[0]["value"])
     toolbar = html.Div([
-        field("Operator (C kernel)", dcc.Dropdown(id="profile-op", options=ops, value=ops[0],
-                                                  clearable=False, className="dropdown")),
+        field("Operator (library or yours, C kernel)",
+              dcc.Dropdown(id="profile-op", options=ops, value=first, clearable=False,
+                           className="dropdown")),
         field("Sizes", dcc.Input(id="profile-sizes", value="M=32,N=32,K=32", debounce=True,
                                  style={"width": "170px"})),
-        html.Button("Profile (compile + run + callgrind)", id="profile-run"),
+        html.Button("Profile (compile + time + per-line costs)", id="profile-run"),
         dcc.Loading(html.Span(id="profile-status", className="muted"), delay_show=200),
     ], className="toolbar")
     flame = html.Div([
@@ -38,7 +36,7 @@ def layout(**_query) -> html.Div:
         html.Div([
             dcc.RadioItems(id="flame-source", value="python", inline=True, options=[
                 {"label": " compile + first run (pyinstrument, s)", "value": "python"},
-                {"label": " kernel lines (callgrind Ir)", "value": "kernel"}]),
+                {"label": " kernel lines (callgrind or cycle counters)", "value": "kernel"}]),
             dcc.Input(id="flame-search", placeholder="search frames", debounce=True,
                       style={"width": "180px"}),
             html.Span(id="flame-matches", className="muted"),
@@ -47,7 +45,7 @@ def layout(**_query) -> html.Div:
         graph("flame-graph", "Profile an operator to see where the time goes"),
     ], className="panel")
     hot = html.Div([
-        html.H3("Per-line hotspots (callgrind instructions)"),
+        html.H3("Per-line hotspots (callgrind instructions, or cycles where valgrind cannot run)"),
         html.Div(id="hotspot-summary", className="muted"),
         html.H4("ODL lines (rolled up)"), source_pane("odl-hotspots", "hodl"),
         html.H4("Generated C"), source_pane("line-hotspots", "hc"),

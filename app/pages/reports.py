@@ -9,8 +9,9 @@ dash.register_page(__name__, path="/reports", name="Reports", title="UOL Studio:
                    order=6)
 
 RUN_COLUMNS = [("id", "#"), ("open", "permalink"), ("when", "when"), ("kind", "kind"),
-               ("op", "op"), ("backend", "backend"), ("target", "target"), ("ok", "ok"),
-               ("time_ms", "time (ms)"), ("gflops", "GFLOP/s"), ("config", "config")]
+               ("op", "op"), ("sizes", "sizes"), ("backend", "backend"), ("target", "target"),
+               ("mode", "mode"), ("ok", "ok"), ("time_ms", "time (ms)"), ("gflops", "GFLOP/s"),
+               ("config", "config"), ("machine", "machine")]
 
 
 def _rows(op=None, backend=None, target=None, ok=None) -> list[dict]:
@@ -23,8 +24,9 @@ def _rows(op=None, backend=None, target=None, ok=None) -> list[dict]:
                           None if ok in (None, "any") else ok == "ok"):
         out.append({"id": r["id"], "open": f"[/run/{r['id']}](/run/{r['id']})",
                     "when": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created"])),
-                    "kind": r["kind"], "op": r["op"], "backend": r["backend"],
-                    "target": r["target"], "ok": "✓" if r["ok"] else "✗",
+                    "kind": r["kind"], "op": r["op"], "sizes": history.sizes_text(r["sizes"]),
+                    "backend": r["backend"], "target": r["target"], "mode": r["mode"],
+                    "machine": r["machine"], "ok": "✓" if r["ok"] else "✗",
                     "time_ms": round(r["median_s"] * 1e3, 4) if r["median_s"] else None,
                     "gflops": round(r["gflops"], 3) if r["gflops"] else None,
                     "config": ", ".join(f"{k}={v}" for k, v in r["config"].items())})
@@ -70,7 +72,9 @@ def layout(**_query) -> html.Div:
             dcc.Download(id="export-download"),
         ], className="toolbar"),
         html.Div("Select one run to export it, two to export a comparison (the older is the "
-                 "baseline).", className="muted"),
+                 "baseline). Runs of the same op and sizes compare by time; others by GFLOP/s "
+                 "(the report says so); profiled runs by their per-line costs only.",
+                 className="muted"),
         html.Div(id="export-status", className="muted"),
         html.Div(dash_table.DataTable(
             id="runs-table", data=rows, row_selectable="multi", selected_rows=[],

@@ -106,14 +106,16 @@ def programs(tid: str, launch: int = 0) -> list[list[int]]:
 
 
 def tensor_view(tid: str, tensor: str, program: list[int] | None, launch: int = 0) -> dict:
-    """Load and store counts of one tensor (one program or all), its shape and OOB offsets."""
+    """Load and store counts of one tensor (one program or all), its shape and OOB offsets by kind."""
     from uol_core.debug import heatmap, oob_findings
 
     tr = load(tid)
     info = tr.launches[launch].tensors[tensor]
     prog = tuple(program) if program is not None else None
-    oob = [o for f in oob_findings(tr) if f.tensor == tensor
-           and (prog is None or tuple(prog) in [tuple(p) for p in f.programs]) for o in f.offsets]
+    oob: dict[str, list[int]] = {}  # by kind: the figure marks a store among the stores
+    for f in oob_findings(tr):
+        if f.tensor == tensor and (prog is None or prog in [tuple(p) for p in f.programs]):
+            oob.setdefault(f.kind, []).extend(f.offsets)
     return {"loads": heatmap(tr, tensor, prog, kind="load", launch=launch),
             "stores": heatmap(tr, tensor, prog, kind="store", launch=launch),
             "shape": list(info.shape), "oob": oob}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import sqlite3
 import time
 from pathlib import Path
@@ -29,11 +30,17 @@ CREATE TABLE IF NOT EXISTS runs (
     gflops REAL,
     gbs REAL,
     result TEXT NOT NULL,
-    kernel TEXT NOT NULL DEFAULT ''
+    kernel TEXT NOT NULL DEFAULT '',
+    mode TEXT NOT NULL DEFAULT 'timed',
+    machine TEXT NOT NULL DEFAULT ''
 )"""
 COLUMNS = ("id", "created", "kind", "op", "backend", "target", "sizes", "config", "odl", "ok",
-           "median_s", "gflops", "gbs", "result", "kernel")
+           "median_s", "gflops", "gbs", "result", "kernel", "mode", "machine")
 JSON_COLUMNS = ("sizes", "config", "result")
+# Columns added after the first schema: an older database gains them (its rows get the default).
+ADDED_COLUMNS = {"mode": "TEXT NOT NULL DEFAULT 'timed'", "machine": "TEXT NOT NULL DEFAULT ''"}
+# How a run's time was obtained; only "timed" runs are compared by time or put on a roofline.
+TIMED, PROFILED, INTERPRETED, UNTIMED = "timed", "profiled", "interpreted", "untimed"
 
 
 def db_path() -> Path:
@@ -49,16 +56,49 @@ def db_path() -> Path:
 def _connect() -> sqlite3.Connection:
     conn = sqlite3.connect(db_path(), timeout=10)
     conn.execute(SCHEMA)
+    have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    for name, decl in ADDED_COLUMNS.items():
+        if name not in have:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {decl}")
+            if name == "mode":  # older rows: a profile was never a timed run
+                conn.execute("UPDATE runs SET mode = CASE WHEN kind = 'profile' THEN 'profiled' "
+                             "WHEN median_s IS NULL THEN 'untimed' ELSE 'timed' END")
     return conn
 
 
+def run_mode(kind: str, result: dict) -> str:
+    """How the run's time was obtained: a profile (callgrind or the cycle-counter build) is
+    "profiled", the Triton interpreter "interpreted", a run with a median "timed"."""
+    if kind == "profile" or str(result.get("mode", "")).startswith("measured (profile"):
+        return PROFILED
+    if "interpret" in str(result.get("mode", "")).lower():
+        return INTERPRETED
+    return TIMED if result.get("median_s") else UNTIMED
+
+
+def this_machine() -> str:
+    """Host name and CPU model: runs from different machines are told apart in comparisons."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:  # not Linux: the platform's own name is enough
+        pass
+    return f"{platform.node()} ({cpu})"
+
+
 def record(kind: str, request: dict, result: dict, kernel: str = "") -> int:
-    """Store one run (written at once, so a crash later loses nothing); returns its id."""
+    """Store one run (written at once, so a crash later loses nothing); returns its id.
+    The run carries op, sizes, target, backend, config, mode and the machine it ran on."""
+    sizes = result.get("sizes") or request.get("sizes") or {}
     row = (time.time(), kind, result.get("op") or request.get("op", "?"), request["backend"],
-           request["target"], json.dumps(request.get("sizes") or {}),
+           request["target"], json.dumps(sizes),
            json.dumps(result.get("config") or request.get("config") or {}), request["odl"],
            int(bool(result.get("ok"))), result.get("median_s"), result.get("gflops"),
-           result.get("gbs"), json.dumps(result), kernel)
+           result.get("gbs"), json.dumps(result), kernel, run_mode(kind, result),
+           this_machine())
     with _connect() as conn:
         cur = conn.execute(f"INSERT INTO runs ({', '.join(COLUMNS[1:])}) VALUES "
                            f"({', '.join('?' * (len(COLUMNS) - 1))})", row)
@@ -99,6 +139,18 @@ def runs(op: str | None = None, backend: str | None = None, target: str | None =
     with _connect() as conn:
         rows = conn.execute(sql, (*args, limit)).fetchall()
     return [_as_dict(r) for r in rows]
+
+
+def sizes_text(sizes: dict) -> str:
+    """'M=256,K=128,N=256': the sizes as a user types them."""
+    return ",".join(f"{k}={v}" for k, v in sizes.items()) or "-"
+
+
+def describe(row: dict) -> str:
+    """One line naming a run fully: id, op, sizes, backend/target, mode and its time."""
+    timing = f"{row['median_s'] * 1e6:.1f} µs" if row.get("median_s") else "no time"
+    return (f"#{row['id']} {row['op']} {sizes_text(row['sizes'])} {row['backend']}/"
+            f"{row['target']} {row.get('mode', TIMED)} {timing}")
 
 
 def tuning_rows(limit: int = 300) -> list[dict[str, Any]]:

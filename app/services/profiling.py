@@ -20,7 +20,9 @@ def _root() -> Path:
 
 def profile_op(op: str, sizes: dict, target: str = "host",
                timeout: float = PROFILE_TIMEOUT_S) -> dict:
-    """Compile, verify, time and callgrind one op in the worker; record it as a history run."""
+    """Compile, verify, time and profile one op (a library name or the user's ODL text) in the
+    worker; record it as a history run of mode "profiled" (its line costs come from callgrind or
+    the cycle-counter build, which is not a timed run)."""
     request = {"op": op, "sizes": sizes, "target": target}
     res = run_json_child(["-m", "app.services.profile_child"], MARK, json.dumps(request), timeout,
                          timed_out="profiling did not finish within {timeout:.0f} s; the worker "
@@ -29,11 +31,14 @@ def profile_op(op: str, sizes: dict, target: str = "host",
         return res
     report = res["report"]
     kernel = report["runs"]["kernel"]
+    hot = report.get("hotspots") or {}
     result = {"ok": bool(report["verification"]["ok"]), "op": report["op"]["name"],
-              "median_s": kernel["median_s"], "iqr_s": kernel.get("iqr_s"),
-              "flops": report["op"]["flops"], "bytes": report["op"]["bytes"],
-              "gflops": kernel["gflops"], "config": report["config"],
-              "hotspots": report.get("hotspots"), "mode": "measured (profile)"}
+              "sizes": report["op"]["sizes"], "median_s": kernel["median_s"],
+              "iqr_s": kernel.get("iqr_s"), "flops": report["op"]["flops"],
+              "bytes": report["op"]["bytes"], "gflops": kernel["gflops"],
+              "config": report["config"], "hotspots": report.get("hotspots"),
+              "hotspot_source": (hot.get("meta") or {}).get("source"),
+              "mode": "measured (profile)"}
     if kernel["median_s"]:
         result["gbs"] = report["op"]["bytes"] / kernel["median_s"] / 1e9
     rid = history.record("profile", {"odl": report["op"]["odl"], "backend": "c",
@@ -42,6 +47,36 @@ def profile_op(op: str, sizes: dict, target: str = "host",
                          report.get("kernel_source", ""))
     (_root() / f"{rid}.json").write_text(json.dumps(report, default=str))
     return {"ok": True, "id": rid, "report": report}
+
+
+def profilable_ops(limit: int = 200) -> list[dict]:
+    """Dropdown options: every library op, then the user's own ops from Studio runs (each ODL
+    text that is not a library op's, newest first; the value "run:<id>" names the run holding
+    it). A library op the user edited is offered as "(edited)"."""
+    from uol_core.ops import list_ops, op_text
+
+    library = list_ops()
+    options = [{"label": name, "value": name} for name in library]
+    seen = {op_text(name).strip() for name in library}
+    for row in history.runs(limit=limit):
+        text = row["odl"].strip()
+        if not text or text in seen or row["kind"] not in ("run", "tune", "graph-node"):
+            continue
+        seen.add(text)
+        whose = "edited" if row["op"] in library else "your op"
+        options.append({"label": f"{row['op']} ({whose}, from run #{row['id']})",
+                        "value": f"run:{row['id']}"})
+    return options
+
+
+def op_to_profile(choice: str) -> str:
+    """What profile_op takes for a dropdown value: a library name, or the ODL of run <id>."""
+    if choice.startswith("run:"):
+        row = history.get(int(choice.split(":", 1)[1]))
+        if row is None:
+            raise ValueError(f"run {choice[4:]} is no longer in the history")
+        return row["odl"]
+    return choice
 
 
 def load_profile(run_id: int | None = None) -> dict | None:
@@ -53,29 +88,43 @@ def load_profile(run_id: int | None = None) -> dict | None:
 
 
 def measured_runs(limit: int = 200) -> list[dict]:
-    """History runs that carry a time, flops and bytes (roofline and compare candidates)."""
+    """Timed history runs with a time, flops and bytes: the roofline's points. Profiled and
+    interpreted runs are left out: their times are no timing."""
     rows = history.runs(limit=limit)
-    return [r for r in rows if r.get("median_s") and r["result"].get("flops")]
+    return [r for r in rows if r.get("mode", history.TIMED) == history.TIMED
+            and r.get("median_s") and r["result"].get("flops")]
+
+
+def comparable_runs(limit: int = 200) -> list[dict]:
+    """Compare candidates: timed runs, and profiled runs (compared by their line costs)."""
+    rows = history.runs(limit=limit)
+    return [r for r in rows if (r.get("median_s") and r["result"].get("flops"))
+            or r["result"].get("hotspots")]
 
 
 def run_of(row: dict):
-    """A history row as a profilers Run (for compare)."""
+    """A history row as a profilers Run (for compare), labelled with its sizes and target."""
     from profilers.runs import Run
 
     res = row["result"]
-    return Run(f"#{row['id']} {row['op']} {row['backend']}", row["op"], row["target"],
-               row["backend"], row["config"], row["sizes"], row["median_s"], res.get("iqr_s"),
-               res.get("flops"), res.get("bytes"), "ok" if row["ok"] else "failed",
-               res.get("hotspots"))
+    label = (f"#{row['id']} {row['op']} {history.sizes_text(row['sizes'])} "
+             f"{row['backend']}/{row['target']}")
+    return Run(label, row["op"], row["target"], row["backend"], row["config"], row["sizes"],
+               row["median_s"], res.get("iqr_s"), res.get("flops"), res.get("bytes"),
+               "ok" if row["ok"] else "failed", res.get("hotspots"),
+               mode=row.get("mode", history.TIMED), machine=row.get("machine", ""))
 
 
 def roofline_figure(rows: list[dict]):
-    """Every measured run on its target's roofline (one curve per target seen)."""
+    """Every timed run on its target's roofline (one curve per target seen); a run whose rate
+    is above its roof is left out and named in the title."""
     from profilers.figures.charts import roofline_chart
-    from profilers.roofline_points import point, roof_curve
+    from profilers.report import roof_point
+    from profilers.roofline_points import roof_curve
 
+    rows = [r for r in rows if r.get("mode", history.TIMED) == history.TIMED]
     targets = list(dict.fromkeys(r["target"] for r in rows)) or ["host"]
-    curves, points = [], []
+    curves, points, notes = [], [], []
     for t in targets:
         try:
             curves.append(roof_curve(t))
@@ -84,6 +133,13 @@ def roofline_figure(rows: list[dict]):
     known = {c.target for c in curves}
     for r in rows:
         if r["target"] in known:
-            points.append(point(f"#{r['id']} {r['op']}", r["result"]["flops"],
-                                r["result"]["bytes"], r["median_s"], r["target"]))
-    return roofline_chart(curves, points, f"Roofline of all runs ({len(points)})")
+            placed = roof_point(f"#{r['id']} {r['op']} {history.sizes_text(r['sizes'])}",
+                                r["result"]["flops"], r["result"]["bytes"], r["median_s"],
+                                r["target"], notes)
+            if placed is not None:
+                points.append(placed)
+    title = (f"Roofline of timed runs ({len(points)})" if points else
+             "Roofline: no timed run yet (a profiled run is not a timed point)")
+    if notes:
+        title += f"; {len(notes)} above the roof left out"
+    return roofline_chart(curves, points, title)

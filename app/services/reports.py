@@ -14,22 +14,32 @@ FORMATS = {"html": "text/html", "pdf": "application/pdf", "md": "text/markdown",
 
 
 def _run_obj(row: dict):
+    from app.services.history import sizes_text
     from profilers.runs import Run
 
     res = row["result"]
-    return Run(label=f"#{row['id']} {row['op']} ({row['backend']})", op=row["op"],
-               target=row["target"], backend=row["backend"], config=row["config"],
+    return Run(label=f"#{row['id']} {row['op']} {sizes_text(row['sizes'])} ({row['backend']})",
+               op=row["op"], target=row["target"], backend=row["backend"], config=row["config"],
                sizes=row["sizes"], median_s=row["median_s"], iqr_s=res.get("iqr_s"),
                flops=res.get("flops"), bytes=res.get("bytes"),
-               status="ok" if row["ok"] else "failed")
+               status="ok" if row["ok"] else "failed", mode=row.get("mode", "timed"),
+               machine=row.get("machine", ""))
+
+
+def _cost(row: dict):
+    """The run's own cost: its ODL at its own sizes (two runs of a comparison may differ)."""
+    import uol_core
+
+    return uol_core.op_cost(uol_core.parse(row["odl"]), row["sizes"])
 
 
 def run_report(row: dict, other: dict | None = None) -> dict:
     """Report data for one run, or for `other` (baseline) against `row` when given."""
     import uol_core
+    from app.services.history import TIMED
     from profilers.compare import compare
-    from profilers.report import _header
-    from profilers.roofline_points import point, roof_curve
+    from profilers.report import _header, roof_point
+    from profilers.roofline_points import roof_curve
     from uol_core.odl.patterns import classify
 
     title = f"Run #{row['id']}: {row['op']}" if other is None else \
@@ -37,28 +47,39 @@ def run_report(row: dict, other: dict | None = None) -> dict:
     report = _header("operator", title)
     res = row["result"]
     op = uol_core.parse(row["odl"])
-    cost = uol_core.op_cost(op, row["sizes"])
+    cost = _cost(row)
     report["op"] = {"name": op.name, "odl": row["odl"], "pattern": classify(op).kind,
                     "sizes": row["sizes"], "flops": cost.flops, "bytes": cost.bytes,
                     "intensity": cost.intensity}
-    report["target"] = {"name": row["target"], "backend": row["backend"]}
+    report["target"] = {"name": row["target"], "backend": row["backend"],
+                        "machine": row.get("machine", "")}
     report["config"] = dict(row["config"])
     report["verification"] = {"ok": row["ok"], "max_error": str(res.get("max_error", "")),
                               "error": res.get("error", "")}
-    report["measurements"] = [{"label": f"run #{r['id']}", "backend": r["backend"],
+    both = ([other] if other else []) + [row]
+    report["measurements"] = [{"label": f"run #{r['id']}", "op": r["op"],
+                               "sizes": r["sizes"], "target": r["target"],
+                               "backend": r["backend"], "mode": r.get("mode", TIMED),
                                "median_s": r["median_s"], "iqr_s": r["result"].get("iqr_s"),
                                "repeats": r["result"].get("repeats"), "gflops": r["gflops"],
-                               "gbps": r["gbs"]} for r in ([other] if other else []) + [row]]
+                               "gbps": r["gbs"]} for r in both]
     if row.get("kernel"):
         report["kernel_source"] = row["kernel"]
     points = []
-    for r in ([other] if other else []) + [row]:
-        if r["median_s"]:
-            try:
-                points.append(point(f"run #{r['id']}", cost.flops, cost.bytes, r["median_s"],
-                                    r["target"]).to_dict())
-            except Exception as exc:  # a target without roofs: the report says so
-                report["notes"].append(f"no roofline point for run #{r['id']}: {exc}")
+    for r in both:
+        if r.get("mode", TIMED) != TIMED:  # a profiled or interpreted time is not a timed point
+            report["notes"].append(f"run #{r['id']} is {r.get('mode')}: not on the roofline "
+                                   "(only timed runs are)")
+            continue
+        try:
+            own = _cost(r)
+            placed = roof_point(f"run #{r['id']}", own.flops, own.bytes, r["median_s"],
+                                r["target"], report["notes"])
+        except Exception as exc:  # a target without roofs: the report says so
+            report["notes"].append(f"no roofline point for run #{r['id']}: {exc}")
+            continue
+        if placed is not None:
+            points.append(placed.to_dict())
     try:
         report["roofline"] = {"curves": [roof_curve(row["target"]).to_dict()], "points": points}
     except Exception as exc:

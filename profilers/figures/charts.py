@@ -141,7 +141,9 @@ def comparison_bars(comparison, title: str = "") -> go.Figure:
                         subplot_titles=["median time (ms)", "GFLOP/s"]
                         + ([f"share of {c.event} per ODL line"] if has_lines else []))
     names = [f"A: {c.a.label}", f"B: {c.b.label}"]
-    fig.add_trace(go.Bar(x=names, y=[(c.a.median_s or 0) * 1e3, (c.b.median_s or 0) * 1e3],
+    same_work = getattr(c, "basis", "time") == "time"  # times of unlike runs are not drawn
+    times = [(c.a.median_s or 0) * 1e3, (c.b.median_s or 0) * 1e3] if same_work else [0, 0]
+    fig.add_trace(go.Bar(x=names, y=times,
                          marker_color=PALETTE[:2], showlegend=False), 1, 1)
     fig.add_trace(go.Bar(x=names, y=[c.gflops_a or 0, c.gflops_b or 0],
                          marker_color=PALETTE[:2], showlegend=False), 1, 2)

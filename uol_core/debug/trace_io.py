@@ -49,7 +49,7 @@ def load_trace(path: str | Path) -> Trace:
     meta = json.loads(base.with_suffix(".json").read_text())
     if meta.get("format") != FORMAT:
         raise ValueError(f"{base}.json is not a {FORMAT} trace (format={meta.get('format')})")
-    arrays = np.load(base.with_suffix(".npz"))
+    lanes = read_lane_arrays(base.with_suffix(".npz"))
     trace = Trace(sources=meta["sources"], notes=meta["notes"])
     for lc in meta["launches"]:
         tensors = {n: TensorInfo(n, tuple(t["shape"]), t["dtype"], t["itemsize"])
@@ -57,12 +57,27 @@ def load_trace(path: str | Path) -> Trace:
         trace.launches.append(Launch(lc["kernel"], lc["file"], tuple(lc["grid"]), tensors,
                                      [tuple(p) for p in lc["recorded"]], lc["sampled"],
                                      lc["dropped_events"]))
-    start = 0
-    for ev in meta["events"]:
-        end = start + ev["lanes"]
+    counts = [ev["lanes"] for ev in meta["events"]]
+    if sum(counts) != lanes["offsets"].size:
+        raise ValueError(f"{base}.npz holds {lanes['offsets'].size} lanes but {base}.json lists "
+                         f"{sum(counts)}: the two files are not from the same trace (trace the kernel again)")
+    # one split per array, each event a view into it: memory and time stay linear in the size
+    if not counts:
+        return trace
+    bounds = np.cumsum(counts)[:-1]
+    offsets, mask, oob = (np.split(lanes[name], bounds) for name in ("offsets", "mask", "oob"))
+    for ev, ev_offsets, ev_mask, ev_oob in zip(meta["events"], offsets, mask, oob, strict=True):
         trace.events.append(MemEvent(ev["kind"], ev["launch"], tuple(ev["program"]), ev["tensor"],
-                                     ev["line"], arrays["offsets"][start:end],
-                                     arrays["mask"][start:end], arrays["oob"][start:end],
-                                     ev["itemsize"], ev["values"]))
-        start = end
+                                     ev["line"], ev_offsets, ev_mask, ev_oob, ev["itemsize"],
+                                     ev["values"]))
     return trace
+
+
+def read_lane_arrays(npz_path: Path) -> dict[str, np.ndarray]:
+    """The three lane arrays, each decompressed once. Indexing an open npz file decompresses
+    the whole array again on every access, so reading it per event made loading quadratic."""
+    with np.load(npz_path) as archive:
+        lanes = {name: archive[name] for name in ("offsets", "mask", "oob")}
+    if not lanes["offsets"].size == lanes["mask"].size == lanes["oob"].size:
+        raise ValueError(f"{npz_path}: offsets, mask and oob differ in length (damaged file)")
+    return lanes
