@@ -32,7 +32,10 @@ def shot(page, name: str) -> None:
 
 
 def click_point(page, graph_id: str, key: str) -> None:
-    """Click a plotly marker (hover first: plotly picks the point under the mouse)."""
+    """Click a plotly marker (hover first: plotly picks the point under the mouse), scrolled
+    into view first as a user would (a taller page below may have scrolled it away)."""
+    page.locator(f"#{graph_id}").scroll_into_view_if_needed()
+    page.wait_for_timeout(200)
     xy = page.evaluate(POINT_JS, [f"#{graph_id}", key])
     assert xy, f"no point {key} in #{graph_id}"
     page.mouse.move(xy[0], xy[1])
