@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dash import Input, Output, State, callback, html
+from dash import Input, Output, State, callback, html, no_update
 
 from app.figures.studio import empty_figure, tune_figure
 
@@ -16,7 +16,9 @@ def _roofline(result: dict, target: str):
     if result.get("median_s") and result.get("flops") is not None:
         pts.append(point(f"run #{result['id']}", result["flops"], result["bytes"],
                          result["median_s"], target))
-    return roofline_chart([roof_curve(target)], pts, f"Roofline on {target}")
+    fig = roofline_chart([roof_curve(target)], pts, f"Roofline on {target}")
+    # the shared chart has a print width; in the Studio it follows its panel's width
+    return fig.update_layout(width=None, height=None, autosize=True)
 
 
 @callback(Output("run-result", "children"), Output("run-history", "children"),
@@ -45,7 +47,33 @@ def run_kernel(_clicks, state):
     return run_result(res), history_panel(runs), fig
 
 
+def budget_problem(raw) -> tuple[int, str]:
+    """The tune budget typed in the box, or why it cannot be used (naming the limits)."""
+    from app.services.runner import MAX_TUNE_BUDGET
+
+    text = str(raw if raw is not None else "").strip()
+    limit = f"the tune budget is a whole number from 1 to {MAX_TUNE_BUDGET}"
+    try:
+        value = int(text)
+    except ValueError:
+        return 0, f"✗ {limit}, got '{text or 'nothing'}'."
+    if not 1 <= value <= MAX_TUNE_BUDGET:
+        return 0, f"✗ {limit}, got {value}."
+    return value, ""
+
+
+def tune_summary(trail: list[dict], budget: int, best: dict | None) -> str:
+    """What the tune did, counted from its own measurements (never more than it measured)."""
+    verified = sum(1 for t in trail if t.get("ok"))
+    head = f"{len(trail)} measured of a budget of {budget}, {verified} verified"
+    if not best:
+        return f"No verified config: {head}."
+    cfg = ", ".join(f"{k}={v}" for k, v in best["config"].items())
+    return f"✓ {head}; best verified: {best['gflops']:.2f} GFLOP/s with {cfg}"
+
+
 @callback(Output("tune-status", "children"), Output("tune-plot", "figure"),
+          Output("tune-best", "data"), Output("tune-apply", "disabled"),
           Input("tune-button", "n_clicks"),
           State("studio-state", "data"), State("tune-budget", "value"),
           background=True,
@@ -55,17 +83,16 @@ def run_kernel(_clicks, state):
                     Output("tune-status", "children"), Output("tune-plot", "figure")],
           cancel=[Input("tune-cancel", "n_clicks")],
           prevent_initial_call=True)
-def tune_kernel(set_progress, _clicks, state, budget):
+def tune_kernel(set_progress, _clicks, state, budget_text):
     """Measure up to `budget` configs, updating the progress bar and best-so-far plot live."""
     from app.services.job_queue import client_id, only_one
-    from app.services.runner import MAX_TUNE_BUDGET, capped_budget
     from app.services.system import activity
 
+    budget, problem = budget_problem(budget_text)
+    if problem:
+        return problem, no_update, None, True
     if not state or not state.get("ok"):
-        return "Compile a kernel first.", empty_figure("nothing tuned")
-    asked, budget = budget, capped_budget(budget)
-    capped = (f" (budget cut to the cap of {MAX_TUNE_BUDGET})"
-              if str(asked or "").strip() and budget < _number(asked) else "")
+        return "Compile a kernel first.", empty_figure("nothing tuned"), None, True
     trail: list[dict] = []
     client = client_id()
     with activity(f"tune {state['op']}"):
@@ -73,19 +100,15 @@ def tune_kernel(set_progress, _clicks, state, budget):
             with only_one(client, "tune"):
                 best = _tune(state, budget, trail, set_progress, client)
         except Exception as exc:  # shown in the page; the server keeps serving
-            return f"✗ tuning failed: {type(exc).__name__}: {exc}{capped}", tune_figure(trail)
+            return (f"✗ tuning failed after {len(trail)} measured: {type(exc).__name__}: {exc}",
+                    tune_figure(trail), None, True)
+    fig = tune_figure(trail)
     if not best:
-        return f"No verified config in {len(trail)} measurements{capped}.", tune_figure(trail)
-    cfg = ", ".join(f"{k}={v}" for k, v in best["config"].items())
-    return (f"✓ best of {len(trail)}: {best['gflops']:.2f} GFLOP/s with {cfg}{capped}",
-            tune_figure(trail))
-
-
-def _number(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return 0.0
+        return tune_summary(trail, budget, None), fig, None, True
+    # what Apply loads: only for the op, backend, target and sizes it was measured with
+    tuned = {"op": state["op"], "backend": state["backend"], "target": state["target"],
+             "sizes": state["sizes"], "config": best["config"], "gflops": best["gflops"]}
+    return tune_summary(trail, budget, best), fig, tuned, False
 
 
 def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> dict | None:
@@ -95,7 +118,9 @@ def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> d
 
     def report(i: int, total: int) -> None:
         top = max((t.get("gflops") or 0 for t in trail), default=0)
-        set_progress((str(i), str(total), f"{i}/{total} measured, best {top:.2f} GFLOP/s",
+        verified = sum(1 for t in trail if t.get("ok"))
+        set_progress((str(i), str(total), f"{i}/{total} measured, {verified} verified, "
+                                          f"best {top:.2f} GFLOP/s",
                       tune_figure(trail)))
 
     from uol_core.backends import get_backend
@@ -112,7 +137,8 @@ def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> d
         try:
             def on_trial(trial, n: int) -> None:
                 trail.append({"i": n, "config": trial.config.to_dict(),
-                              "gflops": trial.gflops or 0.0})
+                              "gflops": trial.gflops or 0.0,
+                              "ok": bool(trial.gflops)})
                 report(n, budget)
 
             result = session.tune(budget=budget, progress=on_trial)
@@ -125,9 +151,8 @@ def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> d
 
     def on_step(i: int, total: int, steps: list, top: dict | None) -> None:
         step = steps[-1]
-        trail.append({"i": i, "config": step["config"],
-                      "gflops": (top or {}).get("gflops") if step.get("id") == (top or {}).get(
-                          "id") else 0.0})
+        trail.append({"i": i, "config": step["config"], "gflops": step.get("gflops") or 0.0,
+                      "ok": bool(step.get("ok") and step.get("median_s"))})
         report(i, total)
 
     out = tune_measurements(state["odl"], state["backend"], state["target"], state["sizes"],

@@ -7,6 +7,7 @@ from dash import dcc, html
 
 from app.callbacks import studio as _compile_callbacks  # noqa: F401  (registers callbacks)
 from app.callbacks import studio_run as _run_callbacks  # noqa: F401
+from app.callbacks.studio import EDITED, op_identity
 from app.components.codeview import code_host
 from app.figures.studio import empty_figure
 from app.services.runner import MAX_TUNE_BUDGET
@@ -49,10 +50,15 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
 
     init = _initial(run_id)
     ops, targets = _options()
+    identity = op_identity(init["odl"]) or {"op": init["op"]}
+    library_text = init["odl"] if init["op"] in ops and not init["note"] else None
     field = lambda label, comp: html.Div([html.Label(label), comp])  # noqa: E731
     toolbar = html.Div([
-        field("Operator (library)", dcc.Dropdown(id="op-select", options=ops, value=init["op"],
-                                                 clearable=False, className="dropdown")),
+        field("Operator (library)", dcc.Dropdown(
+            id="op-select", clearable=False, className="dropdown",
+            # "(edited)": the editor holds text of its own; it cannot be chosen, only shown
+            options=[{"label": EDITED, "value": EDITED, "disabled": True}, *ops],
+            value=init["op"] if init["op"] in ops and not init["note"] else EDITED)),
         field("Target (HFL)", dcc.Dropdown(id="target-select", options=targets,
                                            value=init["target"], clearable=False,
                                            className="dropdown")),
@@ -65,11 +71,15 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
                                  debounce=True, style={"width": "190px"})),
         html.Button("Compile", id="compile-button"),
         html.Button("Run (verify + measure)", id="run-button"),
-        field(f"Tune budget (max {MAX_TUNE_BUDGET})",
-              dcc.Input(id="tune-budget", type="number", value=6, min=1, max=MAX_TUNE_BUDGET,
+        # text, not type=number: the browser would turn "abc" or an out-of-range number into
+        # an empty value, and the tune must say what was wrong with what the user typed
+        field(f"Tune budget (1 to {MAX_TUNE_BUDGET})",
+              dcc.Input(id="tune-budget", type="text", inputMode="numeric", value="6",
                         style={"width": "70px"})),
         html.Button("Tune", id="tune-button"),
         html.Button("Cancel", id="tune-cancel", className="secondary", disabled=True),
+        html.Button("Apply best", id="tune-apply", className="secondary", disabled=True,
+                    title="Load the best verified config of the last tune into the knobs"),
         html.Progress(id="tune-progress", value="0", max="1"),
     ], className="toolbar")
     editor = html.Div([
@@ -98,16 +108,21 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
         html.Div([dcc.Graph(id="roofline-graph",
                             figure=empty_figure("Run the kernel to place it on the roofline"),
                             config={"displayModeBar": False, "responsive": True},
-                            style={"width": "100%"}),
-                  html.H3("History of this op"), html.Div(id="run-history")],
+                            # a set height: a responsive chart fills its box, and a box sized
+                            # by its chart would be circular (the panel ends mid-chart)
+                            style={"height": "480px"}, className="panel-figure"),
+                  html.H3("History of this op"),
+                  html.Div(id="run-history", className="run-history")],
                  className="panel"),
         html.Div([html.H3("Explanation"), html.Pre(id="explanation", className="explanation")],
                  className="panel"),
-    ], className="studio-grid", style={"marginTop": "10px"})
+    ], className="studio-grid studio-results", style={"marginTop": "10px"})
     return html.Div([
         dcc.Store(id="studio-state"),
         dcc.Store(id="studio-init", data={"config": init["config"], "sizes": init["sizes"]}),
-        dcc.Store(id="op-loaded"),
+        # what the sizes and knobs belong to; the editor's header lines, seen last
+        dcc.Store(id="op-loaded", data={**identity, "odl": library_text}),
+        dcc.Store(id="odl-signature"), dcc.Store(id="tune-best"),
         html.Div(init["note"], id="studio-note", className="muted"),
         toolbar,
         html.Div([editor, kernel, knobs], className="studio-grid"),

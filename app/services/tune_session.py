@@ -67,6 +67,7 @@ class RunSession:
         i = len(self.trail) + 1
         self.trail.append({"i": i, "config": dict(cfg), "ok": res.get("ok"),
                            "median_s": res.get("median_s"), "id": res.get("id"),
+                           "gflops": res.get("gflops"),
                            "error": res.get("error", "")})
         if res.get("ok") and res.get("median_s") and (
                 self.best is None or res["median_s"] < self.best["median_s"]):

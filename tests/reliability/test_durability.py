@@ -92,7 +92,8 @@ def _run_ok(resp: requests.Response) -> bool:
 
 def _tune_body(state: dict, budget: int) -> dict:
     """The Studio's Tune button (a Dash background callback: the POST starts the job)."""
-    return callback_body([("tune-status", "children"), ("tune-plot", "figure")],
+    return callback_body([("tune-status", "children"), ("tune-plot", "figure"),
+                          ("tune-best", "data"), ("tune-apply", "disabled")],
                          [("tune-button", "n_clicks", 1)],
                          [("studio-state", "data", state), ("tune-budget", "value", budget)])
 
