@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -20,3 +21,16 @@ class KernelSource:
     def odl_line(self, kernel_line: int) -> int | None:
         """The ODL line a kernel line implements, if any."""
         return self.line_map.get(kernel_line)
+
+
+def into_given(outs: dict, out, source: KernelSource) -> dict:
+    """Outputs computed into fresh tensors, copied into the caller's buffers where it gave some
+    (`out`: one tensor for the first output, or a mapping name -> tensor or None)."""
+    if out is None:
+        return outs
+    given = out if isinstance(out, Mapping) else {source.meta["outputs"][0]: out}
+    for name, tensor in given.items():
+        if tensor is not None:
+            tensor.copy_(outs[name])
+            outs[name] = tensor
+    return outs

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from uol_core.backends import Choice, Plan
-from uol_core.backends.base import KernelSource
+from uol_core.backends.base import KernelSource, into_given
 
 VERSION = "reference-1"
 
@@ -26,14 +26,7 @@ class ReferenceKernel:
 
         outs = evaluate_all(self.op, dict(tensors))
         outs = {d.name: outs[d.name] for d in self.op.outputs}
-        if out is None:
-            return outs
-        given = out if isinstance(out, Mapping) else {self.source.meta["outputs"][0]: out}
-        for name, tensor in given.items():
-            if tensor is not None:
-                tensor.copy_(outs[name])
-                outs[name] = tensor
-        return outs
+        return into_given(outs, out, self.source)
 
 
 class ReferenceBackend:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from uol_core.backends import Choice, Plan, source_hash
-from uol_core.backends.base import KernelSource
+from uol_core.backends.base import KernelSource, into_given
 
 EXTRA_KNOBS = ("force_generic", "MAX_BLOCK_C")  # accepted by the emitter beyond its defaults
 
@@ -32,14 +32,7 @@ class TritonKernel:
         outs = run_triton(self.source, self.op, dict(tensors))
         outs = {name: value.cpu() if value.device.type != "cpu" else value
                 for name, value in outs.items()}
-        if out is None:
-            return outs
-        given = out if isinstance(out, Mapping) else {self.source.meta["outputs"][0]: out}
-        for name, tensor in given.items():
-            if tensor is not None:
-                tensor.copy_(outs[name])
-                outs[name] = tensor
-        return outs
+        return into_given(outs, out, self.source)
 
 
     def bench(self, tensors: Mapping) -> list[float]:

@@ -19,7 +19,7 @@ from torch import fx, nn
 from uol_core.graph.aten_map import Unmapped
 from uol_core.graph.format import DTYPE_NAMES, Graph, GraphError, Node, TensorSpec
 from uol_core.graph.load import validate
-from uol_core.graph.merge import ident
+from uol_core.graph.merge import fresh_name
 from uol_core.odl import OdlError, parse
 from uol_core.odl.ir import Op
 
@@ -54,12 +54,7 @@ class ExportImporter:
     # ------------------------------------------------------------ names and tensors
 
     def fresh(self, base: str) -> str:
-        name, i = ident(base), 1
-        while name in self.used:
-            i += 1
-            name = f"{ident(base)}_{i}"
-        self.used.add(name)
-        return name
+        return fresh_name(base, self.used)
 
     @staticmethod
     def shape(n: fx.Node) -> tuple[int, ...]:

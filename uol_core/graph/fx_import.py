@@ -20,7 +20,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from uol_core.graph.format import DTYPE_NAMES, Graph, GraphError, Node, TensorSpec
 from uol_core.graph.load import validate
-from uol_core.graph.merge import ident
+from uol_core.graph.merge import fresh_name
 from uol_core.odl import parse
 from uol_core.odl.ir import Op
 from uol_core.ops import load_op, op_text
@@ -81,12 +81,7 @@ class _Importer:
         self.used: set[str] = set()
 
     def fresh(self, base: str) -> str:
-        name, i = ident(base), 1
-        while name in self.used:
-            i += 1
-            name = f"{ident(base)}_{i}"
-        self.used.add(name)
-        return name
+        return fresh_name(base, self.used)
 
     def shape(self, n: fx.Node) -> tuple[int, ...]:
         return tuple(n.meta["tensor_meta"].shape)

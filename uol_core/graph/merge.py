@@ -59,6 +59,16 @@ def ident(text: str) -> str:
     return name if name and not name[0].isdigit() else f"n{name}"
 
 
+def fresh_name(base: str, used: set[str]) -> str:
+    """`ident(base)`, numbered `_2`, `_3`, ... until unused; the name is added to `used`."""
+    name, i = ident(base), 1
+    while name in used:
+        i += 1
+        name = f"{ident(base)}_{i}"
+    used.add(name)
+    return name
+
+
 def merge(name: str, members: list[Member], shapes: dict[str, TensorSpec],
           keep: set[str]) -> FusedOp:
     """One op computing every member; graph tensors in `keep` (read elsewhere) stay outputs."""
