@@ -89,7 +89,7 @@ def simulate(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: in
              size: str = typer.Option("64MiB", help="message size, e.g. 4096, 64KiB, 1GiB"),
              method: str = typer.Option("flow", help="flow (routes + congestion) | analytical (alpha-beta)"),
              protocol: str = typer.Option("Simple", help="LL | LL128 | Simple"),
-             routing: str = typer.Option("ecmp", help="ecmp | shortest"),
+             routing: str = typer.Option("ecmp", help="ecmp (hashed) | shortest | spread (split over equal-cost paths, as the IDE)"),
              link: str = typer.Option(None, help="link preset for the fabric"),
              oversubscription: float = typer.Option(1.0, help="uplink oversubscription"),
              topology_file: str = typer.Option(None, help="custom topology JSON (with --topology custom)"),
