@@ -4,6 +4,7 @@ result with its cause, and the calling process (tuner, IDE) keeps running."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import traceback
 from dataclasses import asdict
@@ -30,15 +31,23 @@ class Worker:
         self.ctx = mp.get_context("spawn")  # never fork a process that holds OpenMP/torch threads
         self.proc = None
         self.conn = None
+        self.owner = os.getpid()
 
     def _start(self) -> None:
         parent, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(target=_serve, args=(child,), daemon=True)
         self.proc.start()
         child.close()
-        self.conn = parent
+        self.conn, self.owner = parent, os.getpid()
+
+    def _adopt(self) -> None:
+        """A Worker copied into a forked process (a background job of the IDE) holds a child of
+        its parent, which only the parent may poll or kill: forget it and start our own."""
+        if self.proc is not None and self.owner != os.getpid():
+            self.proc, self.conn = None, None
 
     def _stop(self) -> None:
+        self._adopt()
         if self.proc is not None and self.proc.is_alive():
             self.proc.kill()
         if self.proc is not None:
@@ -48,6 +57,7 @@ class Worker:
     def run(self, job: dict, timeout_s: float | None = None) -> dict:
         """Execute `job` (see `execute_job`) in the worker; always returns a result dict."""
         timeout = timeout_s or self.timeout_s
+        self._adopt()
         if self.proc is None or not self.proc.is_alive():
             self._start()
         try:
