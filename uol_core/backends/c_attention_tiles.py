@@ -6,8 +6,9 @@ so K and V rows are broadcast straight from memory (no transposes inside the key
 packed once per query block, and the row statistics (max, exp, sum) of a query are one lane:
 the online softmax needs no horizontal reductions. Each micro-kernel holds MR x NV vectors of
 accumulators (MR broadcast rows times NV vectors of queries) in registers.
-The per-ISA prelude gives the same few inline functions (uol_vld, uol_vfma, uol_vexp, ...)
-over AVX-512, AVX2 or gcc's portable vector extension, so the kernel body is written once.
+The ISA's platform file (c_platforms) gives the same few inline functions (uol_vld, uol_vfma,
+uol_vexp, ...) over AVX-512, AVX2 or gcc's portable vector extension, so the kernel body is
+written once.
 """
 
 from __future__ import annotations
@@ -15,35 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from uol_core.acg.config import lanes, target_isas, vector_registers
-from uol_core.backends.c_vmath import vmath_prelude
+from uol_core.backends.c_platforms import platform
 
 NV = 2  # vectors of queries per micro-tile (3 on 16 registers spills)
-
-# x86: thin wrappers over the intrinsics; uol_vexp comes from c_vmath (uol_expf's constants).
-_X86 = """#include <immintrin.h>
-typedef {m} uol_v;  /* {lanes} f32 lanes ({isa}) */
-static inline uol_v uol_vld(const float *p) {{ return {mm}_loadu_ps(p); }}
-static inline void uol_vst(float *p, uol_v x) {{ {mm}_storeu_ps(p, x); }}
-static inline uol_v uol_vset(float x) {{ return {mm}_set1_ps(x); }}
-static inline uol_v uol_vadd(uol_v a, uol_v b) {{ return {mm}_add_ps(a, b); }}
-static inline uol_v uol_vsub(uol_v a, uol_v b) {{ return {mm}_sub_ps(a, b); }}
-static inline uol_v uol_vmul(uol_v a, uol_v b) {{ return {mm}_mul_ps(a, b); }}
-static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) {{ return {mm}_fmadd_ps(a, b, c); }}"""
-
-_PORTABLE = """typedef float uol_v __attribute__((vector_size({bytes})));  /* {lanes} f32 lanes (vecext) */
-static inline uol_v uol_vld(const float *p) {{ uol_v x; __builtin_memcpy(&x, p, sizeof x); return x; }}
-static inline void uol_vst(float *p, uol_v x) {{ __builtin_memcpy(p, &x, sizeof x); }}
-static inline uol_v uol_vset(float x) {{ return (uol_v){{0}} + x; }}
-static inline uol_v uol_vadd(uol_v a, uol_v b) {{ return a + b; }}
-static inline uol_v uol_vsub(uol_v a, uol_v b) {{ return a - b; }}
-static inline uol_v uol_vmul(uol_v a, uol_v b) {{ return a * b; }}
-static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) {{ return a * b + c; }}
-static inline uol_v uol_vexp(uol_v x)
-{{
-    for (int k = 0; k < {lanes}; ++k) x[k] = uol_expf(x[k]);
-    return x;
-}}"""
-
 
 @dataclass(frozen=True)
 class Tiles:
@@ -61,11 +36,9 @@ class Tiles:
 
     def prelude(self) -> str:
         """C definitions of uol_v and its inline operations for this ISA."""
-        if self.isa == "vecext":
-            return _PORTABLE.format(bytes=self.lanes * 4, lanes=self.lanes)
-        bits = 512 if self.isa == "avx512" else 256
-        return (_X86.format(m=f"__m{bits}", mm=f"_mm{bits}", lanes=self.lanes, isa=self.isa)
-                + vmath_prelude(self.isa))
+        plat = platform(self.isa)
+        return plat.flash_prelude(self.lanes) + (plat.vector_math(self.lanes)
+                                                 if plat.vector_math else "")
 
 
 def choose_tiles(target) -> Tiles:

@@ -34,15 +34,14 @@ from uol_core.backends.c import (
     tensor_id,
 )
 from uol_core.backends.c_conv_tiles import row_driver, row_helpers, row_tiles
-from uol_core.backends.c_gemm import ISA, _micro_kernel
+from uol_core.backends.c_gemm import _micro_kernel, emit_platform_header
+from uol_core.backends.c_platforms import platform
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Binary, DType, Expr, Op, Reduce, Var, children, walk
 from uol_core.odl.pad_reach import padded_escapes
 from uol_core.odl.patterns import classify
 
 GENERATOR = "uol-c-conv-2"
-# im2col path: register tile and pixel block per ISA (MR, NR, NR micro-panels per pixel block).
-TILES = {"avx512": (14, 32, 4), "avx2": (6, 16, 8), "vecext": (4, 2, 8)}
 KC_MAX = 384  # deepest packed panel; longer reductions are split into even blocks
 
 
@@ -178,9 +177,10 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     kdim, pix = cdim * rdim * sdim, oh * ow
     rows = row_tiles(isa, lane, target, cfg, {"cdim": cdim, "oh": oh, "ow": ow, "rdim": rdim,
                                                "sdim": sdim})
-    mr, nr, panels = TILES[isa]
-    if isa == "vecext":
-        nr = 2 * lane
+    # im2col: the platform file's register tile (MR rows x NV vectors) and NR micro-panels per
+    # pixel block
+    mr, nv, panels = platform(isa).tiles["conv_im2col"]
+    nr = nv * lane
     if rows is not None:
         mr, nr = rows.mr, rows.nv * lane
     kc = math.ceil(kdim / math.ceil(kdim / KC_MAX))
@@ -205,10 +205,7 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
            f"F[{plan.m}, ({plan.c},{plan.r},{plan.s})] x {how} ({isa}) */")
     w.emit("#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <math.h>\n"
            "#include <omp.h>")
-    if ISA[isa]["include"]:
-        w.emit(ISA[isa]["include"])
-    if isa == "vecext":
-        w.emit(f"typedef float uol_vf __attribute__((vector_size({lane * 4})));")
+    emit_platform_header(w, platform(isa), lane)
     w.emit("")
     for name in op.dims:
         w.emit(f"#define {size_id(name)} {int(sizes[name])}")

@@ -18,19 +18,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from uol_core.backends.c import CodeWriter, index_id, tensor_id
-from uol_core.backends.c_gemm import ISA, emit_rank1, emit_tile_store
+from uol_core.backends.c_gemm import emit_rank1, emit_tile_store
+from uol_core.backends.c_platforms import platform
 
 if TYPE_CHECKING:
     from uol_core.backends.c_conv import ConvPlan
 
-# Register tile per ISA: MR output channels x NV input vectors (MR * NV accumulators, NV inputs
-# and one broadcast fit the architectural registers: 16 for avx2, 32 for avx512).
-TILES = {"avx512": (8, 3), "avx2": (4, 3), "vecext": (4, 2)}
-# Unaligned vector load, and the asm constraint that pins a loaded vector in a register (gcc
-# otherwise folds the load into every FMA that uses it: MR loads per vector instead of one).
-LOADU = {"avx512": "_mm512_loadu_ps({0})", "avx2": "_mm256_loadu_ps({0})",
-         "vecext": "(*(const uol_vfu *)({0}))"}
-PIN = {"avx512": "v", "avx2": "x", "vecext": ""}
 
 
 @dataclass(frozen=True)
@@ -63,7 +56,9 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
     when set, else the fewest (at least R - 1, so a buffer row is copied for at most two output
     rows) whose vectors fill whole tiles, keeping the buffer within a quarter of the L2.
     `mr` and `nv` in the config override the ISA's register tile."""
-    mr, nv = TILES[isa]
+    # the platform file's register tile: MR output channels x NV input vectors (MR * NV
+    # accumulators, NV inputs and one broadcast fit the architectural registers)
+    mr, nv = platform(isa).tiles["conv_direct"]
     mr, nv = int(cfg.get("mr") or mr), int(cfg.get("nv") or nv)
     cdim, oh, ow, rdim, sdim = (dims[k] for k in ("cdim", "oh", "ow", "rdim", "sdim"))
     vpr = math.ceil(ow / lanes)
@@ -83,8 +78,6 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
 def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[int], padv: str,
                 dims: Mapping[str, int], line: int) -> None:
     """The row buffer fill and the micro-kernel (dims: rdim, sdim, iw)."""
-    if isa == "vecext":
-        w.emit(f"typedef float uol_vfu __attribute__((vector_size({t.lanes * 4}), aligned(4)));")
     _fill_rows(w, plan, t, xs, padv, dims, line)
     _micro_rows(w, t, isa, dims, line)
 
@@ -169,7 +162,8 @@ static void uol_fill_rows(const float *restrict Xb, int64_t y0, int64_t nrows, f
 
 
 def _micro_rows(w: CodeWriter, t: RowTiles, isa: str, dims: Mapping[str, int], line: int) -> None:
-    ops, vec = ISA[isa], ISA[isa]["vec"]
+    ops = platform(isa)
+    vec = ops.vec
     acc = [[f"c{i}_{v}" for v in range(t.nv)] for i in range(t.mr)]
     window = dims["rdim"] * dims["sdim"]
     w.emit(f"/* Micro-kernel: tile[MR x NV*LANES] = filter panel (KDIM x MR) x NV input vectors at "
@@ -181,7 +175,7 @@ def _micro_rows(w: CodeWriter, t: RowTiles, isa: str, dims: Mapping[str, int], l
     w.emit("    const float *" + ", *".join(f"b{v} = buf + o[{v}]" for v in range(t.nv)) + ";",
            line)
     for row in acc:
-        w.emit(f"    {vec} " + ", ".join(f"{c} = {ops['zero']}" for c in row) + ";", line)
+        w.emit(f"    {vec} " + ", ".join(f"{c} = {ops.zero}" for c in row) + ";", line)
     unroll_c = f"#pragma GCC unroll {4 // window}\n" if window < 4 else ""
     w.emit(f"{unroll_c}    for (int64_t c = 0; c < CDIM; ++c)\n"
            f"#pragma GCC unroll {min(dims['rdim'], 8)}\n"
@@ -189,12 +183,14 @@ def _micro_rows(w: CodeWriter, t: RowTiles, isa: str, dims: Mapping[str, int], l
            f"#pragma GCC unroll {min(dims['sdim'], 8)}\n"
            "    for (int64_t s = 0; s < SS; ++s) {\n"
            "        const int64_t q = c * PLANE + r * WP + s;", line)
-    w.emit(f"        {vec} " + ", ".join(f"x{v} = " + LOADU[isa].format(f"b{v} + q")
+    w.emit(f"        {vec} " + ", ".join(f"x{v} = " + ops.loadu.format(f"b{v} + q")
                                         for v in range(t.nv)) + ";", line)
-    if PIN[isa]:
-        w.emit('        __asm__("" : ' + ", ".join(f'"+{PIN[isa]}"(x{v})' for v in range(t.nv))
+    # pin the loaded vectors in registers: gcc otherwise folds the load into every FMA that
+    # uses it (MR loads per vector instead of one)
+    if ops.pin:
+        w.emit('        __asm__("" : ' + ", ".join(f'"+{ops.pin}"(x{v})' for v in range(t.nv))
                + ");  /* keep the inputs in registers */", line)
-    emit_rank1(w, ops, vec, acc, [f"x{v}" for v in range(t.nv)], line)
+    emit_rank1(w, ops, acc, [f"x{v}" for v in range(t.nv)], line)
     w.emit("        a += MR;\n    }", line)
     emit_tile_store(w, ops, acc, lambda i, v: (i * t.nv + v) * t.lanes, line)
     w.emit("}\n", line)

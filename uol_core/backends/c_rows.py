@@ -23,7 +23,7 @@ from uol_core.acg.config import lanes, target_isas
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c import CodeWriter, render_const, size_id, tensor_id
 from uol_core.backends.c_expr import PRELUDE
-from uol_core.backends.c_vmath import VMATH, has_vmath, vmath_prelude
+from uol_core.backends.c_platforms import has_vector_math, platform
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Binary, Call, Const, DType, Expr, Op, Reduce
 
@@ -124,7 +124,7 @@ def emit(op: Op, plan: RowPlan, sizes: Mapping[str, int], target=None,
     or the config asks for unfused statements (fuse=0)."""
     if not int((config or {}).get("fuse", 1)):
         return None
-    isa = next((i for i in target_isas(target) if has_vmath(i)), None) if target is not None else None
+    isa = next((i for i in target_isas(target) if has_vector_math(i)), None) if target is not None else None
     if isa is None:
         return None
     cfg = {"threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
@@ -137,7 +137,7 @@ def emit(op: Op, plan: RowPlan, sizes: Mapping[str, int], target=None,
     llc = int(getattr(target, "l3_bytes", 0) or getattr(target, "l2_bytes", 0) or 0)
     out_bytes = 4 * n_rows * n_cols
     stream = "stream" not in cfg and llc > 0 and out_bytes > llc and n_cols % lane == 0
-    stream = bool(cfg.get("stream", stream))
+    stream = bool(cfg.get("stream", stream)) and bool(platform(isa).stream)
     w = CodeWriter(default_line=op.line)
     entry = f"uol_{op.name}"
     args = [d.name for d in op.inputs] + [d.name for d in op.outputs]
@@ -151,7 +151,7 @@ def emit(op: Op, plan: RowPlan, sizes: Mapping[str, int], target=None,
            f"{'Y = e / sum' if plan.kind == 'softmax' else 'Y = X - mx - lse'} (line {lines[2]}) "
            f"with {store_note}. */")
     w.emit("#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n#include <omp.h>\n"
-           "#include <immintrin.h>" + PRELUDE + vmath_prelude(isa))
+           + platform(isa).include + PRELUDE + platform(isa).vector_math(lane))
     for name in op.dims:
         w.emit(f"#define {size_id(name)} {int(sizes[name])}")
     w.emit(f"\nvoid {entry}(void **args, const int64_t *strides)\n{{\n    (void)strides;")
@@ -170,17 +170,18 @@ def emit(op: Op, plan: RowPlan, sizes: Mapping[str, int], target=None,
 
 def _body(w: CodeWriter, plan: RowPlan, isa: str, lane: int, n_rows: int, n_cols: int,
           stream: bool, threads: int, lines: list[int]) -> None:
-    t = VMATH[isa]
-    p, vec = t["p"], t["vec"]
+    P = platform(isa)
+    vec = P.vec
     x, y = tensor_id(plan.x), tensor_id(plan.out)
     softmax = plan.kind == "softmax"
     # the exp argument: (x - mx), then the op's factor as written
-    arg_v, arg_s = f"{p}_sub_ps({p}_loadu_ps(xr + c), vm)", "(xr[c] - mx)"
+    arg_v, arg_s = P.sub.format(P.loadu.format("xr + c"), "vm"), "(xr[c] - mx)"
     if plan.scale:
         how, factor = plan.scale
-        arg_v = f"{p}_{how}_ps({arg_v}, vf)"
+        arg_v = (P.mul if how == "mul" else P.div).format(arg_v, "vf")
         arg_s = f"({arg_s} {'*' if how == 'mul' else '/'} {factor})"
     L1, L2, L3 = lines
+    ld, mx_, add = P.loadu.format, P.max.format, P.add.format
     w.emit(f"    #pragma omp parallel num_threads({threads})\n    {{", L1)
     if softmax:
         buf_bytes = -(-n_cols * 4 // 64) * 64
@@ -190,56 +191,55 @@ def _body(w: CodeWriter, plan: RowPlan, isa: str, lane: int, n_rows: int, n_cols
         for (int64_t row = 0; row < {n_rows}; ++row) {{
             const float *restrict xr = {x} + row * {n_cols};
             float *restrict yr = {y} + row * {n_cols};
-            {vec} m0 = {p}_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+            {vec} m0 = {P.bcast.format('-INFINITY')}, m1 = m0, m2 = m0, m3 = m0;
             int64_t c = 0;
             for (; c + {4 * lane} <= {n_cols}; c += {4 * lane}) {{
-                m0 = {p}_max_ps(m0, {p}_loadu_ps(xr + c));
-                m1 = {p}_max_ps(m1, {p}_loadu_ps(xr + c + {lane}));
-                m2 = {p}_max_ps(m2, {p}_loadu_ps(xr + c + {2 * lane}));
-                m3 = {p}_max_ps(m3, {p}_loadu_ps(xr + c + {3 * lane}));
+                m0 = {mx_('m0', ld('xr + c'))};
+                m1 = {mx_('m1', ld(f'xr + c + {lane}'))};
+                m2 = {mx_('m2', ld(f'xr + c + {2 * lane}'))};
+                m3 = {mx_('m3', ld(f'xr + c + {3 * lane}'))};
             }}
-            for (; c + {lane} <= {n_cols}; c += {lane}) m0 = {p}_max_ps(m0, {p}_loadu_ps(xr + c));
-            float mx = {t['hmax'].format(f'{p}_max_ps({p}_max_ps(m0, m1), {p}_max_ps(m2, m3))')};
+            for (; c + {lane} <= {n_cols}; c += {lane}) m0 = {mx_('m0', ld('xr + c'))};
+            float mx = {P.hmax.format(mx_(mx_('m0', 'm1'), mx_('m2', 'm3')))};
             for (; c < {n_cols}; ++c) mx = xr[c] > mx ? xr[c] : mx;""", L1)
     store = "e + c" if softmax else None
-    w.emit(f"""            const {vec} vm = {p}_set1_ps(mx);{'' if not plan.scale else f'''
-            const {vec} vf = {p}_set1_ps({plan.scale[1]});'''}
-            {vec} s0 = {p}_setzero_ps(), s1 = s0;
+    keep_a = f"\n                {P.store.format(store, 'a')};" if softmax else ""
+    keep_b = f"\n                {P.store.format(f'{store} + {lane}', 'b')};" if softmax else ""
+    w.emit(f"""            const {vec} vm = {P.bcast.format('mx')};{'' if not plan.scale else f'''
+            const {vec} vf = {P.bcast.format(plan.scale[1])};'''}
+            {vec} s0 = {P.zero}, s1 = s0;
             for (c = 0; c + {2 * lane} <= {n_cols}; c += {2 * lane}) {{
                 const {vec} a = uol_vexp({arg_v});
-                const {vec} b = uol_vexp({arg_v.replace('xr + c', f'xr + c + {lane}')});{f'''
-                {p}_store_ps({store}, a);
-                {p}_store_ps({store} + {lane}, b);''' if softmax else ''}
-                s0 = {p}_add_ps(s0, a);
-                s1 = {p}_add_ps(s1, b);
+                const {vec} b = uol_vexp({arg_v.replace('xr + c', f'xr + c + {lane}')});{keep_a}{keep_b}
+                s0 = {add('s0', 'a')};
+                s1 = {add('s1', 'b')};
             }}
             for (; c + {lane} <= {n_cols}; c += {lane}) {{
-                const {vec} a = uol_vexp({arg_v});{f'''
-                {p}_store_ps({store}, a);''' if softmax else ''}
-                s0 = {p}_add_ps(s0, a);
+                const {vec} a = uol_vexp({arg_v});{keep_a}
+                s0 = {add('s0', 'a')};
             }}
-            float s = {t['hsum'].format(f'{p}_add_ps(s0, s1)')};
+            float s = {P.hsum.format(add('s0', 's1'))};
             for (; c < {n_cols}; ++c) {{
                 const float v = uol_expf({arg_s});{'''
                 e[c] = v;''' if softmax else ''}
                 s += v;
             }}""", L2)
     if softmax:
-        vector, scalar, head = f"{p}_mul_ps({p}_load_ps(e + c), inv)", "e[c] * (1.0f / s)", \
-            f"const {vec} inv = {p}_set1_ps(1.0f / s);"
+        vector, scalar, head = P.mul.format(P.load.format("e + c"), "inv"), "e[c] * (1.0f / s)", \
+            f"const {vec} inv = {P.bcast.format('1.0f / s')};"
     else:
-        vector, scalar, head = (f"{p}_sub_ps({p}_sub_ps({p}_loadu_ps(xr + c), vm), vl)",
+        vector, scalar, head = (P.sub.format(P.sub.format(ld("xr + c"), "vm"), "vl"),
                                 "xr[c] - mx - lse", f"const float lse = logf(s);\n"
-                                f"            const {vec} vl = {p}_set1_ps(lse);")
+                                f"            const {vec} vl = {P.bcast.format('lse')};")
     w.emit(f"            {head}\n            c = 0;", L3)
     if stream:  # a view that is not aligned for streaming falls back to ordinary stores
         w.emit(f"""            if (((uintptr_t)yr & {4 * lane - 1}) == 0)
-                for (; c + {lane} <= {n_cols}; c += {lane}) {p}_stream_ps(yr + c, {vector});""", L3)
-    w.emit(f"""            for (; c + {lane} <= {n_cols}; c += {lane}) {p}_storeu_ps(yr + c, {vector});
+                for (; c + {lane} <= {n_cols}; c += {lane}) {P.stream.format('yr + c', vector)};""", L3)
+    w.emit(f"""            for (; c + {lane} <= {n_cols}; c += {lane}) {P.storeu.format('yr + c', vector)};
             for (; c < {n_cols}; ++c) yr[c] = {scalar};
         }}""", L3)
     if stream:  # each thread fences its own weakly ordered stores before the region's barrier
-        w.emit("        _mm_sfence();", L3)
+        w.emit(f"        {P.fence}", L3)
     if softmax:
         w.emit("        free(e);", L2)
     w.emit("    }", L1)

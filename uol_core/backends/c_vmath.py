@@ -1,9 +1,9 @@
-"""Explicit-SIMD math for the C templates: one vector exp and the few lane operations around it.
+"""Scalar math helpers every C kernel may call (exp, erf, tanh), written to vectorise.
 
-gcc auto-vectorises the scalar `uol_expf` of c_expr, but the clamps become compare-and-blend
-sequences and every reduction keeps one accumulator; written with intrinsics the same
-Cody-Waite + degree-5 polynomial (identical constants, rel. err ~1e-7) runs about twice as fast.
-Only x86 ISAs have a table; other targets keep the auto-vectorised generic kernels.
+gcc auto-vectorises the scalar `uol_expf`, but the clamps become compare-and-blend sequences
+and every reduction keeps one accumulator; the platform files (c_platforms) spell the same
+Cody-Waite + degree-5 polynomial (identical constants, rel. err ~1e-7) as a vector `uol_vexp`
+with intrinsics, which runs about twice as fast.
 """
 
 from __future__ import annotations
@@ -42,61 +42,4 @@ static inline float uol_tanhf(float x)
     const float e = uol_expf(-2.0f * fabsf(x));
     return copysignf((1.0f - e) / (1.0f + e), x);
 }
-"""
-
-# Per ISA: the vector type, its lane count source, and intrinsic templates ({0}, {1}: operands).
-VMATH: dict[str, dict[str, str]] = {
-    "avx512": {"vec": "__m512", "ivec": "__m512i", "p": "_mm512", "si": "si512",
-               "round": "_mm512_roundscale_ps({0}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
-               "hmax": "_mm512_reduce_max_ps({0})", "hsum": "_mm512_reduce_add_ps({0})"},
-    "avx2": {"vec": "__m256", "ivec": "__m256i", "p": "_mm256", "si": "si256",
-             "round": "_mm256_round_ps({0}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
-             "hmax": "uol_hmax8({0})", "hsum": "uol_hsum8({0})"},
-}
-
-_AVX2_HORIZONTAL = r"""
-static inline float uol_hmax8(__m256 v)
-{
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-}
-static inline float uol_hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-}
-"""
-
-
-def has_vmath(isa: str) -> bool:
-    """Whether explicit vector math exists for `isa`."""
-    return isa in VMATH
-
-
-def vmath_prelude(isa: str) -> str:
-    """C helpers for `isa`: uol_vexp (vector exp) and, for AVX2, horizontal max and sum."""
-    t = VMATH[isa]
-    p, vec, ivec, si = t["p"], t["vec"], t["ivec"], t["si"]
-    rounded = t["round"].format(f"{p}_mul_ps(x, {p}_set1_ps(1.44269504f))")
-    helpers = _AVX2_HORIZONTAL if isa == "avx2" else ""
-    return helpers + f"""
-/* exp(x) on {vec} lanes: the constants and steps of uol_expf (n = round(x / ln 2), r = x - n ln 2
-   in two parts, degree-5 polynomial, 2^n by an integer shift into the exponent field). */
-static inline {vec} uol_vexp({vec} x)
-{{
-    x = {p}_min_ps({p}_max_ps(x, {p}_set1_ps(-87.0f)), {p}_set1_ps(88.0f));
-    const {vec} n = {rounded};
-    {vec} r = {p}_fnmadd_ps(n, {p}_set1_ps(0.693359375f), x);
-    r = {p}_fnmadd_ps(n, {p}_set1_ps(-2.12194440e-4f), r);
-    {vec} q = {p}_fmadd_ps({p}_set1_ps(1.9875691500e-4f), r, {p}_set1_ps(1.3981999507e-3f));
-    q = {p}_fmadd_ps(q, r, {p}_set1_ps(8.3334519073e-3f));
-    q = {p}_fmadd_ps(q, r, {p}_set1_ps(4.1665795894e-2f));
-    q = {p}_fmadd_ps(q, r, {p}_set1_ps(1.6666665459e-1f));
-    q = {p}_fmadd_ps(q, r, {p}_set1_ps(5.0000001201e-1f));
-    q = {p}_fmadd_ps(q, {p}_mul_ps(r, r), {p}_add_ps(r, {p}_set1_ps(1.0f)));
-    const {ivec} e = {p}_slli_epi32({p}_add_epi32({p}_cvtps_epi32(n), {p}_set1_epi32(127)), 23);
-    return {p}_mul_ps(q, {p}_castsi{si[2:]}_ps(e));
-}}
 """

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <omp.h>
 typedef float uol_vf __attribute__((vector_size(16)));
+typedef float uol_vfu __attribute__((vector_size(16), aligned(4)));
 
 #define D_N 1
 #define D_C 3
@@ -83,7 +84,6 @@ static void uol_pack_filter(const float *restrict F, float *restrict out, int64_
     }
 }
 
-typedef float uol_vfu __attribute__((vector_size(16), aligned(4)));
 /* Row buffer of one work item: input rows y0 + r + (-1) of every channel c of one image of X,
    as CDIM planes of nrows x WP; column j holds input column j + (-1); outside the input: 0.0f.
    (memcpy for the inside: gcc 12.2 -O3 miscompiles the same copy written as a loop here.) */

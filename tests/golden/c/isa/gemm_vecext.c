@@ -6,6 +6,7 @@
 #include <math.h>
 #include <omp.h>
 typedef float uol_vf __attribute__((vector_size(16)));
+typedef float uol_vfu __attribute__((vector_size(16), aligned(4)));
 
 #define D_M 37
 #define D_N 45
