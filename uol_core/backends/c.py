@@ -2,7 +2,8 @@
 
 Adding a pattern (issue 5: map, reduce, stencil, scan) adds a row to `PATTERN_EMITTERS`;
 adding an IR function adds a row to `CALLS`. Identifiers in the C text come from the IR
-only (tensor `X` -> `t_X`, index `m` -> `i_m`, size `M` -> `D_M`), never from raw user text.
+only, through one mangler (c_names: tensor `X` -> `t_X`, index `m` -> `i_m`, size `M` -> `D_M`),
+never from raw user text.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from uol_core.backends.base import KernelSource
+from uol_core.backends.c_names import index_id, size_id
 from uol_core.backends.c_vmath import SCALAR_MATH
 from uol_core.odl.ir import (
     Access,
@@ -54,21 +56,6 @@ static inline float uol_relu(float x) { return x > 0.0f ? x : 0.0f; }
 static inline float uol_sigmoid(float x) { return 1.0f / (1.0f + uol_expf(-x)); }
 static inline float uol_silu(float x) { return x / (1.0f + uol_expf(-x)); }
 static inline float uol_gelu(float x) { return 0.5f * x * (1.0f + uol_erff(x * 0.70710678118654752f)); }"""
-
-
-def tensor_id(name: str) -> str:
-    """C identifier of an IR tensor."""
-    return f"t_{name}"
-
-
-def index_id(name: str) -> str:
-    """C identifier of an IR index variable."""
-    return f"i_{name}"
-
-
-def size_id(name: str) -> str:
-    """C identifier of an IR dimension symbol (a compile-time constant)."""
-    return f"D_{name}"
 
 
 def render_affine(form: Affine, dims: set[str]) -> str:

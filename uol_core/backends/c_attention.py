@@ -23,9 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter, index_id, size_id, tensor_id
+from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_attention_tiles import Tiles, choose_tiles, score_kernel, value_kernel
 from uol_core.backends.c_expr import PRELUDE, ExprContext, render
+from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Binary, Call, DType, Op, Reduce, walk
 from uol_core.odl.masks import causal_offset

@@ -24,10 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter, index_id, size_id, tensor_id
+from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_attention import MAX_HEAD, _addr, flash_plan
 from uol_core.backends.c_attention_tiles import Tiles, acc_kernel, choose_tiles, score_kernel
 from uol_core.backends.c_expr import PRELUDE, ExprContext, render
+from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.odl.ir import (
     Access,
     Affine,

@@ -3,8 +3,9 @@ tasks, the dQ reduction; one OpenMP parallel region with the three passes as wor
 
 from __future__ import annotations
 
-from uol_core.backends.c import CodeWriter, index_id, tensor_id
+from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_attention_tiles import Tiles
+from uol_core.backends.c_names import index_id, tensor_id
 from uol_core.odl.ir import Op
 
 

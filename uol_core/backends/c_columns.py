@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from uol_core.acg.fusion import column_reduce
-from uol_core.backends.c import CodeWriter, index_id
+from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_expr import (
     REDUCE_C,
     ExprContext,
@@ -14,6 +14,7 @@ from uol_core.backends.c_expr import (
     render,
     store,
 )
+from uol_core.backends.c_names import index_id
 from uol_core.odl.ir import Op, Reduce
 
 COLUMN_BLOCK = 2048  # most columns one thread accumulates at a time in a column reduction

@@ -23,18 +23,10 @@ from dataclasses import dataclass
 
 from uol_core.acg.config import TileConfig, lanes, target_isas
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import (
-    PRELUDE,
-    CodeWriter,
-    ExprRenderer,
-    index_id,
-    render_affine,
-    render_const,
-    size_id,
-    tensor_id,
-)
+from uol_core.backends.c import PRELUDE, CodeWriter, ExprRenderer, render_affine, render_const
 from uol_core.backends.c_conv_tiles import row_driver, row_helpers, row_tiles
 from uol_core.backends.c_gemm import _micro_kernel, emit_platform_header
+from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_platforms import platform
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Binary, DType, Expr, Op, Reduce, Var, children, walk

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from uol_core.backends.c import CodeWriter, index_id, tensor_id
+from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_gemm import emit_rank1, emit_tile_store
+from uol_core.backends.c_names import index_id, tensor_id
 from uol_core.backends.c_platforms import platform
 
 if TYPE_CHECKING:

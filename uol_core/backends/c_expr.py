@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from uol_core.backends.c import index_id, size_id
+from uol_core.backends.c_names import index_id, size_id
 from uol_core.backends.c_vmath import SCALAR_MATH
 from uol_core.odl.ir import (
     COMPARISONS,

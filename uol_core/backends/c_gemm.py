@@ -11,16 +11,8 @@ from __future__ import annotations
 from uol_core.acg.config import TileConfig, lanes
 from uol_core.acg.lower import GemmPlan, epilogue_reads
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import (
-    GENERATOR_VERSION,
-    PRELUDE,
-    CodeWriter,
-    ExprRenderer,
-    index_id,
-    render_affine,
-    size_id,
-    tensor_id,
-)
+from uol_core.backends.c import GENERATOR_VERSION, PRELUDE, CodeWriter, ExprRenderer, render_affine
+from uol_core.backends.c_names import index_id, size_id, stride_id, tensor_id
 from uol_core.backends.c_platforms import Platform, platform
 from uol_core.odl.ir import Access, Affine
 
@@ -153,7 +145,7 @@ def _operand_strides(plan: GemmPlan, acc: Access, row: str, col: str) -> tuple[s
     """C expressions for (batch offset, stride along `row`, stride along `col`) of an operand."""
     name = acc.tensor
     def stride_of(index: str) -> str:
-        dims = [f"s_{name}_{d}" for d, f in enumerate(acc.indices) if f.pure_symbol == index]
+        dims = [stride_id(name, d) for d, f in enumerate(acc.indices) if f.pure_symbol == index]
         return " + ".join(dims) or "0"
     offset = " + ".join(f"{index_id(b)} * ({stride_of(b)})" for b in plan.batch
                         if stride_of(b) != "0") or "0"
@@ -175,7 +167,7 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
     for i, name in enumerate(tensors):
         const = "const " if name in inputs else ""
         rank = len(plan.tensor_shape(name))
-        decl = ", ".join(f"s_{name}_{d} = strides[{pos + d}]" for d in range(rank))
+        decl = ", ".join(f"{stride_id(name, d)} = strides[{pos + d}]" for d in range(rank))
         w.emit(f"    {const}float *restrict {tensor_id(name)} = ({const}float *)args[{i}];"
                + (f"\n    const int64_t {decl};" if rank else ""))
         pos += rank
@@ -243,7 +235,7 @@ def _access_c(plan: GemmPlan, acc: Access, fused: set[str], unit: bool = False) 
     for d, form in enumerate(acc.indices):
         text = f"({render_affine(form, dims)})"
         terms.append(text if unit and form.pure_symbol == plan.n else
-                     f"{text} * s_{acc.tensor}_{d}")
+                     f"{text} * {stride_id(acc.tensor, d)}")
     return f"{tensor_id(acc.tensor)}[{' + '.join(terms) or '0'}]"
 
 
@@ -253,7 +245,7 @@ def _unit_condition(plan: GemmPlan) -> str:
                 if s.target in plan.stores]
     fused = {s.target for s in plan.stmts}
     accesses += [a for a in epilogue_reads(plan) if a.tensor not in fused]
-    tests = sorted({f"s_{a.tensor}_{d} == 1" for a in accesses
+    tests = sorted({f"{stride_id(a.tensor, d)} == 1" for a in accesses
                     for d, f in enumerate(a.indices) if f.pure_symbol == plan.n})
     return " && ".join(["nr == NR", *tests])
 

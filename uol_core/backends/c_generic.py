@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from uol_core.acg.fusion import FusionGroup, FusionPlan, column_reduce, plan_fusion
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter, index_id, size_id, tensor_id
+from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_columns import column_reduction
 from uol_core.backends.c_expr import (
     PRELUDE,
@@ -29,6 +29,7 @@ from uol_core.backends.c_expr import (
     render,
     store,
 )
+from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_regions import column_rider, hoist_invariant_reads, region_pointers
 from uol_core.backends.c_stencil import (
     emit_halo_copies,

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from uol_core.acg.fusion import FusionGroup
-from uol_core.backends.c import CodeWriter, tensor_id
+from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_columns import ColumnRider
+from uol_core.backends.c_names import invariant_id, region_id, tensor_id
 from uol_core.odl.ir import Access, Op, Reduce, Scan, children, walk
 
 
@@ -24,7 +25,7 @@ def region_pointers(w: CodeWriter, op: Op, lay, g: FusionGroup, pad: str, line: 
         if name not in lay.shapes:
             continue
         qual = "const " if name in inputs else ""
-        local = f"{tensor_id(name)}_r"
+        local = region_id(name)
         w.emit(f"{pad}{qual}{lay.elem_type(name)} *restrict {local} = {tensor_id(name)};", line)
         lay.region_names[name] = local
 
@@ -47,7 +48,7 @@ def hoist_invariant_reads(w: CodeWriter, lay, stmt, index: str, pad: str) -> Non
     visit(stmt.expr)
     for k, a in enumerate(seen):
         text = lay.access(a)
-        local = f"inv{k}_{tensor_id(a.tensor)}"
+        local = invariant_id(a.tensor, k)
         w.emit(f"{pad}const {lay.elem_type(a.tensor)} {local} = {text};", stmt.line)
         lay.hoisted[text] = local
 

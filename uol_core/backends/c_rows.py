@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from uol_core.acg.config import lanes, target_isas
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter, render_const, size_id, tensor_id
+from uol_core.backends.c import CodeWriter, render_const
 from uol_core.backends.c_expr import PRELUDE
+from uol_core.backends.c_names import size_id, tensor_id
 from uol_core.backends.c_platforms import has_vector_math, platform
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Binary, Call, Const, DType, Expr, Op, Reduce

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter, index_id, size_id, tensor_id
+from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_expr import PRELUDE, STORAGE, ExprContext, render, store
+from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Op, Reduce, Scan, walk
 

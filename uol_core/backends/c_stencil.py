@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from uol_core.backends.c import CodeWriter, tensor_id
+from uol_core.backends.c import CodeWriter
+from uol_core.backends.c_names import halo_id, tensor_id
 from uol_core.odl.check import index_range, stmt_extents
 from uol_core.odl.ir import Access, Affine, DType, Op, walk
 
@@ -38,7 +39,7 @@ def halo_margins(op: Op, sizes: Mapping[str, int]) -> dict[HaloKey, list[tuple[i
 
 def halo_name(key: HaloKey, keys: list[HaloKey]) -> str:
     """C identifier of a halo copy (from the IR tensor name and its position)."""
-    return f"{tensor_id(key[0])}_halo{keys.index(key)}"
+    return halo_id(key[0], keys.index(key))
 
 
 def halo_shape(shape: list[int], margins: list[tuple[int, int]]) -> list[int]:

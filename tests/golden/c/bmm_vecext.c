@@ -119,11 +119,11 @@ static void uol_pack_b(const float *restrict B, int64_t rs, int64_t cs, int64_t 
 void uol_bmm(void **args, const int64_t *strides)
 {
     const float *restrict t_A = (const float *)args[0];
-    const int64_t s_A_0 = strides[0], s_A_1 = strides[1], s_A_2 = strides[2];
+    const int64_t s0_A = strides[0], s1_A = strides[1], s2_A = strides[2];
     const float *restrict t_W = (const float *)args[1];
-    const int64_t s_W_0 = strides[3], s_W_1 = strides[4], s_W_2 = strides[5];
+    const int64_t s0_W = strides[3], s1_W = strides[4], s2_W = strides[5];
     float *restrict t_C = (float *)args[2];
-    const int64_t s_C_0 = strides[6], s_C_1 = strides[7], s_C_2 = strides[8];
+    const int64_t s0_C = strides[6], s1_C = strides[7], s2_C = strides[8];
 #pragma omp parallel num_threads(THREADS)
     {
     const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
@@ -133,34 +133,34 @@ void uol_bmm(void **args, const int64_t *strides)
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t bi = 0; bi < BATCH; ++bi) {
         const int64_t i_b = bi % D_B;
-        const float *A = t_A + i_b * (s_A_0);
-        const float *B = t_W + i_b * (s_W_0);
+        const float *A = t_A + i_b * (s0_A);
+        const float *B = t_W + i_b * (s0_W);
         for (int64_t jc = 0; jc < NDIM; jc += NC) {
             const int64_t nc = NDIM - jc < NC ? NDIM - jc : NC;
             for (int64_t pc = 0; pc < KDIM; pc += KC) {
                 const int64_t kc = KDIM - pc < KC ? KDIM - pc : KC;
                 const int first = pc == 0, last = pc + KC >= KDIM;
                 for (int64_t jr = 0; jr < nc; jr += NR)
-                    uol_pack_b(B + pc * (s_W_1) + (jc + jr) * (s_W_2), s_W_1, s_W_2,
+                    uol_pack_b(B + pc * (s1_W) + (jc + jr) * (s2_W), s1_W, s2_W,
                                nc - jr < NR ? nc - jr : NR, kc, Bp + jr * kc);
                 for (int64_t ic = 0; ic < MDIM; ic += MC) {
                     const int64_t mc = MDIM - ic < MC ? MDIM - ic : MC;
                     for (int64_t ir = 0; ir < mc; ir += MR)
-                        uol_pack_a(A + (ic + ir) * (s_A_1) + pc * (s_A_2), s_A_1, s_A_2,
+                        uol_pack_a(A + (ic + ir) * (s1_A) + pc * (s2_A), s1_A, s2_A,
                                    mc - ir < MR ? mc - ir : MR, kc, Ap + ir * kc);
                     for (int64_t jr = 0; jr < nc; jr += NR)
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         const int64_t mr = mc - ir < MR ? mc - ir : MR;
                         const int64_t nr = nc - jr < NR ? nc - jr : NR;
                         uol_micro(kc, Ap + ir * kc, Bp + jr * kc, tile);
-                        if (nr == NR && s_C_2 == 1) {
+                        if (nr == NR && s2_C == 1) {
                             for (int64_t i = 0; i < mr; ++i) {
                                 const int64_t i_m = ic + ir + i;
 #pragma omp simd
                                 for (int64_t j = 0; j < NR; ++j) {
                                     const int64_t i_n = jc + jr + j;
-                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_C[(i_b) * s_C_0 + (i_m) * s_C_1 + (i_n)]);
-                                    t_C[(i_b) * s_C_0 + (i_m) * s_C_1 + (i_n)] = acc;
+                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_C[(i_b) * s0_C + (i_m) * s1_C + (i_n)]);
+                                    t_C[(i_b) * s0_C + (i_m) * s1_C + (i_n)] = acc;
                                 }
                             }
                         } else {
@@ -168,8 +168,8 @@ void uol_bmm(void **args, const int64_t *strides)
                                 const int64_t i_m = ic + ir + i;
                                 for (int64_t j = 0; j < nr; ++j) {
                                     const int64_t i_n = jc + jr + j;
-                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_C[(i_b) * s_C_0 + (i_m) * s_C_1 + (i_n) * s_C_2]);
-                                    t_C[(i_b) * s_C_0 + (i_m) * s_C_1 + (i_n) * s_C_2] = acc;
+                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_C[(i_b) * s0_C + (i_m) * s1_C + (i_n) * s2_C]);
+                                    t_C[(i_b) * s0_C + (i_m) * s1_C + (i_n) * s2_C] = acc;
                                 }
                             }
                         }

@@ -69,9 +69,9 @@ void uol_depthwise_conv2d(void **args, const int64_t *strides)
     float *restrict t_Y = (float *)args[2];
     #pragma omp parallel num_threads(2)
     {
-        const float *restrict t_F_r = t_F;
-        const float *restrict t_X_r = t_X;
-        float *restrict t_Y_r = t_Y;
+        const float *restrict r_F = t_F;
+        const float *restrict r_X = t_X;
+        float *restrict r_Y = t_Y;
         #pragma omp for collapse(3) schedule(static)
         for (int64_t o0 = 0; o0 < 1; ++o0)
             for (int64_t o1 = 0; o1 < 4; ++o1)
@@ -88,12 +88,12 @@ void uol_depthwise_conv2d(void **args, const int64_t *strides)
                     for (int64_t i_s = 0; i_s < 3; ++i_s) {
                         #pragma omp simd
                         for (int64_t i_w = 0; i_w < 6; ++i_w)
-                            vacc1[i_w] += (t_X_r[(i_n) * 256 + (i_c) * 64 + (i_h + i_r) * 8 + (i_s + i_w)] * t_F_r[(i_c) * 9 + (i_r) * 3 + (i_s)]);
+                            vacc1[i_w] += (r_X[(i_n) * 256 + (i_c) * 64 + (i_h + i_r) * 8 + (i_s + i_w)] * r_F[(i_c) * 9 + (i_r) * 3 + (i_s)]);
                     }
                 }
                 #pragma omp simd
                 for (int64_t i_w = 0; i_w < 6; ++i_w) {
-                    t_Y_r[i_n * 144 + i_c * 36 + i_h * 6 + i_w] = (float)(vacc1[i_w]);
+                    r_Y[i_n * 144 + i_c * 36 + i_h * 6 + i_w] = (float)(vacc1[i_w]);
                 }
             }
         }

@@ -76,10 +76,10 @@ void uol_attention(void **args, const int64_t *strides)
         float *restrict t_mx = malloc(sizeof(float) * 1);
         float *restrict t_p = malloc(sizeof(float) * 48);
         float *restrict t_l = malloc(sizeof(float) * 1);
-        const float *restrict t_K_r = t_K;
-        float *restrict t_O_r = t_O;
-        const float *restrict t_Q_r = t_Q;
-        const float *restrict t_V_r = t_V;
+        const float *restrict r_K = t_K;
+        float *restrict r_O = t_O;
+        const float *restrict r_Q = t_Q;
+        const float *restrict r_V = t_V;
         #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < 32; ++o0)
         {
@@ -89,7 +89,7 @@ void uol_attention(void **args, const int64_t *strides)
                     float acc1 = 0;
                     #pragma omp simd reduction(+:acc1)
                     for (int64_t i_d = 0; i_d < 16; ++i_d) {
-                        acc1 += (t_Q_r[(i_i) * 16 + (i_d)] * t_K_r[(i_j) * 16 + (i_d)]);
+                        acc1 += (r_Q[(i_i) * 16 + (i_d)] * r_K[(i_j) * 16 + (i_d)]);
                     }
                     t_s[i_j] = (acc1 * ((float)0.125));
                 }
@@ -105,10 +105,10 @@ void uol_attention(void **args, const int64_t *strides)
             }
             { /* line 5: p[i, j] */
                 const int64_t i_i = o0;
-                const float inv0_t_mx = t_mx[0];
+                const float v0_mx = t_mx[0];
                 #pragma omp simd
                 for (int64_t i_j = 0; i_j < 48; ++i_j) {
-                    t_p[i_j] = uol_expf((t_s[(i_j)] - inv0_t_mx));
+                    t_p[i_j] = uol_expf((t_s[(i_j)] - v0_mx));
                 }
             }
             { /* line 6: l[i] */
@@ -128,11 +128,11 @@ void uol_attention(void **args, const int64_t *strides)
                 for (int64_t i_j = 0; i_j < 48; ++i_j) {
                     #pragma omp simd
                     for (int64_t i_e = 0; i_e < 16; ++i_e)
-                        vacc1[i_e] += (t_p[(i_j)] * t_V_r[(i_j) * 16 + (i_e)]);
+                        vacc1[i_e] += (t_p[(i_j)] * r_V[(i_j) * 16 + (i_e)]);
                 }
                 #pragma omp simd
                 for (int64_t i_e = 0; i_e < 16; ++i_e) {
-                    t_O_r[i_i * 16 + i_e] = (float)((vacc1[i_e] / t_l[0]));
+                    r_O[i_i * 16 + i_e] = (float)((vacc1[i_e] / t_l[0]));
                 }
             }
         }

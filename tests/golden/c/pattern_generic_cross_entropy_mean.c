@@ -70,8 +70,8 @@ void uol_cross_entropy_mean(void **args, const int64_t *strides)
     #pragma omp parallel num_threads(2)
     {
         float *restrict t_mx = malloc(sizeof(float) * 1);
-        const float *restrict t_X_r = t_X;
-        float *restrict t_lse_r = t_lse;
+        const float *restrict r_X = t_X;
+        float *restrict r_lse = t_lse;
         #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < 8; ++o0)
         {
@@ -80,7 +80,7 @@ void uol_cross_entropy_mean(void **args, const int64_t *strides)
                 float acc1 = -INFINITY;
                 #pragma omp simd reduction(max:acc1)
                 for (int64_t i_c = 0; i_c < 10; ++i_c) {
-                    acc1 = t_X_r[(i_r) * 10 + (i_c)] > acc1 ? t_X_r[(i_r) * 10 + (i_c)] : acc1;
+                    acc1 = r_X[(i_r) * 10 + (i_c)] > acc1 ? r_X[(i_r) * 10 + (i_c)] : acc1;
                 }
                 t_mx[0] = acc1;
             }
@@ -89,9 +89,9 @@ void uol_cross_entropy_mean(void **args, const int64_t *strides)
                 float acc1 = 0;
                 #pragma omp simd reduction(+:acc1)
                 for (int64_t i_c = 0; i_c < 10; ++i_c) {
-                    acc1 += uol_expf((t_X_r[(i_r) * 10 + (i_c)] - t_mx[0]));
+                    acc1 += uol_expf((r_X[(i_r) * 10 + (i_c)] - t_mx[0]));
                 }
-                t_lse_r[i_r] = (t_mx[0] + logf(acc1));
+                r_lse[i_r] = (t_mx[0] + logf(acc1));
             }
         }
         free(t_mx);

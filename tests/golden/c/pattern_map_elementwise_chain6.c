@@ -66,10 +66,10 @@ void uol_elementwise_chain6(void **args, const int64_t *strides)
     float *restrict t_Y = (float *)args[3];
     #pragma omp parallel num_threads(2)
     {
-        const float *restrict t_G_r = t_G;
-        const float *restrict t_X_r = t_X;
-        float *restrict t_Y_r = t_Y;
-        const float *restrict t_b_r = t_b;
+        const float *restrict r_G = t_G;
+        const float *restrict r_X = t_X;
+        float *restrict r_Y = t_Y;
+        const float *restrict r_b = t_b;
         #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < 16; ++o0)
         {
@@ -77,7 +77,7 @@ void uol_elementwise_chain6(void **args, const int64_t *strides)
                 const int64_t i_m = o0;
                 #pragma omp simd
                 for (int64_t i_n = 0; i_n < 40; ++i_n) {
-                    t_Y_r[i_m * 40 + i_n] = (float)(((((uol_tanhf(((t_X_r[(i_m) * 40 + (i_n)] * ((float)1.5)) + t_b_r[(i_n)])) * t_G_r[(i_m) * 40 + (i_n)]) - ((float)0.1))) > 0.0f ? (((uol_tanhf(((t_X_r[(i_m) * 40 + (i_n)] * ((float)1.5)) + t_b_r[(i_n)])) * t_G_r[(i_m) * 40 + (i_n)]) - ((float)0.1))) : 0.0f));
+                    r_Y[i_m * 40 + i_n] = (float)(((((uol_tanhf(((r_X[(i_m) * 40 + (i_n)] * ((float)1.5)) + r_b[(i_n)])) * r_G[(i_m) * 40 + (i_n)]) - ((float)0.1))) > 0.0f ? (((uol_tanhf(((r_X[(i_m) * 40 + (i_n)] * ((float)1.5)) + r_b[(i_n)])) * r_G[(i_m) * 40 + (i_n)]) - ((float)0.1))) : 0.0f));
                 }
             }
         }

@@ -68,8 +68,8 @@ void uol_softmax(void **args, const int64_t *strides)
     {
         float *restrict t_mx = malloc(sizeof(float) * 1);
         float *restrict t_e = malloc(sizeof(float) * 100);
-        const float *restrict t_X_r = t_X;
-        float *restrict t_Y_r = t_Y;
+        const float *restrict r_X = t_X;
+        float *restrict r_Y = t_Y;
         #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < 32; ++o0)
         {
@@ -78,16 +78,16 @@ void uol_softmax(void **args, const int64_t *strides)
                 float acc1 = -INFINITY;
                 #pragma omp simd reduction(max:acc1)
                 for (int64_t i_c = 0; i_c < 100; ++i_c) {
-                    acc1 = t_X_r[(i_r) * 100 + (i_c)] > acc1 ? t_X_r[(i_r) * 100 + (i_c)] : acc1;
+                    acc1 = r_X[(i_r) * 100 + (i_c)] > acc1 ? r_X[(i_r) * 100 + (i_c)] : acc1;
                 }
                 t_mx[0] = acc1;
             }
             { /* line 4: e[r, c] */
                 const int64_t i_r = o0;
-                const float inv0_t_mx = t_mx[0];
+                const float v0_mx = t_mx[0];
                 #pragma omp simd
                 for (int64_t i_c = 0; i_c < 100; ++i_c) {
-                    t_e[i_c] = uol_expf((t_X_r[(i_r) * 100 + (i_c)] - inv0_t_mx));
+                    t_e[i_c] = uol_expf((r_X[(i_r) * 100 + (i_c)] - v0_mx));
                 }
             }
             { /* line 5: Y[r, c] */
@@ -99,7 +99,7 @@ void uol_softmax(void **args, const int64_t *strides)
                 }
                 #pragma omp simd
                 for (int64_t i_c = 0; i_c < 100; ++i_c) {
-                    t_Y_r[i_r * 100 + i_c] = (float)((t_e[(i_c)] * ((float)1 / acc1)));
+                    r_Y[i_r * 100 + i_c] = (float)((t_e[(i_c)] * ((float)1 / acc1)));
                 }
             }
         }

@@ -64,8 +64,8 @@ void uol_cumsum(void **args, const int64_t *strides)
     float *restrict t_Y = (float *)args[1];
     #pragma omp parallel num_threads(2)
     {
-        const float *restrict t_X_r = t_X;
-        float *restrict t_Y_r = t_Y;
+        const float *restrict r_X = t_X;
+        float *restrict r_Y = t_Y;
         #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < 4; ++o0)
         {
@@ -73,8 +73,8 @@ void uol_cumsum(void **args, const int64_t *strides)
                 const int64_t i_r = o0;
                 float run1 = 0;
                 for (int64_t i_c = 0; i_c < 50; ++i_c) {
-                    run1 += t_X_r[(i_r) * 50 + (i_c)];
-                    t_Y_r[i_r * 50 + i_c] = (float)(run1);
+                    run1 += r_X[(i_r) * 50 + (i_c)];
+                    r_Y[i_r * 50 + i_c] = (float)(run1);
                 }
             }
         }

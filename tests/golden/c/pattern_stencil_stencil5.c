@@ -64,8 +64,8 @@ void uol_stencil5(void **args, const int64_t *strides)
     float *restrict t_Y = (float *)args[1];
     #pragma omp parallel num_threads(2)
     {
-        const float *restrict t_X_r = t_X;
-        float *restrict t_Y_r = t_Y;
+        const float *restrict r_X = t_X;
+        float *restrict r_Y = t_Y;
         #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < 8; ++o0)
         {
@@ -73,7 +73,7 @@ void uol_stencil5(void **args, const int64_t *strides)
                 const int64_t i_i = o0;
                 #pragma omp simd
                 for (int64_t i_j = 0; i_j < 10; ++i_j) {
-                    t_Y_r[i_i * 10 + i_j] = (float)(((((t_X_r[(i_i) * 12 + (i_j + 1)] + t_X_r[(i_i + 2) * 12 + (i_j + 1)]) + t_X_r[(i_i + 1) * 12 + (i_j)]) + t_X_r[(i_i + 1) * 12 + (i_j + 2)]) - (((float)4.0) * t_X_r[(i_i + 1) * 12 + (i_j + 1)])));
+                    r_Y[i_i * 10 + i_j] = (float)(((((r_X[(i_i) * 12 + (i_j + 1)] + r_X[(i_i + 2) * 12 + (i_j + 1)]) + r_X[(i_i + 1) * 12 + (i_j)]) + r_X[(i_i + 1) * 12 + (i_j + 2)]) - (((float)4.0) * r_X[(i_i + 1) * 12 + (i_j + 1)])));
                 }
             }
         }

@@ -118,11 +118,11 @@ static void uol_pack_b(const float *restrict B, int64_t rs, int64_t cs, int64_t 
 void uol_matmul(void **args, const int64_t *strides)
 {
     const float *restrict t_A = (const float *)args[0];
-    const int64_t s_A_0 = strides[0], s_A_1 = strides[1];
+    const int64_t s0_A = strides[0], s1_A = strides[1];
     const float *restrict t_B = (const float *)args[1];
-    const int64_t s_B_0 = strides[2], s_B_1 = strides[3];
+    const int64_t s0_B = strides[2], s1_B = strides[3];
     float *restrict t_C = (float *)args[2];
-    const int64_t s_C_0 = strides[4], s_C_1 = strides[5];
+    const int64_t s0_C = strides[4], s1_C = strides[5];
 #pragma omp parallel num_threads(THREADS)
     {
     const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
@@ -143,26 +143,26 @@ void uol_matmul(void **args, const int64_t *strides)
                 const int64_t kc = KDIM - pc < KC ? KDIM - pc : KC;
                 const int first = pc == 0, last = pc + KC >= KDIM;
                 for (int64_t jr = 0; jr < nc; jr += NR)
-                    uol_pack_b(B + pc * (s_B_0) + (jc + jr) * (s_B_1), s_B_0, s_B_1,
+                    uol_pack_b(B + pc * (s0_B) + (jc + jr) * (s1_B), s0_B, s1_B,
                                nc - jr < NR ? nc - jr : NR, kc, Bp + jr * kc);
                 for (int64_t ic = lo; ic < hi; ic += MC) {
                     const int64_t mc = hi - ic < MC ? hi - ic : MC;
                     for (int64_t ir = 0; ir < mc; ir += MR)
-                        uol_pack_a(A + (ic + ir) * (s_A_0) + pc * (s_A_1), s_A_0, s_A_1,
+                        uol_pack_a(A + (ic + ir) * (s0_A) + pc * (s1_A), s0_A, s1_A,
                                    mc - ir < MR ? mc - ir : MR, kc, Ap + ir * kc);
                     for (int64_t jr = 0; jr < nc; jr += NR)
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         const int64_t mr = mc - ir < MR ? mc - ir : MR;
                         const int64_t nr = nc - jr < NR ? nc - jr : NR;
                         uol_micro(kc, Ap + ir * kc, Bp + jr * kc, tile);
-                        if (nr == NR && s_C_1 == 1) {
+                        if (nr == NR && s1_C == 1) {
                             for (int64_t i = 0; i < mr; ++i) {
                                 const int64_t i_m = ic + ir + i;
 #pragma omp simd
                                 for (int64_t j = 0; j < NR; ++j) {
                                     const int64_t i_n = jc + jr + j;
-                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_C[(i_m) * s_C_0 + (i_n)]);
-                                    t_C[(i_m) * s_C_0 + (i_n)] = acc;
+                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_C[(i_m) * s0_C + (i_n)]);
+                                    t_C[(i_m) * s0_C + (i_n)] = acc;
                                 }
                             }
                         } else {
@@ -170,8 +170,8 @@ void uol_matmul(void **args, const int64_t *strides)
                                 const int64_t i_m = ic + ir + i;
                                 for (int64_t j = 0; j < nr; ++j) {
                                     const int64_t i_n = jc + jr + j;
-                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_C[(i_m) * s_C_0 + (i_n) * s_C_1]);
-                                    t_C[(i_m) * s_C_0 + (i_n) * s_C_1] = acc;
+                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_C[(i_m) * s0_C + (i_n) * s1_C]);
+                                    t_C[(i_m) * s0_C + (i_n) * s1_C] = acc;
                                 }
                             }
                         }

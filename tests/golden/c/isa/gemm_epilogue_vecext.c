@@ -119,13 +119,13 @@ static void uol_pack_b(const float *restrict B, int64_t rs, int64_t cs, int64_t 
 void uol_linear_bias_gelu(void **args, const int64_t *strides)
 {
     const float *restrict t_X = (const float *)args[0];
-    const int64_t s_X_0 = strides[0], s_X_1 = strides[1];
+    const int64_t s0_X = strides[0], s1_X = strides[1];
     const float *restrict t_W = (const float *)args[1];
-    const int64_t s_W_0 = strides[2], s_W_1 = strides[3];
+    const int64_t s0_W = strides[2], s1_W = strides[3];
     const float *restrict t_b = (const float *)args[2];
-    const int64_t s_b_0 = strides[4];
+    const int64_t s0_b = strides[4];
     float *restrict t_Y = (float *)args[3];
-    const int64_t s_Y_0 = strides[5], s_Y_1 = strides[6];
+    const int64_t s0_Y = strides[5], s1_Y = strides[6];
 #pragma omp parallel num_threads(THREADS)
     {
     const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
@@ -146,27 +146,27 @@ void uol_linear_bias_gelu(void **args, const int64_t *strides)
                 const int64_t kc = KDIM - pc < KC ? KDIM - pc : KC;
                 const int first = pc == 0, last = pc + KC >= KDIM;
                 for (int64_t jr = 0; jr < nc; jr += NR)
-                    uol_pack_b(B + pc * (s_W_0) + (jc + jr) * (s_W_1), s_W_0, s_W_1,
+                    uol_pack_b(B + pc * (s0_W) + (jc + jr) * (s1_W), s0_W, s1_W,
                                nc - jr < NR ? nc - jr : NR, kc, Bp + jr * kc);
                 for (int64_t ic = lo; ic < hi; ic += MC) {
                     const int64_t mc = hi - ic < MC ? hi - ic : MC;
                     for (int64_t ir = 0; ir < mc; ir += MR)
-                        uol_pack_a(A + (ic + ir) * (s_X_0) + pc * (s_X_1), s_X_0, s_X_1,
+                        uol_pack_a(A + (ic + ir) * (s0_X) + pc * (s1_X), s0_X, s1_X,
                                    mc - ir < MR ? mc - ir : MR, kc, Ap + ir * kc);
                     for (int64_t jr = 0; jr < nc; jr += NR)
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         const int64_t mr = mc - ir < MR ? mc - ir : MR;
                         const int64_t nr = nc - jr < NR ? nc - jr : NR;
                         uol_micro(kc, Ap + ir * kc, Bp + jr * kc, tile);
-                        if (nr == NR && s_Y_1 == 1 && s_b_0 == 1) {
+                        if (nr == NR && s0_b == 1 && s1_Y == 1) {
                             if (!last) {
                             for (int64_t i = 0; i < mr; ++i) {
                                 const int64_t i_m = ic + ir + i;
 #pragma omp simd
                                 for (int64_t j = 0; j < NR; ++j) {
                                     const int64_t i_n = jc + jr + j;
-                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_Y[(i_m) * s_Y_0 + (i_n)]);
-                                    t_Y[(i_m) * s_Y_0 + (i_n)] = acc;
+                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_Y[(i_m) * s0_Y + (i_n)]);
+                                    t_Y[(i_m) * s0_Y + (i_n)] = acc;
                                 }
                             }
                             } else {
@@ -175,9 +175,9 @@ void uol_linear_bias_gelu(void **args, const int64_t *strides)
 #pragma omp simd
                                 for (int64_t j = 0; j < NR; ++j) {
                                     const int64_t i_n = jc + jr + j;
-                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_Y[(i_m) * s_Y_0 + (i_n)]);
+                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_Y[(i_m) * s0_Y + (i_n)]);
                                     const float v_Y = uol_gelu((acc + t_b[(i_n)]));
-                                    t_Y[(i_m) * s_Y_0 + (i_n)] = v_Y;
+                                    t_Y[(i_m) * s0_Y + (i_n)] = v_Y;
                                 }
                             }
                             }
@@ -187,8 +187,8 @@ void uol_linear_bias_gelu(void **args, const int64_t *strides)
                                 const int64_t i_m = ic + ir + i;
                                 for (int64_t j = 0; j < nr; ++j) {
                                     const int64_t i_n = jc + jr + j;
-                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_Y[(i_m) * s_Y_0 + (i_n) * s_Y_1]);
-                                    t_Y[(i_m) * s_Y_0 + (i_n) * s_Y_1] = acc;
+                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_Y[(i_m) * s0_Y + (i_n) * s1_Y]);
+                                    t_Y[(i_m) * s0_Y + (i_n) * s1_Y] = acc;
                                 }
                             }
                             } else {
@@ -196,9 +196,9 @@ void uol_linear_bias_gelu(void **args, const int64_t *strides)
                                 const int64_t i_m = ic + ir + i;
                                 for (int64_t j = 0; j < nr; ++j) {
                                     const int64_t i_n = jc + jr + j;
-                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_Y[(i_m) * s_Y_0 + (i_n) * s_Y_1]);
-                                    const float v_Y = uol_gelu((acc + t_b[(i_n) * s_b_0]));
-                                    t_Y[(i_m) * s_Y_0 + (i_n) * s_Y_1] = v_Y;
+                                    const float acc = tile[i * NR + j] + (first ? 0.0f : t_Y[(i_m) * s0_Y + (i_n) * s1_Y]);
+                                    const float v_Y = uol_gelu((acc + t_b[(i_n) * s0_b]));
+                                    t_Y[(i_m) * s0_Y + (i_n) * s1_Y] = v_Y;
                                 }
                             }
                             }

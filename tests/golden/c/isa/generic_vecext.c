@@ -70,10 +70,10 @@ void uol_layernorm(void **args, const int64_t *strides)
     {
         float *restrict t_mu = malloc(sizeof(float) * 1);
         float *restrict t_var = malloc(sizeof(float) * 1);
-        const float *restrict t_X_r = t_X;
-        float *restrict t_Y_r = t_Y;
-        const float *restrict t_beta_r = t_beta;
-        const float *restrict t_gamma_r = t_gamma;
+        const float *restrict r_X = t_X;
+        float *restrict r_Y = t_Y;
+        const float *restrict r_beta = t_beta;
+        const float *restrict r_gamma = t_gamma;
         #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < 5; ++o0)
         {
@@ -82,7 +82,7 @@ void uol_layernorm(void **args, const int64_t *strides)
                 float acc1 = 0;
                 #pragma omp simd reduction(+:acc1)
                 for (int64_t i_c = 0; i_c < 67; ++i_c) {
-                    acc1 += t_X_r[(i_r) * 67 + (i_c)];
+                    acc1 += r_X[(i_r) * 67 + (i_c)];
                 }
                 t_mu[0] = (acc1 / (float)67);
             }
@@ -91,17 +91,17 @@ void uol_layernorm(void **args, const int64_t *strides)
                 float acc1 = 0;
                 #pragma omp simd reduction(+:acc1)
                 for (int64_t i_c = 0; i_c < 67; ++i_c) {
-                    acc1 += ((t_X_r[(i_r) * 67 + (i_c)] - t_mu[0]) * (t_X_r[(i_r) * 67 + (i_c)] - t_mu[0]));
+                    acc1 += ((r_X[(i_r) * 67 + (i_c)] - t_mu[0]) * (r_X[(i_r) * 67 + (i_c)] - t_mu[0]));
                 }
                 t_var[0] = (acc1 / (float)67);
             }
             { /* line 5: Y[r, c] */
                 const int64_t i_r = o0;
-                const float inv0_t_mu = t_mu[0];
-                const float inv1_t_var = t_var[0];
+                const float v0_mu = t_mu[0];
+                const float v1_var = t_var[0];
                 #pragma omp simd
                 for (int64_t i_c = 0; i_c < 67; ++i_c) {
-                    t_Y_r[i_r * 67 + i_c] = (float)(((((t_X_r[(i_r) * 67 + (i_c)] - inv0_t_mu) * (1.0f / sqrtf((inv1_t_var + ((float)1e-05))))) * t_gamma_r[(i_c)]) + t_beta_r[(i_c)]));
+                    r_Y[i_r * 67 + i_c] = (float)(((((r_X[(i_r) * 67 + (i_c)] - v0_mu) * (1.0f / sqrtf((v1_var + ((float)1e-05))))) * r_gamma[(i_c)]) + r_beta[(i_c)]));
                 }
             }
         }

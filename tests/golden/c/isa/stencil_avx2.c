@@ -61,18 +61,18 @@ void uol_stencil3_pad(void **args, const int64_t *strides)
     (void)strides;
     const float *restrict t_X = (const float *)args[0];
     float *restrict t_Y = (float *)args[1];
-    float *restrict t_X_halo0 = malloc(sizeof(float) * 15);
+    float *restrict h0_X = malloc(sizeof(float) * 15);
     #pragma omp parallel for num_threads(1) schedule(static)
     for (int64_t q = 0; q < 15; ++q) {
         int64_t rem = q, src = 0, inside = 1;
         { const int64_t x = rem % 15 - 1; rem /= 15; inside &= x >= 0 && x < 13; src += x * 1; }
-        t_X_halo0[q] = inside ? t_X[src] : (float)0.0;
+        h0_X[q] = inside ? t_X[src] : (float)0.0;
     }
     { /* line 3: Y[i] */
         #pragma omp parallel for simd num_threads(1) schedule(static)
         for (int64_t i_i = 0; i_i < 13; ++i_i) {
-            t_Y[i_i] = (float)((((t_X_halo0[((i_i - 1) + 1)] + t_X[(i_i)]) + t_X_halo0[((i_i + 1) + 1)]) / ((float)3.0)));
+            t_Y[i_i] = (float)((((h0_X[((i_i - 1) + 1)] + t_X[(i_i)]) + h0_X[((i_i + 1) + 1)]) / ((float)3.0)));
         }
     }
-    free(t_X_halo0);
+    free(h0_X);
 }
