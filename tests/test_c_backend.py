@@ -96,7 +96,7 @@ def test_line_map_points_at_odl_lines():
     lines = src.text.splitlines()
     assert set(src.line_map) == set(range(1, len(lines) + 1))
     stmt_line = k.op.stmts[0].line
-    gelu = [i + 1 for i, text in enumerate(lines) if "uol_gelu(" in text and "v_Y" in text]
+    gelu = [i + 1 for i, text in enumerate(lines) if "uol_erff(" in text and "f_Y" in text]
     assert gelu and all(src.odl_line(i) == stmt_line for i in gelu)
     fma = [i + 1 for i, text in enumerate(lines) if "fmadd" in text or "* (b" in text]
     assert all(src.odl_line(i) == stmt_line for i in fma)

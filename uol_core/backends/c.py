@@ -1,9 +1,10 @@
-"""C backend: renders the operator IR to C. One table per IR node kind, one emitter per pattern.
+"""C backend: the entry that renders the operator IR to C, and what every C template shares.
 
-Adding a pattern (issue 5: map, reduce, stencil, scan) adds a row to `PATTERN_EMITTERS`;
-adding an IR function adds a row to `CALLS`. Identifiers in the C text come from the IR
-only, through one mangler (c_names: tensor `X` -> `t_X`, index `m` -> `i_m`, size `M` -> `D_M`),
-never from raw user text.
+A single-GEMM contraction goes to the BLIS-style template (c_gemm); every other op to the router
+(c_route), whose table of templates falls back to the generic loop nests. Expressions are
+rendered by one module (c_expr), vector operations spelled by the ISA's platform file
+(c_platforms), and identifiers in the C text come from the IR only, through one mangler
+(c_names: tensor `X` -> `t_X`, index `m` -> `i_m`, size `M` -> `D_M`), never from raw user text.
 """
 
 from __future__ import annotations
@@ -13,49 +14,9 @@ from dataclasses import dataclass, field
 
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c_names import index_id, size_id
-from uol_core.backends.c_vmath import SCALAR_MATH
-from uol_core.odl.ir import (
-    Access,
-    Affine,
-    Binary,
-    Call,
-    Cast,
-    Const,
-    DType,
-    Expr,
-    Reduce,
-    Unary,
-    Var,
-)
+from uol_core.odl.ir import Affine
 
 GENERATOR_VERSION = "acg-c-3"
-
-# IR function name -> C template ({0}, {1}, ... are the rendered arguments).
-CALLS: dict[str, str] = {
-    "exp": "expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})", "rsqrt": "(1.0f / sqrtf({0}))",
-    "tanh": "tanhf({0})", "sigmoid": "uol_sigmoid({0})", "relu": "uol_relu({0})",
-    "gelu": "uol_gelu({0})", "silu": "uol_silu({0})", "abs": "fabsf({0})", "erf": "uol_erff({0})",
-    "sin": "sinf({0})", "cos": "cosf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
-    "pow": "powf({0}, {1})", "max": "fmaxf({0}, {1})", "min": "fminf({0}, {1})",
-    "where": "(({0}) ? ({1}) : ({2}))",
-}
-BINARY: dict[str, str] = {
-    "add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-    "eq": "==", "ne": "!=", "and": "&&", "or": "||",
-}
-UNARY: dict[str, str] = {"neg": "-", "not": "!"}
-C_TYPES: dict[DType, str] = {
-    DType.f32: "float", DType.f64: "double", DType.i32: "int32_t", DType.i8: "int8_t",
-    DType.bool: "uint8_t",
-}
-
-# Scalar helpers the CALLS table refers to (exp, erf: c_vmath.SCALAR_MATH), vectorisable in the
-# epilogue loop; gelu is the erf form (torch's).
-PRELUDE = SCALAR_MATH + """\
-static inline float uol_relu(float x) { return x > 0.0f ? x : 0.0f; }
-static inline float uol_sigmoid(float x) { return 1.0f / (1.0f + uol_expf(-x)); }
-static inline float uol_silu(float x) { return x / (1.0f + uol_expf(-x)); }
-static inline float uol_gelu(float x) { return 0.5f * x * (1.0f + uol_erff(x * 0.70710678118654752f)); }"""
 
 
 def render_affine(form: Affine, dims: set[str]) -> str:
@@ -80,30 +41,6 @@ def render_const(value: float, is_int: bool = False) -> str:
     if "e" not in text and "." not in text and "inf" not in text:
         text += ".0"
     return text + "f"
-
-
-@dataclass
-class ExprRenderer:
-    """Renders an expression; `access` turns a tensor read into C, `reduce_value` names a reduction."""
-
-    access: Callable[[Access], str]
-    reduce_value: Callable[[Reduce], str] = field(default=lambda r: "acc")
-    dims: set[str] = field(default_factory=set)
-
-    def __call__(self, expr: Expr) -> str:
-        return RENDER[type(expr)](self, expr)
-
-
-RENDER: dict[type, Callable[[ExprRenderer, Expr], str]] = {
-    Const: lambda r, e: render_const(e.value, e.is_int),
-    Var: lambda r, e: f"(float){size_id(e.name) if e.name in r.dims else index_id(e.name)}",
-    Access: lambda r, e: r.access(e),
-    Unary: lambda r, e: f"({UNARY[e.op]}{r(e.operand)})",
-    Binary: lambda r, e: f"({r(e.lhs)} {BINARY[e.op]} {r(e.rhs)})",
-    Call: lambda r, e: CALLS[e.fn].format(*(r(a) for a in e.args)),
-    Cast: lambda r, e: f"(({C_TYPES[e.dtype]})({r(e.operand)}))",
-    Reduce: lambda r, e: r.reduce_value(e),
-}
 
 
 @dataclass

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 from uol_core.acg.config import TileConfig, lanes, target_isas
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import PRELUDE, CodeWriter, ExprRenderer, render_affine, render_const
+from uol_core.backends.c import CodeWriter, render_affine, render_const
 from uol_core.backends.c_conv_tiles import row_driver, row_helpers, row_tiles
+from uol_core.backends.c_expr import PRELUDE, render_epilogue
 from uol_core.backends.c_gemm import _micro_kernel, emit_platform_header
 from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_platforms import platform
@@ -247,7 +248,8 @@ def _epilogue(op: Op, strides: dict[str, list[int]]) -> tuple[str, set[str]]:
                  for d, i in enumerate(a.indices)]
         return f"{tensor_id(a.tensor)}[{' + '.join(terms) or '0'}]"
 
-    return ExprRenderer(access, reduce_value=lambda r: "acc", dims=dims)(stmt.expr), used
+    dtypes = {d.name: d.dtype for d in (*op.inputs, *op.outputs, *op.locals)}
+    return render_epilogue(stmt.expr, access, dtypes, dims), used
 
 
 def _entry_head(w: CodeWriter, op: Op, entry: str, args: list[str], line: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from uol_core.backends.c import render_affine
 from uol_core.backends.c_names import index_id, size_id
 from uol_core.backends.c_vmath import SCALAR_MATH
 from uol_core.odl.ir import (
@@ -152,13 +153,7 @@ def kind(expr: Expr, ctx: ExprContext) -> str:
 
 def render_affine_c(form: Affine, dims: set[str]) -> str:
     """An affine index form as a C integer expression (indices are locals, sizes #defines)."""
-    parts = []
-    for name, coeff in form.terms:
-        ident = size_id(name) if name in dims else index_id(name)
-        parts.append(ident if coeff == 1 else f"{coeff} * {ident}")
-    if form.const or not parts:
-        parts.append(str(form.const))
-    return "(" + " + ".join(parts).replace("+ -", "- ") + ")"
+    return f"({render_affine(form, dims)})"
 
 
 def _as(ctx: ExprContext, expr: Expr, want: str) -> str:
@@ -301,6 +296,21 @@ RENDER: dict[type, Callable[[Expr, ExprContext], str]] = {
 def render(expr: Expr, ctx: ExprContext) -> str:
     """C text of `expr`; reductions and scans append their loops and updates to `ctx.pre`."""
     return RENDER[type(expr)](expr, ctx)
+
+
+def render_epilogue(expr: Expr, address: Callable[[Access], str], dtypes: dict[str, DType],
+                    dims: set[str], reduced: str = "acc") -> str:
+    """C text of a template's epilogue in f32: every reduction in `expr` is the value the
+    template has already computed (`reduced`), every access is in bounds (`address`)."""
+    cached = {id(r): reduced for r in _walk_reduces(expr)}
+    ctx = ExprContext("float", dtypes, address, lambda a: "1", {}, dims, cache=cached)
+    return render(expr, ctx)
+
+
+def _walk_reduces(expr: Expr) -> list[Reduce]:
+    if isinstance(expr, Reduce):
+        return [expr]
+    return [r for child in _children(expr) for r in _walk_reduces(child)]
 
 
 def store(dtype: DType, value: str, value_kind: str) -> str:

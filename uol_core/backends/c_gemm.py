@@ -11,8 +11,9 @@ from __future__ import annotations
 from uol_core.acg.config import TileConfig, lanes
 from uol_core.acg.lower import GemmPlan, epilogue_reads
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import GENERATOR_VERSION, PRELUDE, CodeWriter, ExprRenderer, render_affine
-from uol_core.backends.c_names import index_id, size_id, stride_id, tensor_id
+from uol_core.backends.c import GENERATOR_VERSION, CodeWriter, render_affine
+from uol_core.backends.c_expr import PRELUDE, render_epilogue
+from uol_core.backends.c_names import fused_id, index_id, size_id, stride_id, tensor_id
 from uol_core.backends.c_platforms import Platform, platform
 from uol_core.odl.ir import Access, Affine
 
@@ -229,7 +230,7 @@ def _access_c(plan: GemmPlan, acc: Access, fused: set[str], unit: bool = False) 
     """A tensor read in the epilogue: a fused earlier value, or memory through its strides
     (`unit`: the stride along n is known to be 1, so gcc can vectorise the store loop)."""
     if acc.tensor in fused:
-        return f"v_{acc.tensor}"
+        return fused_id(acc.tensor)
     dims = set(plan.op.dims)
     terms = []
     for d, form in enumerate(acc.indices):
@@ -288,14 +289,16 @@ def _store_loop(w: CodeWriter, plan: GemmPlan, pad: str, unit: bool) -> None:
         w.emit(f"{pad}        {acc_c} = acc;", line)
     else:
         fused: set[str] = set()
+        dtypes = {d.name: d.dtype for d in (*plan.op.inputs, *plan.op.outputs, *plan.op.locals)}
         for stmt in plan.stmts:
-            render = ExprRenderer(lambda a, f=fused: _access_c(plan, a, f, unit), dims=dims)
-            w.emit(f"{pad}        const float v_{stmt.target} = {render(stmt.expr)};", stmt.line)
+            value = render_epilogue(stmt.expr, lambda a, f=frozenset(fused): _access_c(plan, a, f, unit),
+                                    dtypes, dims)
+            w.emit(f"{pad}        const float {fused_id(stmt.target)} = {value};", stmt.line)
             fused.add(stmt.target)
         for stmt in plan.stmts:
             if stmt.target in plan.stores:
                 target = Access(stmt.target, tuple(_affine(i) for i in stmt.indices))
-                w.emit(f"{pad}        {_access_c(plan, target, set(), unit)} = v_{stmt.target};",
+                w.emit(f"{pad}        {_access_c(plan, target, set(), unit)} = {fused_id(stmt.target)};",
                        stmt.line)
     w.emit(f"{pad}    }}\n{pad}}}", line)
     if not simple:

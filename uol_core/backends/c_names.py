@@ -1,7 +1,7 @@
 """The one source of C identifiers for IR names: tensors, indices, sizes, strides, local copies.
 
 Every identifier is `<kind>[<number>]_<IR name>`, with a kind letter per role (t tensor, i index,
-D size, s stride, r restrict copy, h halo copy, v hoisted invariant read). IR names are ODL identifiers, which never start
+D size, s stride, r restrict copy, h halo copy, v hoisted invariant read, f a fused statement's value). IR names are ODL identifiers, which never start
 with a digit, so the part before the first underscore (kind and number) is read back
 unambiguously and no two (kind, number, name) triples share a C identifier: a gradient named
 `g_r` and the restrict copy of a tensor `g` are `t_g_r` and `r_g`. Template locals (acc, c0_1,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 # role -> kind letter; one letter per role, none a prefix of another
 KINDS: dict[str, str] = {"tensor": "t", "index": "i", "size": "D", "stride": "s",
-                         "region": "r", "halo": "h", "invariant": "v"}
+                         "region": "r", "halo": "h", "invariant": "v", "fused": "f"}
 
 
 def c_name(role: str, name: str, number: int | None = None) -> str:
@@ -53,3 +53,8 @@ def halo_id(tensor: str, ordinal: int) -> str:
 def invariant_id(tensor: str, ordinal: int) -> str:
     """C identifier of the `ordinal`-th loop-invariant element of `tensor` read before a loop."""
     return c_name("invariant", tensor, ordinal)
+
+
+def fused_id(tensor: str) -> str:
+    """C identifier of a fused statement's value, kept in a register instead of `tensor`."""
+    return c_name("fused", tensor)

@@ -53,10 +53,24 @@ static inline float uol_tanhf(float x)
     const float e = uol_expf(-2.0f * fabsf(x));
     return copysignf((1.0f - e) / (1.0f + e), x);
 }
-static inline float uol_relu(float x) { return x > 0.0f ? x : 0.0f; }
-static inline float uol_sigmoid(float x) { return 1.0f / (1.0f + uol_expf(-x)); }
-static inline float uol_silu(float x) { return x / (1.0f + uol_expf(-x)); }
-static inline float uol_gelu(float x) { return 0.5f * x * (1.0f + uol_erff(x * 0.70710678118654752f)); }
+
+static inline float uol_bf16_load(uint16_t b)
+{
+    const union { uint32_t i; float f; } v = { .i = (uint32_t)b << 16 };
+    return v.f;
+}
+static inline uint16_t uol_bf16_store(float f)
+{
+    union { float f; uint32_t i; } v = { .f = f };
+    return (uint16_t)((v.i + 0x7fffu + ((v.i >> 16) & 1u)) >> 16);
+}
+static inline double uol_maxd(double a, double b) { return a > b || a != a ? a : b; }
+static inline double uol_mind(double a, double b) { return a < b || a != a ? a : b; }
+static inline float uol_maxf(float a, float b) { return a > b || a != a ? a : b; }
+static inline float uol_minf(float a, float b) { return a < b || a != a ? a : b; }
+static inline int64_t uol_maxi(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t uol_mini(int64_t a, int64_t b) { return a < b ? a : b; }
+
 
 /* Micro-kernel: tile[MR x NR] = A panel (kc x MR) * B panel (kc x NR); 28 accumulators of 16 lanes stay in registers (avx512). */
 static inline void uol_micro(int64_t kc, const float *restrict a, const float *restrict b, float *restrict tile)
@@ -206,8 +220,8 @@ void uol_linear_bias_gelu(void **args, const int64_t *strides)
                                 for (int64_t j = 0; j < NR; ++j) {
                                     const int64_t i_n = jc + jr + j;
                                     const float acc = tile[i * NR + j] + (first ? 0.0f : t_Y[(i_m) * s0_Y + (i_n)]);
-                                    const float v_Y = uol_gelu((acc + t_b[(i_n)]));
-                                    t_Y[(i_m) * s0_Y + (i_n)] = v_Y;
+                                    const float f_Y = (0.5f * ((acc + t_b[(i_n)])) * (1.0f + uol_erff(((acc + t_b[(i_n)])) * 0.70710678118654752f)));
+                                    t_Y[(i_m) * s0_Y + (i_n)] = f_Y;
                                 }
                             }
                             }
@@ -227,8 +241,8 @@ void uol_linear_bias_gelu(void **args, const int64_t *strides)
                                 for (int64_t j = 0; j < nr; ++j) {
                                     const int64_t i_n = jc + jr + j;
                                     const float acc = tile[i * NR + j] + (first ? 0.0f : t_Y[(i_m) * s0_Y + (i_n) * s1_Y]);
-                                    const float v_Y = uol_gelu((acc + t_b[(i_n) * s0_b]));
-                                    t_Y[(i_m) * s0_Y + (i_n) * s1_Y] = v_Y;
+                                    const float f_Y = (0.5f * ((acc + t_b[(i_n) * s0_b])) * (1.0f + uol_erff(((acc + t_b[(i_n) * s0_b])) * 0.70710678118654752f)));
+                                    t_Y[(i_m) * s0_Y + (i_n) * s1_Y] = f_Y;
                                 }
                             }
                             }
