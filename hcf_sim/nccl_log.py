@@ -170,73 +170,112 @@ def read_nccl_log(path: str | Path) -> list[NcclRun]:
     return parse_nccl_log(text, p.name)
 
 
-def parse_nccl_log(text: str, source: str = "<text>") -> list[NcclRun]:
-    """Parse nccl-tests output held in a string (see the module docstring for the layouts)."""
-    runs: list[NcclRun] = []
-    header: _Header | None = None
-    run: NcclRun | None = None
-    pending_name = None
-    m = _PERF_NAME.search(source) or _FILE_NAME.search(source)
-    file_name = m.group(1) if m else None
+class _LogReader:
+    """Walks a log line by line, opening a run at each table and collecting its rows."""
 
-    def close() -> None:
-        nonlocal run
-        if run is not None and run.rows:
-            runs.append(run)
-        run = None
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.runs: list[NcclRun] = []
+        self.header: _Header | None = None
+        self.run: NcclRun | None = None
+        self.pending_name: str | None = None
+        m = _PERF_NAME.search(source) or _FILE_NAME.search(source)
+        self.file_name = m.group(1) if m else None
 
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    def close(self) -> None:
+        if self.run is not None and self.run.rows:
+            self.runs.append(self.run)
+        self.run = None
+
+    def _close_if_filled(self) -> None:
+        """End the current run only once it holds rows (an empty one is still being set up)."""
+        if self.run is not None and self.run.rows:
+            self.close()
+
+    def _open_run(self) -> NcclRun:
+        return NcclRun(self.pending_name or self.file_name, 0, "rank lines", "?", self.source)
+
+    def _current_run(self) -> NcclRun:
+        if self.run is None:
+            self.run = self._open_run()
+        return self.run
+
+    def feed(self, lineno: int, raw: str) -> None:
         body, comment = _clean(raw)
         tokens = body.split()
         if not tokens:
-            continue
+            return
+        self._note_collective_name(body, tokens)
+        if (self._thread_line(tokens) or self._rank_line(tokens) or self._header_line(tokens)
+                or self._average_line(body)):
+            return
+        if comment or not re.fullmatch(r"\d+", tokens[0]):
+            return  # banners, units, NCCL INFO lines, warnings: not rows
+        self._result_row(lineno, body, tokens)
+
+    def _note_collective_name(self, body: str, tokens: list[str]) -> None:
         name = _PERF_NAME.search(body)
         if name and not tokens[0].isdigit():
-            if run is not None and run.rows:
-                close()
-            pending_name = name.group(1)
-        if tokens[0] == "nThread":
-            close()
-            run = NcclRun(pending_name or file_name, 0, "rank lines", "?", source)
-            header = None
-            continue
-        if tokens[0] == "Rank" and len(tokens) > 1 and tokens[1].isdigit():
-            if run is None:
-                run = NcclRun(pending_name or file_name, 0, "rank lines", "?", source)
-            run.ranks = max(run.ranks, int(tokens[1]) + 1)
-            continue
+            self._close_if_filled()
+            self.pending_name = name.group(1)
+
+    def _thread_line(self, tokens: list[str]) -> bool:
+        if tokens[0] != "nThread":
+            return False
+        self.close()
+        self.run = self._open_run()
+        self.header = None
+        return True
+
+    def _rank_line(self, tokens: list[str]) -> bool:
+        if not (tokens[0] == "Rank" and len(tokens) > 1 and tokens[1].isdigit()):
+            return False
+        run = self._current_run()
+        run.ranks = max(run.ranks, int(tokens[1]) + 1)
+        return True
+
+    def _header_line(self, tokens: list[str]) -> bool:
         h = _parse_header(tokens)
-        if h is not None:
-            if run is not None and run.rows:  # a second table without its own nThread line
-                close()
-            if run is None:
-                run = NcclRun(pending_name or file_name, 0, "rank lines", "?", source)
-            header, run.layout = h, h.layout
-            continue
-        if body.startswith("Avg bus bandwidth") and run is not None:
-            avg = re.search(r":\s*([\d.]+)", body)
-            run.avg_busbw = float(avg.group(1)) if avg else None
-            continue
-        if comment or not re.fullmatch(r"\d+", tokens[0]):
-            continue  # banners, units, NCCL INFO lines, warnings: not rows
-        if header is None or run is None:
-            raise HcfError(f"{source}:{lineno}: a result row before any column header (a line "
+        if h is None:
+            return False
+        self._close_if_filled()  # a second table without its own nThread line
+        run = self._current_run()
+        self.header, run.layout = h, h.layout
+        return True
+
+    def _average_line(self, body: str) -> bool:
+        if not (body.startswith("Avg bus bandwidth") and self.run is not None):
+            return False
+        avg = re.search(r":\s*([\d.]+)", body)
+        self.run.avg_busbw = float(avg.group(1)) if avg else None
+        return True
+
+    def _result_row(self, lineno: int, body: str, tokens: list[str]) -> None:
+        if self.header is None or self.run is None:
+            raise HcfError(f"{self.source}:{lineno}: a result row before any column header (a line "
                            "with size, count, type, time, algbw, busbw); is the start of the log "
                            f"missing? line: {body[:80]!r}")
         try:
-            run.rows.append(_row(tokens, header, lineno))
+            self.run.rows.append(_row(tokens, self.header, lineno))
         except (ValueError, KeyError) as exc:
-            raise HcfError(f"{source}:{lineno}: cannot read this nccl-tests row: {exc}; "
+            raise HcfError(f"{self.source}:{lineno}: cannot read this nccl-tests row: {exc}; "
                            f"line: {body[:100]!r}") from None
-    close()
-    if not runs:
+
+
+def parse_nccl_log(text: str, source: str = "<text>") -> list[NcclRun]:
+    """Parse nccl-tests output held in a string (see the module docstring for the layouts)."""
+    reader = _LogReader(source)
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        reader.feed(lineno, raw)
+    reader.close()
+    if not reader.runs:
         raise HcfError(f"{source} holds no nccl-tests result rows (expected a column header "
                        "such as '#  size  count  type  redop  root  time  algbw  busbw #wrong' "
                        "followed by rows)")
-    for r in runs:
+    for r in reader.runs:
         if r.ranks == 0:
             r.ranks, r.ranks_from = _infer_ranks(r), "busbw/algbw ratio"
-    return runs
+    return reader.runs
 
 
 def read_nccl_tests(path: str | Path) -> dict:

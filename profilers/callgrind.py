@@ -7,8 +7,10 @@ import shutil
 import subprocess
 import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 
 class CallgrindUnavailable(RuntimeError):
@@ -74,23 +76,49 @@ def run_callgrind(argv: list[str], cache_sim: bool = True, timeout: float = 300.
 
 def parse_callgrind(text: str) -> CallgrindProfile:
     """Parse a callgrind.out file (format version 1, line positions, compressed or not)."""
-    events: list[str] = []
-    self_cost: dict[tuple[str, int], list[int]] = defaultdict(list)
-    call_cost: dict[tuple[str, int], list[int]] = defaultdict(list)
-    callees: dict[tuple[str, int], set[tuple[str, str]]] = defaultdict(set)
-    functions: dict[tuple[str, str], list[int]] = defaultdict(list)
-    names: dict[str, dict[str, str]] = {"fl": {}, "fn": {}}
-    fn_file = cur_file = fn = ""
-    callee_file = callee_fn = ""
-    last_line = last_addr = 0
-    with_instr = False
-    inlined: dict[tuple[int, str, int, str], list[int]] = defaultdict(list)
-    pending_call = False
-    totals: list[int] = []
+    reader = _CallgrindReader()
+    for raw in text.splitlines():
+        reader.feed(raw)
+    return reader.profile()
 
-    def name_of(kind: str, value: str) -> str:
+
+class _CallgrindReader:
+    """The state a callgrind.out file carries from line to line: current file, function, call."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.totals: list[int] = []
+        self.self_cost: dict[tuple[str, int], list[int]] = defaultdict(list)
+        self.call_cost: dict[tuple[str, int], list[int]] = defaultdict(list)
+        self.callees: dict[tuple[str, int], set[tuple[str, str]]] = defaultdict(set)
+        self.functions: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.inlined: dict[tuple[int, str, int, str], list[int]] = defaultdict(list)
+        self.names: dict[str, dict[str, str]] = {"fl": {}, "fn": {}}
+        self.fn_file = self.cur_file = self.fn = ""
+        self.callee_file = self.callee_fn = ""
+        self.last_line = self.last_addr = 0
+        self.with_instr = False
+        self.pending_call = False
+
+    def feed(self, raw: str) -> None:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            return
+        head = line[0]
+        if head.isdigit() or head in "+-*":
+            self._cost_line(line.split())
+            return
+        key, sep, value = line.partition("=")
+        if sep:
+            setter = self._SPECIFICATIONS.get(key)
+            if setter is not None:
+                setter(self, value)
+        else:
+            self._header_line(line)
+
+    def _name_of(self, kind: str, value: str) -> str:
         # name compression: "(12) name" defines id 12, "(12)" refers to it
-        table = names["fn" if kind in ("fn", "cfn") else "fl"]
+        table = self.names[kind]
         value = value.strip()
         if value.startswith("("):
             close = value.index(")")
@@ -100,66 +128,81 @@ def parse_callgrind(text: str) -> CallgrindProfile:
             return table.get(key, rest)
         return value
 
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        head = line[0]
-        if head.isdigit() or head in "+-*":
-            parts = line.split()
-            addr = 0
-            if with_instr:
-                addr = last_addr = _position(parts.pop(0), last_addr, 16)
-            number = last_line = _position(parts[0], last_line, 10)
-            costs = [int(x) for x in parts[1:]]
-            if pending_call:
-                _add(call_cost[(cur_file, number)], costs)
-                # without cfi=, the callee lives in the caller's file
-                callees[(cur_file, number)].add((callee_file or fn_file, callee_fn))
-                pending_call = False
-                callee_file = ""
-            else:
-                _add(self_cost[(cur_file, number)], costs)
-                _add(functions[(fn_file, fn)], costs)
-                if addr and cur_file != fn_file:
-                    # code inlined from another file (an intrinsics header): keep the address
-                    # so the caller can find the inlining line with addr2line
-                    _add(inlined[(addr, cur_file, number, fn_file)], costs)
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key == "positions":
-                with_instr = "instr" in value.split()
-            elif key == "events":
-                events = value.split()
-            elif key in ("totals", "summary"):
-                totals = [int(x) for x in value.split()]
-            continue
-        if key == "fl":
-            fn_file = cur_file = name_of("fl", value)
-        elif key in ("fi", "fe"):
-            cur_file = name_of("fl", value)
-        elif key == "fn":
-            fn = name_of("fn", value)
-            cur_file = fn_file
-        elif key in ("cfi", "cfl"):
-            callee_file = name_of("fl", value)
-        elif key == "cfn":
-            callee_fn = name_of("fn", value)
-        elif key == "calls":
-            pending_call = True  # the next cost line is the inclusive cost of this call
-    if not events:
-        raise ValueError("not a callgrind output file: no 'events:' line")
-    width = len(events)
-    fix = lambda d: {k: (v + [0] * width)[:width] for k, v in d.items()}  # noqa: E731
-    if not totals:
-        totals = [0] * width
-        for costs in self_cost.values():
-            _add(totals, costs)
-    return CallgrindProfile(events, fix(self_cost), fix(call_cost), dict(callees),
-                            (totals + [0] * width)[:width], fix(functions), fix(inlined))
+    def _cost_line(self, parts: list[str]) -> None:
+        addr = 0
+        if self.with_instr:
+            addr = self.last_addr = _position(parts.pop(0), self.last_addr, 16)
+        number = self.last_line = _position(parts[0], self.last_line, 10)
+        costs = [int(x) for x in parts[1:]]
+        if self.pending_call:
+            self._call_cost(number, costs)
+        else:
+            self._self_cost(addr, number, costs)
+
+    def _call_cost(self, number: int, costs: list[int]) -> None:
+        _add(self.call_cost[(self.cur_file, number)], costs)
+        # without cfi=, the callee lives in the caller's file
+        self.callees[(self.cur_file, number)].add((self.callee_file or self.fn_file,
+                                                   self.callee_fn))
+        self.pending_call = False
+        self.callee_file = ""
+
+    def _self_cost(self, addr: int, number: int, costs: list[int]) -> None:
+        _add(self.self_cost[(self.cur_file, number)], costs)
+        _add(self.functions[(self.fn_file, self.fn)], costs)
+        if addr and self.cur_file != self.fn_file:
+            # code inlined from another file (an intrinsics header): keep the address
+            # so the caller can find the inlining line with addr2line
+            _add(self.inlined[(addr, self.cur_file, number, self.fn_file)], costs)
+
+    def _header_line(self, line: str) -> None:
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "positions":
+            self.with_instr = "instr" in value.split()
+        elif key == "events":
+            self.events = value.split()
+        elif key in ("totals", "summary"):
+            self.totals = [int(x) for x in value.split()]
+
+    def _enter_file(self, value: str) -> None:
+        self.fn_file = self.cur_file = self._name_of("fl", value)
+
+    def _enter_inlined_file(self, value: str) -> None:
+        self.cur_file = self._name_of("fl", value)
+
+    def _enter_function(self, value: str) -> None:
+        self.fn = self._name_of("fn", value)
+        self.cur_file = self.fn_file
+
+    def _set_callee_file(self, value: str) -> None:
+        self.callee_file = self._name_of("fl", value)
+
+    def _set_callee_function(self, value: str) -> None:
+        self.callee_fn = self._name_of("fn", value)
+
+    def _expect_call_cost(self, value: str) -> None:
+        self.pending_call = True  # the next cost line is the inclusive cost of this call
+
+    # position specifications ("key=value" lines) and what each one changes
+    _SPECIFICATIONS: ClassVar[dict[str, Callable[[_CallgrindReader, str], None]]] = {
+        "fl": _enter_file, "fi": _enter_inlined_file, "fe": _enter_inlined_file,
+        "fn": _enter_function, "cfi": _set_callee_file, "cfl": _set_callee_file,
+        "cfn": _set_callee_function, "calls": _expect_call_cost}
+
+    def profile(self) -> CallgrindProfile:
+        if not self.events:
+            raise ValueError("not a callgrind output file: no 'events:' line")
+        width = len(self.events)
+        fix = lambda d: {k: (v + [0] * width)[:width] for k, v in d.items()}  # noqa: E731
+        totals = self.totals
+        if not totals:
+            totals = [0] * width
+            for costs in self.self_cost.values():
+                _add(totals, costs)
+        return CallgrindProfile(self.events, fix(self.self_cost), fix(self.call_cost),
+                                dict(self.callees), (totals + [0] * width)[:width],
+                                fix(self.functions), fix(self.inlined))
 
 
 def _position(token: str, last: int, base: int) -> int:

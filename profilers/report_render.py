@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -97,59 +97,105 @@ def _fmt(v) -> str:
     return "" if v is None else str(v)
 
 
-def _sections(report: Mapping) -> list[tuple[str, list[tuple[str, object]]]]:
+Section = tuple[str, list[tuple[str, object]]]
+
+
+def _sections(report: Mapping) -> list[Section]:
     """Ordered sections: (title, [(kind, payload)]), kinds: kv, pre, table, figure, note, text."""
-    out: list[tuple[str, list[tuple[str, object]]]] = []
-    if report.get("notes"):
-        out.append(("Notes", [("note", n) for n in report["notes"]]))
-    if report.get("comparison"):
-        out.append(("Summary", [("text", report["comparison"]["verdict"])]))
-    if report.get("op"):
-        op = report["op"]
-        out.append(("Operator", [("kv", {"name": op["name"], "pattern": op["pattern"],
-                                         "sizes": op["sizes"], "FLOPs": op["flops"],
-                                         "bytes (compulsory)": op["bytes"],
-                                         "intensity (FLOP/B)": op["intensity"]}),
-                                 ("pre", op["odl"])]))
-    if report.get("target"):
-        out.append(("Target and chosen config", [("kv", report["target"]),
-                                                 ("kv", report.get("config", {}))]))
-    if report.get("explanation_text"):
-        out.append(("Why this config (explanation and constraints)",
-                    [("pre", report["explanation_text"])]))
-    if report.get("measurements"):
-        cols = ["label", "backend", "median_s", "iqr_s", "repeats", "outliers", "noisy",
-                "gflops", "gbps"]
-        if any("sizes" in m for m in report["measurements"]):  # runs of an IDE comparison
-            cols[2:2] = ["sizes", "target", "mode"]
-        items: list[tuple[str, object]] = [("table", (report["measurements"], cols))]
-        if report.get("verification"):
-            items.append(("kv", report["verification"]))
-        out.append(("Measurements", items))
-    if report.get("roofline"):
-        pts = report["roofline"]["points"]
-        out.append(("Roofline", [("figure", "roofline"),
-                                 ("table", (pts, ["label", "target", "intensity",
-                                                  "achieved_gflops", "attainable_gflops",
-                                                  "bound", "fraction"]))]))
-    if report.get("comparison"):
-        out.append((_comparison_title(report["comparison"]), [("figure", "comparison")]))
-    if report.get("flame"):
-        out.append(("Flame graph", [("figure", "flame")]))
-    if report.get("hotspots"):
-        out.append(("Per-line hotspots", [("figure", "hotspots_odl"),
-                                          ("figure", "hotspots_kernel")]))
-    if report.get("history"):
-        out.append(("Tuning history", [("table", (report["history"], [
-            "id", "config", "status", "median_s", "gflops", "predicted_gflops", "reason"]))]))
-    if report.get("timeline"):
-        out.append(("Timeline", [("figure", "timeline")]))
-    if report.get("summary"):
-        out.insert(0, ("Summary", [("kv", report["summary"])]))
+    out = [build(report) for key, build in _SECTION_BUILDERS if report.get(key)]
     for name, rows in (report.get("tables") or {}).items():
         if rows:
             out.append((name, [("table", (rows, list(rows[0])))]))
     return out
+
+
+def _summary_section(report: Mapping) -> Section:
+    return ("Summary", [("kv", report["summary"])])
+
+
+def _notes_section(report: Mapping) -> Section:
+    return ("Notes", [("note", n) for n in report["notes"]])
+
+
+def _verdict_section(report: Mapping) -> Section:
+    return ("Summary", [("text", report["comparison"]["verdict"])])
+
+
+def _operator_section(report: Mapping) -> Section:
+    op = report["op"]
+    return ("Operator", [("kv", {"name": op["name"], "pattern": op["pattern"],
+                                 "sizes": op["sizes"], "FLOPs": op["flops"],
+                                 "bytes (compulsory)": op["bytes"],
+                                 "intensity (FLOP/B)": op["intensity"]}),
+                         ("pre", op["odl"])])
+
+
+def _target_section(report: Mapping) -> Section:
+    return ("Target and chosen config", [("kv", report["target"]),
+                                         ("kv", report.get("config", {}))])
+
+
+def _explanation_section(report: Mapping) -> Section:
+    return ("Why this config (explanation and constraints)",
+            [("pre", report["explanation_text"])])
+
+
+def _measurements_section(report: Mapping) -> Section:
+    cols = ["label", "backend", "median_s", "iqr_s", "repeats", "outliers", "noisy",
+            "gflops", "gbps"]
+    if any("sizes" in m for m in report["measurements"]):  # runs of an IDE comparison
+        cols[2:2] = ["sizes", "target", "mode"]
+    items: list[tuple[str, object]] = [("table", (report["measurements"], cols))]
+    if report.get("verification"):
+        items.append(("kv", report["verification"]))
+    return ("Measurements", items)
+
+
+def _roofline_section(report: Mapping) -> Section:
+    pts = report["roofline"]["points"]
+    return ("Roofline", [("figure", "roofline"),
+                         ("table", (pts, ["label", "target", "intensity", "achieved_gflops",
+                                          "attainable_gflops", "bound", "fraction"]))])
+
+
+def _comparison_section(report: Mapping) -> Section:
+    return (_comparison_title(report["comparison"]), [("figure", "comparison")])
+
+
+def _flame_section(report: Mapping) -> Section:
+    return ("Flame graph", [("figure", "flame")])
+
+
+def _hotspots_section(report: Mapping) -> Section:
+    return ("Per-line hotspots", [("figure", "hotspots_odl"), ("figure", "hotspots_kernel")])
+
+
+def _history_section(report: Mapping) -> Section:
+    return ("Tuning history", [("table", (report["history"], [
+        "id", "config", "status", "median_s", "gflops", "predicted_gflops", "reason"]))])
+
+
+def _timeline_section(report: Mapping) -> Section:
+    return ("Timeline", [("figure", "timeline")])
+
+
+# (report key that must be present, section built from it), in the order the report shows them;
+# the run's own summary leads, the named extra tables follow the last of these
+_SECTION_BUILDERS: tuple[tuple[str, Callable[[Mapping], Section]], ...] = (
+    ("summary", _summary_section),
+    ("notes", _notes_section),
+    ("comparison", _verdict_section),
+    ("op", _operator_section),
+    ("target", _target_section),
+    ("explanation_text", _explanation_section),
+    ("measurements", _measurements_section),
+    ("roofline", _roofline_section),
+    ("comparison", _comparison_section),
+    ("flame", _flame_section),
+    ("hotspots", _hotspots_section),
+    ("history", _history_section),
+    ("timeline", _timeline_section),
+)
 
 
 def _comparison_title(comparison: Mapping) -> str:

@@ -243,25 +243,16 @@ def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str
                           w_threads(cfg))
         w.emit(f"{pad}}}", stmt.line)
         return
-    # Loop-invariant code motion: a reduction is computed inside the loops it depends on only.
-    levels: dict[int, list] = {}
-    for red in outer_reduces(stmt.expr):
-        deps = free_names(red.body, frozenset(red.indices)) & set(rest)
-        level = max((rest.index(n) + 1 for n in deps), default=0)
-        levels.setdefault(level, []).append(red)
+    levels = _reduction_levels(stmt.expr, rest)
     innermost_reduces = bool(levels.get(len(rest))) or (len(rest) == 0 and bool(levels))
     swap = _interchangeable(levels.get(len(rest), []), rest, free, scan_index, parallel)
-    opened = 0
     for n, name in enumerate(rest):
         inner = _hoisted(w, ctx, levels.get(n, []), inner, stmt.line)
         if swap is not None and n == len(rest) - 1:
             _interchanged(w, ctx, swap, name, free[name], inner, stmt.line)
             innermost_reduces = False
         if name == scan_index:
-            for s in scans:
-                ctx.scans[id(s)] = ctx.fresh("run")
-                init = {"cumsum": "0", "cumprod": "1", "cummax": "-INFINITY"}[s.op]
-                w.emit(f"{inner}{ctx.ctype(kind(s, ctx))} {ctx.scans[id(s)]} = {init};", stmt.line)
+            _start_scans(w, ctx, scans, inner, stmt.line)
         simd = n == len(rest) - 1 and name != scan_index and ctx.simd and not innermost_reduces
         if simd and swap is None:
             hoist_invariant_reads(w, lay, stmt, name, inner)
@@ -274,18 +265,12 @@ def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str
         w.emit(f"{inner}for (int64_t {index_id(name)} = 0; {index_id(name)} < {free[name]}; "
                f"++{index_id(name)}) {{", stmt.line)
         inner += "    "
-        opened += 1
     top_reduce = top and not rest
     value = render(stmt.expr, ctx)
     if top_reduce:
         # A whole-tensor reduction (a scalar result): split the outermost accumulator loop.
         _parallel_first_reduce(ctx.pre, w_threads(cfg))
-    for text in ctx.pre:
-        if text == "}":
-            inner = inner[:-4]
-        w.emit(inner + text, stmt.line)
-        if text.endswith("{"):
-            inner += "    "
+    inner = _emit_nested(w, ctx.pre, inner, stmt.line)
     forms = [index_id(n) for n in stmt.indices]
     target = lay.address(stmt.target, forms)
     decl = op.tensor(stmt.target)
@@ -294,10 +279,29 @@ def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str
         value = store(decl.dtype, value, kind(stmt.expr, ctx))
     w.emit(f"{inner}{target} = {value};", stmt.line)
     lay.hoisted = {}
-    for _ in range(opened):
+    for _ in rest:  # close the statement's own loops
         inner = inner[:-4]
         w.emit(f"{inner}}}", stmt.line)
     w.emit(f"{pad}}}", stmt.line)
+
+
+def _reduction_levels(expr, rest: list[str]) -> dict[int, list]:
+    """Loop-invariant code motion: each outer reduction keyed by the loop depth it is computed at,
+    just inside the loops it depends on (0: before all of them)."""
+    levels: dict[int, list] = {}
+    for red in outer_reduces(expr):
+        deps = free_names(red.body, frozenset(red.indices)) & set(rest)
+        level = max((rest.index(n) + 1 for n in deps), default=0)
+        levels.setdefault(level, []).append(red)
+    return levels
+
+
+def _start_scans(w: CodeWriter, ctx: ExprContext, scans: list[Scan], pad: str, line: int) -> None:
+    """Declare each scan's running value at its identity, just outside the scan index's loop."""
+    for s in scans:
+        ctx.scans[id(s)] = ctx.fresh("run")
+        init = {"cumsum": "0", "cumprod": "1", "cummax": "-INFINITY"}[s.op]
+        w.emit(f"{pad}{ctx.ctype(kind(s, ctx))} {ctx.scans[id(s)]} = {init};", line)
 
 
 def _interchangeable(reds: list, rest: list[str], free: dict[str, int], scan_index,
@@ -355,13 +359,19 @@ def _hoisted(w: CodeWriter, ctx: ExprContext, reds: list, pad: str, line: int) -
     """Emit the accumulator loops of `reds` here (their value is cached for the expression)."""
     for red in reds:
         render(red, ctx)
-    for text in ctx.pre:
+    pad = _emit_nested(w, ctx.pre, pad, line)
+    ctx.pre.clear()
+    return pad
+
+
+def _emit_nested(w: CodeWriter, lines: list[str], pad: str, line: int) -> str:
+    """Emit rendered lines, indenting inside each `{` and back at each `}`; the indent left open."""
+    for text in lines:
         if text == "}":
             pad = pad[:-4]
         w.emit(pad + text, line)
         if text.endswith("{"):
             pad += "    "
-    ctx.pre.clear()
     return pad
 
 

@@ -79,10 +79,25 @@ def flash_plan(op: Op) -> FlashPlan | None:
     inputs = {d.name for d in op.inputs}
     if {s.target, mx.target, p.target, lsum.target} & outputs or o.target not in outputs:
         return None
+    score = _score_product(op, s, inputs)
+    if score is None:
+        return None
+    prefix, i, j, d, red, qa, ka = score
+    if not _online_softmax_ok(s, mx, p, lsum, len(prefix)):
+        return None
+    weighted = _weighted_values(o, p, lsum, inputs, len(prefix))
+    if weighted is None:
+        return None
+    va, jj = weighted
+    return FlashPlan(qa, ka, va, o.target, tuple(prefix), i, j, d, tuple(o.indices), jj, red,
+                     causal_offset(s.expr, i, j))
+
+
+def _score_product(op: Op, s, inputs: set[str]) -> tuple | None:
+    """s[P, i, j] = f(sum[d](Q[.. i, d ..] * K[.. j, d ..])): (P, i, j, d, the sum, Q, K)."""
     if len(s.indices) < 2:
         return None
     *prefix, i, j = s.indices
-    n = len(prefix)
     reds = [x for x in walk(s.expr) if isinstance(x, (Reduce, Scan))]
     if len(reds) != 1 or not isinstance(reds[0], Reduce) or reds[0].op != "sum" \
             or len(reds[0].indices) != 1:
@@ -101,24 +116,31 @@ def flash_plan(op: Op) -> FlashPlan | None:
         return None
     if not _score_ok(s.expr, red, set(s.indices) | set(op.dims), inputs):
         return None
+    return prefix, i, j, d, red, qa, ka
+
+
+def _online_softmax_ok(s, mx, p, lsum, n: int) -> bool:
+    """The row max, the shifted exponential and the row sum between the scores and the output."""
     # mx[P, i] = max[j](s[P, i, j])
     e = mx.expr
     if not (len(mx.indices) == n + 1 and isinstance(e, Reduce) and e.op == "max"
             and len(e.indices) == 1 and _pure(e.body, s.target, (*mx.indices, e.indices[0]))):
-        return None
+        return False
     # p[P, i, j] = exp(s[P, i, j] - mx[P, i])
     e = p.expr
     if not (len(p.indices) == n + 2 and isinstance(e, Call) and e.fn == "exp"
             and isinstance(e.args[0], Binary) and e.args[0].op == "sub"
             and _pure(e.args[0].lhs, s.target, p.indices)
             and _pure(e.args[0].rhs, mx.target, p.indices[:-1])):
-        return None
+        return False
     # l[P, i] = sum[j](p[P, i, j])
     e = lsum.expr
-    if not (len(lsum.indices) == n + 1 and isinstance(e, Reduce) and e.op == "sum"
-            and len(e.indices) == 1 and _pure(e.body, p.target, (*lsum.indices, e.indices[0]))):
-        return None
-    # O[P, i, e] = sum[j](p[P, i, j] * V[.., j, e ..]) / l[P, i]
+    return (len(lsum.indices) == n + 1 and isinstance(e, Reduce) and e.op == "sum"
+            and len(e.indices) == 1 and _pure(e.body, p.target, (*lsum.indices, e.indices[0])))
+
+
+def _weighted_values(o, p, lsum, inputs: set[str], n: int) -> tuple[Access, str] | None:
+    """O[P, i, e] = sum[j](p[P, i, j] * V[.., j, e ..]) / l[P, i]: (V, the sum's key index)."""
     e = o.expr
     if not (len(o.indices) == n + 2 and isinstance(e, Binary) and e.op == "div"
             and isinstance(e.lhs, Reduce) and e.lhs.op == "sum" and len(e.lhs.indices) == 1):
@@ -134,8 +156,7 @@ def flash_plan(op: Op) -> FlashPlan | None:
             and va.tensor in inputs and va.pad is None and _uses(va, {*pre, jj, ee})
             and _pure(e.rhs, lsum.target, (*pre, i2))):
         return None
-    return FlashPlan(qa, ka, va, o.target, tuple(prefix), i, j, d, tuple(o.indices), jj, red,
-                     causal_offset(s.expr, i, j))
+    return va, jj
 
 
 def _score_ok(expr, red: Reduce, names: set[str], inputs: set[str]) -> bool:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
+
 from uol_core.odl.ir import Binary, Call, Cast, Const, Expr, Reduce, Scan, Unary
 
 ZERO = Const(0.0, True)
@@ -57,36 +60,60 @@ def simplify(expr: Expr) -> Expr:
 
 
 def _binary(op: str, lhs: Expr, rhs: Expr) -> Expr:
-    if isinstance(lhs, Const) and isinstance(rhs, Const) and op in ("add", "sub", "mul"):
-        value = {"add": lhs.value + rhs.value, "sub": lhs.value - rhs.value,
-                 "mul": lhs.value * rhs.value}[op]
-        return const(value)
-    if op == "add":
-        if is_zero(lhs):
-            return rhs
-        if is_zero(rhs):
-            return lhs
-        if isinstance(rhs, Unary) and rhs.op == "neg":
-            return _binary("sub", lhs, rhs.operand)
-    if op == "sub":
-        if is_zero(rhs):
-            return lhs
-        if is_zero(lhs):
-            return simplify(Unary("neg", rhs))
-    if op == "mul":
-        if is_zero(lhs) or is_zero(rhs):
-            return ZERO
-        if is_one(lhs):
-            return rhs
-        if is_one(rhs):
-            return lhs
-        if isinstance(lhs, Const) and lhs.value == -1:
-            return simplify(Unary("neg", rhs))
-        if isinstance(rhs, Const) and rhs.value == -1:
-            return simplify(Unary("neg", lhs))
-    if op == "div":
-        if is_zero(lhs):
-            return ZERO
-        if is_one(rhs):
-            return lhs
-    return Binary(op, lhs, rhs)
+    fold = _FOLDABLE.get(op)
+    if fold is not None and isinstance(lhs, Const) and isinstance(rhs, Const):
+        return const(fold(lhs.value, rhs.value))
+    identity = _IDENTITIES.get(op)
+    shortcut = identity(lhs, rhs) if identity is not None else None
+    return shortcut if shortcut is not None else Binary(op, lhs, rhs)
+
+
+def _is_minus_one(expr: Expr) -> bool:
+    return isinstance(expr, Const) and expr.value == -1
+
+
+# Each identity returns the shorter form, or None when the operands allow no shortcut.
+def _add_identity(lhs: Expr, rhs: Expr) -> Expr | None:
+    if is_zero(lhs):
+        return rhs
+    if is_zero(rhs):
+        return lhs
+    if isinstance(rhs, Unary) and rhs.op == "neg":
+        return _binary("sub", lhs, rhs.operand)
+    return None
+
+
+def _sub_identity(lhs: Expr, rhs: Expr) -> Expr | None:
+    if is_zero(rhs):
+        return lhs
+    if is_zero(lhs):
+        return simplify(Unary("neg", rhs))
+    return None
+
+
+def _mul_identity(lhs: Expr, rhs: Expr) -> Expr | None:
+    if is_zero(lhs) or is_zero(rhs):
+        return ZERO
+    if is_one(lhs):
+        return rhs
+    if is_one(rhs):
+        return lhs
+    if _is_minus_one(lhs):
+        return simplify(Unary("neg", rhs))
+    if _is_minus_one(rhs):
+        return simplify(Unary("neg", lhs))
+    return None
+
+
+def _div_identity(lhs: Expr, rhs: Expr) -> Expr | None:
+    if is_zero(lhs):
+        return ZERO
+    if is_one(rhs):
+        return lhs
+    return None
+
+
+_FOLDABLE: dict[str, Callable[[float, float], float]] = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul}
+_IDENTITIES: dict[str, Callable[[Expr, Expr], Expr | None]] = {
+    "add": _add_identity, "sub": _sub_identity, "mul": _mul_identity, "div": _div_identity}
