@@ -20,116 +20,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from uol_core.acg.plans import AttentionPlan, attention_plan
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_attention_tiles import Tiles, choose_tiles, score_kernel, value_kernel
 from uol_core.backends.c_expr import PRELUDE, ExprContext, render
 from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, Binary, Call, DType, Op, Reduce, walk
+from uol_core.odl.ir import Access, DType, Op
 from uol_core.odl.masks import causal_offset
 
 GENERATOR = "uol-c-flash-1"
 MAX_HEAD = 512  # largest D or E kept in per-thread stack tiles
 
 
-@dataclass(frozen=True)
-class FlashPlan:
-    """Tensors and index names of a recognised attention."""
-
-    q: str
-    k: str
-    v: str
-    out: str
-    prefix: tuple[str, ...]  # batch indices of the score statement
-    i: str
-    j: str
-    reduce: Reduce  # the Q.K sum inside the score expression
-    saves: tuple[str | None, str | None, str | None] = (None, None, None)  # mx, l, z as outputs
-
-
-def _pure(access, names) -> bool:
-    return isinstance(access, Access) and tuple(f.pure_symbol for f in access.indices) == tuple(names)
+# The C template renders the shared plan (acg/plans/attention.py).
+FlashPlan = AttentionPlan
 
 
 def flash_plan(op: Op) -> FlashPlan | None:
-    """The plan when `op` is naive attention as above (f32, s and p not outputs), else None.
-
-    Also takes the split form O = z / l with z = sum[j](p * V) (the forward with saves), where
-    mx, l and z may be outputs: the kernel then writes them as well.
-    """
-    if len(op.stmts) not in (5, 6) or {d.dtype for d in op.inputs + op.outputs + op.locals} != {DType.f32}:
+    """The shared attention plan when this template takes it: f32 tensors read in the canonical
+    layout (Q[P, i, d], K[P, j, d], V[P, j, e]), five statements or the split form with saves."""
+    plan = attention_plan(op)
+    if plan is None or plan.dtypes != {DType.f32} or not plan.canonical:
         return None
-    s, mx, p, lsum = op.stmts[:4]
-    outputs = {d.name for d in op.outputs}
-    if {s.target, p.target} & outputs or (len(op.stmts) == 5 and {mx.target, lsum.target} & outputs):
-        return None
-    if len(s.indices) < 2:  # scores are indexed by at least a query and a key
-        return None
-    *prefix, i, j = s.indices
-    reds = [n for n in walk(s.expr) if isinstance(n, Reduce)]
-    if len(reds) != 1 or reds[0].op != "sum" or len(reds[0].indices) != 1:
-        return None
-    red, d = reds[0], reds[0].indices[0]
-    body = red.body
-    if not (isinstance(body, Binary) and body.op == "mul"):
-        return None
-    a, b = body.lhs, body.rhs
-    if not (_pure(a, (*prefix, i, d)) and _pure(b, (*prefix, j, d))):
-        return None
-    if not _row_stats(op, prefix) or not _output(op, len(prefix)):
-        return None
-    value = op.stmts[4].expr if len(op.stmts) == 6 else op.stmts[4].expr.lhs
-    saves = tuple(t if t in outputs else None for t in (mx.target, lsum.target, op.stmts[4].target)) \
-        if len(op.stmts) == 6 else (None, None, None)
-    return FlashPlan(a.tensor, b.tensor, value.body.rhs.tensor, op.stmts[-1].target,
-                     tuple(prefix), i, j, red, saves)
-
-
-def _row_stats(op: Op, prefix: list[str]) -> bool:
-    """mx = max_j s, p = exp(s - mx), l = sum_j p, each at matching positions."""
-    s, mx, p, lsum = op.stmts[:4]
-    n = len(prefix)
-    e = mx.expr
-    if not (isinstance(e, Reduce) and e.op == "max" and len(e.indices) == 1
-            and _pure(e.body, (*mx.indices, e.indices[0])) and e.body.tensor == s.target
-            and len(mx.indices) == n + 1):
-        return False
-    e = p.expr
-    if not (isinstance(e, Call) and e.fn == "exp" and isinstance(e.args[0], Binary)
-            and e.args[0].op == "sub" and _pure(e.args[0].lhs, p.indices)
-            and e.args[0].lhs.tensor == s.target and _pure(e.args[0].rhs, p.indices[:-1])
-            and e.args[0].rhs.tensor == mx.target):
-        return False
-    e = lsum.expr
-    return (isinstance(e, Reduce) and e.op == "sum" and len(e.indices) == 1
-            and _pure(e.body, (*lsum.indices, e.indices[0])) and e.body.tensor == p.target)
-
-
-def _output(op: Op, n: int) -> bool:
-    """O[P, i, e] = sum[j](p[P, i, j] * V[P, j, e]) / l[P, i], or that split into z and z / l."""
-    p, lsum = op.stmts[2], op.stmts[3]
-    o = op.stmts[-1]
-    e = o.expr
-    if not (isinstance(e, Binary) and e.op == "div" and len(o.indices) == n + 2):
-        return False
-    *pre, i, ee = o.indices
-    if not (_pure(e.rhs, (*pre, i)) and e.rhs.tensor == lsum.target):
-        return False
-    value, idx = e.lhs, o.indices
-    if len(op.stmts) == 6:  # O = z / l, z[P, i, e] = sum[j](p * V) at the same positions
-        z = op.stmts[4]
-        if not (_pure(value, o.indices) and value.tensor == z.target and len(z.indices) == n + 2):
-            return False
-        value, idx = z.expr, z.indices
-    if not (isinstance(value, Reduce) and value.op == "sum" and len(value.indices) == 1):
-        return False
-    jj, body = value.indices[0], value.body
-    *pre, i, ee = idx
-    return (isinstance(body, Binary) and body.op == "mul" and _pure(body.lhs, (*pre, i, jj))
-            and body.lhs.tensor == p.target and _pure(body.rhs, (*pre, jj, ee)))
+    return plan
 
 
 def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
@@ -149,7 +65,8 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
     bq = min(max(tiles.qt, int(cfg["bq"]) // tiles.qt * tiles.qt), -(-S // tiles.qt) * tiles.qt)
     bk = min(max(tiles.mr, int(cfg["bk"]) // tiles.mr * tiles.mr), -(-T // tiles.mr) * tiles.mr)
     shapes = {t: [f.evaluate(dict(sizes)) for f in op.tensor(t).shape]
-              for t in (plan.q, plan.k, plan.v, plan.out, *filter(None, plan.saves))}
+              for t in (plan.q.tensor, plan.k.tensor, plan.v.tensor, plan.out,
+                        *filter(None, plan.saves))}
     w = CodeWriter(default_line=op.line)
     entry = f"uol_{op.name}"
     args = [d.name for d in op.inputs] + [d.name for d in op.outputs]
@@ -221,7 +138,7 @@ def _body(w: CodeWriter, op: Op, plan: FlashPlan, n: dict, base: dict, sizes,
     full = E // me * me
     tail = "" if full == E else (f"{pad}        uol_pv_tile{E - full}(nk, &st[0][i0], vb + {full}, "
                                  f"&ot[{full}][i0], &alpha[i0]);\n")
-    Q, K, V, OUT = (tensor_id(t) for t in (plan.q, plan.k, plan.v, plan.out))
+    Q, K, V, OUT = (tensor_id(t) for t in (plan.q.tensor, plan.k.tensor, plan.v.tensor, plan.out))
     ctx = ExprContext("float", {x: op.tensor(x).dtype for x in op.tensors}, _addr(op, sizes),
                       lambda a: "1", {}, set(op.dims))
     ctx.cache[id(plan.reduce)] = "st[jj][ii]"
@@ -242,7 +159,7 @@ def _body(w: CodeWriter, op: Op, plan: FlashPlan, n: dict, base: dict, sizes,
 {pad}float m[{bq}] {al}, mnew[{bq}] {al}, l[{bq}] {al}, alpha[{bq}] {al};
 {pad}for (int64_t d = 0; d < {D}; ++d)  /* Q^T of the block; queries past nq are zero */
 {pad}    for (int64_t ii = 0; ii < {bq}; ++ii)
-{pad}        qt[d][ii] = ii < nq ? {Q}[{base[plan.q]}(q0 + ii) * {D} + d] : 0.0f;
+{pad}        qt[d][ii] = ii < nq ? {Q}[{base[plan.q.tensor]}(q0 + ii) * {D} + d] : 0.0f;
 {pad}for (int64_t ii = 0; ii < {bq}; ++ii) {{  /* padding lanes keep m = 0: finite, never stored */
 {pad}    m[ii] = ii < nq ? -INFINITY : 0.0f; l[ii] = 0.0f;
 {pad}    for (int64_t e = 0; e < {E}; ++e) ot[e][ii] = 0.0f;
@@ -252,7 +169,7 @@ def _body(w: CodeWriter, op: Op, plan: FlashPlan, n: dict, base: dict, sizes,
 {pad}    for (int64_t j0 = 0; j0 < nk; j0 += {mr}) {{  /* S^T = K Q^T: {mr} keys x {qt} queries per tile */
 {pad}        const float *kr[{mr}];
 {pad}        for (int64_t r = 0; r < {mr}; ++r)
-{pad}            kr[r] = {K} + {base[plan.k]}(k0 + j0 + r < {T} ? k0 + j0 + r : {T - 1}) * {D};
+{pad}            kr[r] = {K} + {base[plan.k.tensor]}(k0 + j0 + r < {T} ? k0 + j0 + r : {T - 1}) * {D};
 {pad}        for (int64_t i0 = 0; i0 < nqt; i0 += {qt}) uol_qk_tile(kr, &qt[0][i0], &st[j0][i0]);
 {pad}    }}
 {pad}    for (int64_t ii = 0; ii < nqt; ++ii) mnew[ii] = m[ii];
@@ -277,7 +194,7 @@ def _body(w: CodeWriter, op: Op, plan: FlashPlan, n: dict, base: dict, sizes,
 {pad}        uol_vst(&l[i0], uol_vfma(uol_vld(&l[i0]), a, sum));
 {pad}        uol_vst(&m[i0], mv);
 {pad}    }}""", op.stmts[3].line)
-    w.emit(f"""{pad}    const float *vb = {V} + {base[plan.v]}k0 * {E};
+    w.emit(f"""{pad}    const float *vb = {V} + {base[plan.v.tensor]}k0 * {E};
 {pad}    for (int64_t i0 = 0; i0 < nqt; i0 += {qt}) {{  /* O^T = alpha O^T + V^T P^T */
 {pad}        for (int64_t e0 = 0; e0 < {full}; e0 += {me})
 {pad}            uol_pv_tile{me}(nk, &st[0][i0], vb + e0, &ot[e0][i0], &alpha[i0]);

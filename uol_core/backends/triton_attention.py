@@ -14,170 +14,32 @@ block's last visible key: fully masked blocks are skipped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from uol_core.acg.plans import AttentionPlan, attention_plan
 from uol_core.backends.triton_expr import TL_DTYPES, Ctx, ExprEmitter, Writer, extent_code, safe
 from uol_core.backends.triton_generic import KernelPart, acc_dtype, store_dtype
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import (
     Access,
     Affine,
-    Binary,
-    Call,
-    Cast,
-    Const,
     DType,
     Op,
-    Reduce,
-    Scan,
-    Unary,
-    Var,
     walk,
 )
-from uol_core.odl.masks import causal_offset
 
 HALF = (DType.f16, DType.bf16)
 
 
-@dataclass(frozen=True)
-class FlashPlan:
-    """The recognised attention: operand accesses, index names and the causal bound if any."""
-
-    q: Access
-    k: Access
-    v: Access
-    out: str
-    prefix: tuple[str, ...]  # batch/head indices of the score statement
-    i: str
-    j: str
-    d: str
-    o_names: tuple[str, ...]  # indices of the output statement (prefix', i', e)
-    jj: str  # the key index of the output's sum
-    reduce: Reduce  # the Q.K sum inside the score expression
-    causal: int | None  # c of a `j <= i + c` mask (c >= 0): key blocks past the diagonal skipped
-
-
-def _pure(e, tensor: str | None, names) -> bool:
-    return (isinstance(e, Access) and e.pad is None and (tensor is None or e.tensor == tensor)
-            and tuple(f.pure_symbol for f in e.indices) == tuple(names))
-
-
-def _uses(e, names: set[str]) -> bool:
-    """Every index used by the operand is one of `names`, each once, none missing (any order)."""
-    got = [f.pure_symbol for f in e.indices]
-    return None not in got and len(set(got)) == len(got) and set(got) == names
+# The Triton template renders the shared plan (acg/plans/attention.py).
+FlashPlan = AttentionPlan
 
 
 def flash_plan(op: Op) -> FlashPlan | None:
-    """The plan when `op` is attention as above (float tensors, intermediates not outputs)."""
-    if len(op.stmts) != 5:
+    """The shared attention plan when this template takes it: the five-statement form (no
+    saves) with an elementwise score expression; any float type and operand layout."""
+    plan = attention_plan(op)
+    if plan is None or plan.split or not plan.score_elementwise:
         return None
-    if not all(d.dtype.is_float for d in op.inputs + op.outputs + op.locals):
-        return None
-    s, mx, p, lsum, o = op.stmts
-    outputs = {d.name for d in op.outputs}
-    inputs = {d.name for d in op.inputs}
-    if {s.target, mx.target, p.target, lsum.target} & outputs or o.target not in outputs:
-        return None
-    score = _score_product(op, s, inputs)
-    if score is None:
-        return None
-    prefix, i, j, d, red, qa, ka = score
-    if not _online_softmax_ok(s, mx, p, lsum, len(prefix)):
-        return None
-    weighted = _weighted_values(o, p, lsum, inputs, len(prefix))
-    if weighted is None:
-        return None
-    va, jj = weighted
-    return FlashPlan(qa, ka, va, o.target, tuple(prefix), i, j, d, tuple(o.indices), jj, red,
-                     causal_offset(s.expr, i, j))
-
-
-def _score_product(op: Op, s, inputs: set[str]) -> tuple | None:
-    """s[P, i, j] = f(sum[d](Q[.. i, d ..] * K[.. j, d ..])): (P, i, j, d, the sum, Q, K)."""
-    if len(s.indices) < 2:
-        return None
-    *prefix, i, j = s.indices
-    reds = [x for x in walk(s.expr) if isinstance(x, (Reduce, Scan))]
-    if len(reds) != 1 or not isinstance(reds[0], Reduce) or reds[0].op != "sum" \
-            or len(reds[0].indices) != 1:
-        return None
-    red, d = reds[0], reds[0].indices[0]
-    body = red.body
-    if not (isinstance(body, Binary) and body.op == "mul"):
-        return None
-    qa, ka = body.lhs, body.rhs
-    if not (isinstance(qa, Access) and isinstance(ka, Access) and qa.tensor in inputs
-            and ka.tensor in inputs and qa.pad is None and ka.pad is None):
-        return None
-    if not _uses(qa, {*prefix, i, d}):
-        qa, ka = ka, qa
-    if not (_uses(qa, {*prefix, i, d}) and _uses(ka, {*prefix, j, d})):
-        return None
-    if not _score_ok(s.expr, red, set(s.indices) | set(op.dims), inputs):
-        return None
-    return prefix, i, j, d, red, qa, ka
-
-
-def _online_softmax_ok(s, mx, p, lsum, n: int) -> bool:
-    """The row max, the shifted exponential and the row sum between the scores and the output."""
-    # mx[P, i] = max[j](s[P, i, j])
-    e = mx.expr
-    if not (len(mx.indices) == n + 1 and isinstance(e, Reduce) and e.op == "max"
-            and len(e.indices) == 1 and _pure(e.body, s.target, (*mx.indices, e.indices[0]))):
-        return False
-    # p[P, i, j] = exp(s[P, i, j] - mx[P, i])
-    e = p.expr
-    if not (len(p.indices) == n + 2 and isinstance(e, Call) and e.fn == "exp"
-            and isinstance(e.args[0], Binary) and e.args[0].op == "sub"
-            and _pure(e.args[0].lhs, s.target, p.indices)
-            and _pure(e.args[0].rhs, mx.target, p.indices[:-1])):
-        return False
-    # l[P, i] = sum[j](p[P, i, j])
-    e = lsum.expr
-    return (len(lsum.indices) == n + 1 and isinstance(e, Reduce) and e.op == "sum"
-            and len(e.indices) == 1 and _pure(e.body, p.target, (*lsum.indices, e.indices[0])))
-
-
-def _weighted_values(o, p, lsum, inputs: set[str], n: int) -> tuple[Access, str] | None:
-    """O[P, i, e] = sum[j](p[P, i, j] * V[.., j, e ..]) / l[P, i]: (V, the sum's key index)."""
-    e = o.expr
-    if not (len(o.indices) == n + 2 and isinstance(e, Binary) and e.op == "div"
-            and isinstance(e.lhs, Reduce) and e.lhs.op == "sum" and len(e.lhs.indices) == 1):
-        return None
-    *pre, i2, ee = o.indices
-    jj = e.lhs.indices[0]
-    b = e.lhs.body
-    if not (isinstance(b, Binary) and b.op == "mul"):
-        return None
-    pa, va = (b.lhs, b.rhs) if isinstance(b.lhs, Access) and b.lhs.tensor == p.target \
-        else (b.rhs, b.lhs)
-    if not (_pure(pa, p.target, (*pre, i2, jj)) and isinstance(va, Access)
-            and va.tensor in inputs and va.pad is None and _uses(va, {*pre, jj, ee})
-            and _pure(e.rhs, lsum.target, (*pre, i2))):
-        return None
-    return va, jj
-
-
-def _score_ok(expr, red: Reduce, names: set[str], inputs: set[str]) -> bool:
-    """The score expression is elementwise over [P, i, j]: constants, index values, inputs."""
-    for node in walk(expr):
-        if node is red:
-            continue
-        if any(node is x for x in walk(red.body)):
-            continue
-        if isinstance(node, Var) and node.name not in names:
-            return False
-        if isinstance(node, Access):
-            syms = [f.pure_symbol for f in node.indices]
-            if node.tensor not in inputs or node.pad is not None or None in syms \
-                    or not set(syms) <= names:
-                return False
-        if not isinstance(node, (Access, Var, Const, Unary, Binary, Call, Cast, Reduce)):
-            return False
-    return True
-
-
+    return plan
 
 
 def emit_flash(op: Op, plan: FlashPlan, cfg: dict) -> KernelPart:

@@ -1,0 +1,60 @@
+"""Plans are recognised once and shared: the C and Triton flash templates take the same
+AttentionPlan and differ only in what they decline."""
+
+from __future__ import annotations
+
+import pytest
+
+from uol_core.acg.plans import attention_plan
+from uol_core.backends import c_attention, triton_attention
+from uol_core.odl import parse
+from uol_core.ops import list_ops, load_op
+
+ATTENTION_OPS = [name for name in list_ops() if attention_plan(load_op(name)) is not None]
+
+
+def test_the_library_has_attention_ops_the_shared_plan_recognises():
+    assert {"attention", "attention_batched"} <= set(ATTENTION_OPS)
+
+
+@pytest.mark.parametrize("name", ATTENTION_OPS)
+def test_both_templates_take_the_same_plan_object(name):
+    op = load_op(name)
+    shared = attention_plan(op)
+    for template in (c_attention.flash_plan, triton_attention.flash_plan):
+        plan = template(op)
+        assert plan is None or plan == shared, (name, template.__module__)
+    assert triton_attention.flash_plan(op) == shared  # the library's forms are all elementwise
+
+
+def test_each_template_declines_only_by_its_own_limits():
+    f16 = parse("op att16(Q: f16[S, D], K: f16[T, D], V: f16[T, E]) -> O: f16[S, E]:\n"
+                "    s[i, j] = sum[d](Q[i, d] * K[j, d])\n"
+                "    mx[i] = max[j](s[i, j])\n"
+                "    p[i, j] = exp(s[i, j] - mx[i])\n"
+                "    l[i] = sum[j](p[i, j])\n"
+                "    O[i, e] = sum[j](p[i, j] * V[j, e]) / l[i]\n")
+    plan = attention_plan(f16)
+    assert plan is not None and plan.canonical and not plan.split
+    assert c_attention.flash_plan(f16) is None  # the C template reads f32 only
+    assert triton_attention.flash_plan(f16) == plan
+    transposed = parse("op attT(Q: f32[D, S], K: f32[T, D], V: f32[T, E]) -> O: f32[S, E]:\n"
+                       "    s[i, j] = sum[d](Q[d, i] * K[j, d])\n"
+                       "    mx[i] = max[j](s[i, j])\n"
+                       "    p[i, j] = exp(s[i, j] - mx[i])\n"
+                       "    l[i] = sum[j](p[i, j])\n"
+                       "    O[i, e] = sum[j](p[i, j] * V[j, e]) / l[i]\n")
+    plan = attention_plan(transposed)
+    assert plan is not None and not plan.canonical
+    assert c_attention.flash_plan(transposed) is None  # C reads the canonical layout only
+    assert triton_attention.flash_plan(transposed) == plan
+
+
+def test_the_split_form_with_saves_is_one_plan_that_only_c_renders():
+    from uol_core.nn import UolAttention
+
+    grad = UolAttention(64).fn.grad  # training saves the row statistics: the split form
+    plan = attention_plan(grad.forward_with_saves)
+    assert plan is not None and plan.split and plan.saves == ("mx", "l", "z_O")
+    assert c_attention.flash_plan(grad.forward_with_saves) == plan
+    assert triton_attention.flash_plan(grad.forward_with_saves) is None
