@@ -1,6 +1,6 @@
 """Row softmax and log-softmax template: three passes over a row that stays in L1/L2, explicit SIMD.
 
-Recognised statements (any index names, any leading row indices P, X an f32 input):
+Recognised statements (acg/plans/rows.py; any index names, any leading row indices P, f32):
     softmax:      mx[P] = max[c](X[P, c])
                   e[P, c] = exp(X[P, c] - mx[P])          (optionally * or / a constant or scalar)
                   Y[P, c] = e[P, c] / sum[c](e[P, c])
@@ -17,106 +17,34 @@ The generic path still compiles these ops on targets without a vector-math table
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from uol_core.acg.config import lanes, target_isas
+from uol_core.acg.plans.rows import SoftmaxRows, softmax_rows
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c import CodeWriter, render_const
 from uol_core.backends.c_expr import PRELUDE
 from uol_core.backends.c_names import size_id, tensor_id
 from uol_core.backends.c_platforms import has_vector_math, platform
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, Binary, Call, Const, DType, Expr, Op, Reduce
+from uol_core.odl.ir import Const, DType, Op
 
 GENERATOR = "uol-c-rows-1"
 
 
-@dataclass(frozen=True)
-class RowPlan:
-    """A recognised row softmax or log-softmax."""
-
-    kind: str  # "softmax" | "log_softmax"
-    x: str
-    out: str
-    rows: tuple[str, ...]  # leading (row) indices of the output
-    col: str
-    scale: tuple[str, str] | None  # ("mul" | "div", C expression of the factor) or None
-
-
-def _pure(e: Expr, names: tuple[str, ...], tensor: str | None = None) -> bool:
-    return (isinstance(e, Access) and e.pad is None
-            and tuple(f.pure_symbol for f in e.indices) == tuple(names)
-            and (tensor is None or e.tensor == tensor))
-
-
-def _row_max(op: Op) -> tuple[str, tuple[str, ...], str] | None:
-    """(X, row indices, column index) of `mx[P] = max[c](X[P, c])` with X an input."""
-    st = op.stmts[0]
-    e = st.expr
-    if not (isinstance(e, Reduce) and e.op == "max" and len(e.indices) == 1):
-        return None
-    col = e.indices[0]
-    if not _pure(e.body, (*st.indices, col)) or e.body.tensor not in {d.name for d in op.inputs}:
-        return None
-    return e.body.tensor, st.indices, col
-
-
-def _shifted(e: Expr, x: str, mx: str, rows: tuple[str, ...], col: str) -> bool:
-    """`X[P, c] - mx[P]`."""
-    return (isinstance(e, Binary) and e.op == "sub" and _pure(e.lhs, (*rows, col), x)
-            and _pure(e.rhs, rows, mx))
-
-
-def _scale(e: Expr, op: Op) -> tuple[str, str] | bool | None:
-    """The factor applied to the shifted value: None (none), (op, C text), or False (no match)."""
-    if not (isinstance(e, Binary) and e.op in ("mul", "div")):
-        return None
-    f = e.rhs
-    if isinstance(f, Const):
-        return e.op, render_const(f.value, f.is_int)
-    scalars = {d.name for d in op.inputs if not d.shape and d.dtype == DType.f32}
-    if isinstance(f, Access) and not f.indices and f.tensor in scalars:
-        return e.op, f"{tensor_id(f.tensor)}[0]"
-    return False
+# The template renders the shared plan (acg/plans/rows.py).
+RowPlan = SoftmaxRows
 
 
 def row_plan(op: Op) -> RowPlan | None:
-    """The plan when `op` is one of the row ops above in f32, else None."""
-    if len(op.stmts) != 3 or len(op.outputs) != 1:
-        return None
-    if {d.dtype for d in op.inputs + op.outputs + op.locals} != {DType.f32}:
-        return None
-    head = _row_max(op)
-    if head is None:
-        return None
-    x, rows, col = head
-    mx, mid, out = op.stmts
-    if out.target != op.outputs[0].name or tuple(out.indices) != (*rows, col):
-        return None
-    if mx.target in {d.name for d in op.outputs} or mid.target in {d.name for d in op.outputs}:
-        return None
-    # softmax: e = exp(scale(X - mx)); Y = e / sum(e)
-    if isinstance(mid.expr, Call) and mid.expr.fn == "exp" and tuple(mid.indices) == (*rows, col):
-        arg = mid.expr.args[0]
-        scale = _scale(arg, op)
-        inner = arg.lhs if scale else arg
-        y = out.expr
-        if (scale is not False and _shifted(inner, x, mx.target, rows, col)
-                and isinstance(y, Binary) and y.op == "div" and _pure(y.lhs, (*rows, col), mid.target)
-                and isinstance(y.rhs, Reduce) and y.rhs.op == "sum" and y.rhs.indices == (col,)
-                and _pure(y.rhs.body, (*rows, col), mid.target)):
-            return RowPlan("softmax", x, out.target, rows, col, scale or None)
-    # log-softmax: lse = log(sum(exp(X - mx))); Y = X - mx - lse
-    e = mid.expr
-    if (tuple(mid.indices) == rows and isinstance(e, Call) and e.fn == "log"
-            and isinstance(e.args[0], Reduce) and e.args[0].op == "sum" and e.args[0].indices == (col,)
-            and isinstance(e.args[0].body, Call) and e.args[0].body.fn == "exp"
-            and _shifted(e.args[0].body.args[0], x, mx.target, rows, col)):
-        y = out.expr
-        if (isinstance(y, Binary) and y.op == "sub" and _shifted(y.lhs, x, mx.target, rows, col)
-                and _pure(y.rhs, rows, mid.target)):
-            return RowPlan("log_softmax", x, out.target, rows, col, None)
-    return None
+    """The shared softmax/log-softmax plan when this template takes it (f32 tensors)."""
+    plan = softmax_rows(op)
+    return plan if plan is not None and plan.dtypes == {DType.f32} else None
+
+
+def _factor(plan: RowPlan) -> str:
+    """C text of the plan's scale factor: a constant, or a scalar input's only element."""
+    f = plan.scale[1]
+    return render_const(f.value, f.is_int) if isinstance(f, Const) else f"{tensor_id(f.tensor)}[0]"
 
 
 def emit(op: Op, plan: RowPlan, sizes: Mapping[str, int], target=None,
@@ -178,7 +106,7 @@ def _body(w: CodeWriter, plan: RowPlan, isa: str, lane: int, n_rows: int, n_cols
     # the exp argument: (x - mx), then the op's factor as written
     arg_v, arg_s = P.sub.format(P.loadu.format("xr + c"), "vm"), "(xr[c] - mx)"
     if plan.scale:
-        how, factor = plan.scale
+        how, factor = plan.scale[0], _factor(plan)
         arg_v = (P.mul if how == "mul" else P.div).format(arg_v, "vf")
         arg_s = f"({arg_s} {'*' if how == 'mul' else '/'} {factor})"
     L1, L2, L3 = lines
@@ -207,7 +135,7 @@ def _body(w: CodeWriter, plan: RowPlan, isa: str, lane: int, n_rows: int, n_cols
     keep_a = f"\n                {P.store.format(store, 'a')};" if softmax else ""
     keep_b = f"\n                {P.store.format(f'{store} + {lane}', 'b')};" if softmax else ""
     w.emit(f"""            const {vec} vm = {P.bcast.format('mx')};{'' if not plan.scale else f'''
-            const {vec} vf = {P.bcast.format(plan.scale[1])};'''}
+            const {vec} vf = {P.bcast.format(_factor(plan))};'''}
             {vec} s0 = {P.zero}, s1 = s0;
             for (c = 0; c + {2 * lane} <= {n_cols}; c += {2 * lane}) {{
                 const {vec} a = uol_vexp({arg_v});

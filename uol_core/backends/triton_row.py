@@ -12,9 +12,9 @@ per chunk instead of stored, and a last pass computes and stores the wide output
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from uol_core.acg.plans.rows import RowSplit, row_split
 from uol_core.backends.triton_expr import (
     COMBINE,
     REDUCE_INIT,
@@ -26,10 +26,8 @@ from uol_core.backends.triton_expr import (
     safe,
 )
 from uol_core.backends.triton_generic import KernelPart, acc_dtype, store_dtype, tensors_of
-from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, Affine, Op, Reduce, Scan, Var, children, walk
+from uol_core.odl.ir import Access, Affine, Op, Reduce, Var, walk
 
-ROW_REDUCTIONS = ("sum", "mean", "max", "min")
 LIVE_TILES = 4  # row tiles a fused row kernel keeps live at once (input, intermediates, output)
 
 
@@ -46,79 +44,9 @@ def row_block_limit(target: Any = None, num_warps: int = 4) -> int:
     return max(256, per_thread * warp * max(1, int(num_warps)))
 
 
-@dataclass(frozen=True)
-class RowPlan:
-    """Extents of the row indices (one program each) and of the column tile."""
-
-    rows: tuple[Affine, ...]
-    cols: tuple[Affine, ...]
-
-
-def _free(op: Op, i: int) -> list[Affine]:
-    ext = stmt_extents(op, i).free
-    return [ext[n] for n in op.stmts[i].indices]
-
-
-def row_plan(op: Op) -> RowPlan | None:
-    """The row/column split when the whole op fits one fused row kernel, else None."""
-    n = len(op.stmts)
-    frees = [_free(op, i) for i in range(n)]
-    reduces = [[x for x in walk(s.expr) if isinstance(x, Reduce)] for s in op.stmts]
-    if any(isinstance(x, Scan) for s in op.stmts for x in walk(s.expr)):
-        return None
-    with_red = [i for i in range(n) if reduces[i]]
-    if not with_red:
-        return None
-    nr = min(len(frees[i]) for i in with_red)
-    rows = frees[with_red[0]][:nr]
-    wide = [tuple(f[nr:]) for f in frees if len(f) > nr]
-    cols = wide[0] if wide else tuple(stmt_extents(op, with_red[0]).reductions[reduces[with_red[0]][0]].values())
-    if not cols or any(f[:nr] != rows or (len(f) > nr and tuple(f[nr:]) != cols) for f in frees):
-        return None
-    defined = {s.target: len(f) for s, f in zip(op.stmts, frees)}
-    for i, stmt in enumerate(op.stmts):
-        for node in reduces[i]:
-            ext = stmt_extents(op, i).reductions[node]
-            if node.op not in ROW_REDUCTIONS or tuple(ext[k] for k in node.indices) != cols:
-                return None
-            if any(isinstance(x, (Reduce, Scan)) for x in walk(node.body) if x is not node):
-                return None
-        rnames = stmt.indices[:nr]
-        own_cols = stmt.indices[nr:] if len(stmt.indices) > nr else None
-        if not _reads_ok(stmt.expr, rnames, own_cols, defined, nr):
-            return None
-        # A wide statement whose row reduction also reads its own column index needs the
-        # output column and the reduced column at once (a 2-D tile): the derived rope
-        # gradient `dX[.., x2] = sum[t](where(x2 == 0, dY[.., t] ..))` is one.
-        if own_cols and any(set(own_cols) & (_symbols(node.body) - set(node.indices))
-                            for node in reduces[i]):
-            return None
-    return RowPlan(tuple(rows), tuple(cols))
-
-
-def _symbols(expr) -> set[str]:
-    """Index names an expression uses (in reads and as values)."""
-    names: set[str] = set()
-    for node in walk(expr):
-        if isinstance(node, Var):
-            names.add(node.name)
-        elif isinstance(node, Access):
-            names.update(s for f in node.indices for s in f.symbols)
-    return names
-
-
-def _reads_ok(expr, rnames, cnames, defined: dict[str, int], nr: int) -> bool:
-    """Reads of earlier statements' tensors must be at this row and the current column lane."""
-    if isinstance(expr, Access) and expr.tensor in defined:
-        want = [Affine.of(r) for r in rnames]
-        if defined[expr.tensor] > nr:
-            if cnames is None:
-                return False
-            want += [Affine.of(c) for c in cnames]
-        return expr.pad is None and list(expr.indices) == want
-    if isinstance(expr, Reduce):
-        return _reads_ok(expr.body, rnames, expr.indices, defined, nr)
-    return all(_reads_ok(c, rnames, cnames, defined, nr) for c in children(expr))
+# The row kernel renders the shared row split (acg/plans/rows.py).
+RowPlan = RowSplit
+row_plan = row_split
 
 
 def loopable(op: Op, plan: RowPlan) -> bool:

@@ -8,5 +8,7 @@ two languages never disagree about what an op *is*, only about what they can emi
 """
 
 from uol_core.acg.plans.attention import AttentionPlan, attention_plan
+from uol_core.acg.plans.rows import RowSplit, SoftmaxRows, row_split, softmax_rows
 
-__all__ = ["AttentionPlan", "attention_plan"]
+__all__ = ["AttentionPlan", "RowSplit", "SoftmaxRows", "attention_plan", "row_split",
+           "softmax_rows"]
