@@ -51,7 +51,7 @@ def test_each_template_declines_only_by_its_own_limits():
 
 
 def test_the_split_form_with_saves_is_one_plan_that_only_c_renders():
-    from uol_core.nn import UolAttention
+    from uol_core.torch.nn import UolAttention
 
     grad = UolAttention(64).fn.grad  # training saves the row statistics: the split form
     plan = attention_plan(grad.forward_with_saves)

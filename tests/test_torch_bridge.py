@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from uol_core.nn import UolLayerNorm, UolLinear, UolMLP, swap_modules
-from uol_core.torch_bridge import to_torch
+from uol_core.torch.nn import UolLayerNorm, UolLinear, UolMLP, swap_modules
+from uol_core.torch.bridge import to_torch
 
 torch.manual_seed(0)
 

@@ -5,8 +5,9 @@ import math
 
 from typer.testing import CliRunner
 
+from hcf_sim.compression import ddp_hook
 from uol_cli.main import app
-from uol_core.training_demo import run_ddp, run_demo
+from uol_cli.training_demo import run_ddp, run_demo
 
 
 def test_uol_model_follows_torch_loss_curve():
@@ -28,7 +29,7 @@ def test_cli_train_demo_json():
 
 
 def test_ddp_with_hcf_compression_trains_on_two_gloo_processes():
-    ranks = run_ddp(steps=12, world=2, hook_spec="hcf_sim.compression:ddp_hook",
+    ranks = run_ddp(steps=12, world=2, hook_factory=ddp_hook,
                     hook_arg="int8")
     assert [r["rank"] for r in ranks] == [0, 1]
     for r in ranks:

@@ -10,7 +10,7 @@ from uol_core.odl.grad import differentiable_inputs
 from uol_core.odl.ir import DType, retyped
 from uol_core.runtime.inputs import random_inputs_in_domain
 from uol_core.runtime.shapes import bind_sizes
-from uol_core.torch_bridge import to_torch
+from uol_core.torch.bridge import to_torch
 
 POSITIVE = {"var", "T"}
 OPS = [name for name in list_ops() if differentiable_inputs(load_op(name))]

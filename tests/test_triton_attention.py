@@ -11,7 +11,7 @@ pytest.importorskip("triton")
 
 from uol_core.backends.triton import emit
 from uol_core.backends.triton_attention import flash_plan
-from uol_core.nn import _ATTENTION
+from uol_core.torch.nn import _ATTENTION
 from uol_core.odl import parse
 from uol_core.ops import load_op
 from uol_core.runtime.triton_runner import random_inputs, verify

@@ -32,8 +32,8 @@ def train_demo(
 
     Both start from the same weights and see the same batches, one step of each in turn;
     reports both loss curves' agreement and the step times."""
+    from uol_cli.training_demo import run_ddp, run_demo
     from uol_core.runtime.dispatch import BACKENDS
-    from uol_core.training_demo import run_ddp, run_demo
 
     if backend not in BACKENDS:
         raise UserError(f"unknown backend '{backend}'; choose one of {', '.join(BACKENDS)}")
@@ -41,7 +41,9 @@ def train_demo(
         task = bar.add_task("training (torch and UOL, in lockstep)", total=steps)
         result = run_demo(steps, backend, progress=lambda _: bar.advance(task))
     if ddp:
-        hook = None if compression == "none" else "hcf_sim.compression:ddp_hook"
+        from hcf_sim.compression import ddp_hook
+
+        hook = None if compression == "none" else ddp_hook
         result["ddp"] = {"compression": compression,
                          "ranks": run_ddp(max(steps // 4, 10), 2, hook, compression)}
     if as_json:

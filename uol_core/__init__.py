@@ -13,7 +13,7 @@ from uol_core.odl.patterns import classify
 from uol_core.ops import list_ops, load_op
 from uol_core.runtime.reference import evaluate
 from uol_core.runtime.shapes import ShapeError
-from uol_core.torch_bridge import to_torch
+from uol_core.torch.bridge import to_torch
 
 __all__ = [
     "OdlError", "ShapeError", "classify", "compile", "evaluate", "explain", "list_ops", "load_op",

@@ -3,13 +3,12 @@
 The model is an MLP on scikit-learn's digits (shipped with the package, no download). Both runs
 start from the same weights and see the same batches, so their loss curves must agree; the
 step time says what the generated kernels buy. `run_ddp` trains the UOL model on two gloo
-processes with a gradient-compression hook given by name (HCF's codecs plug in there).
+processes with a gradient-compression hook (HCF's codecs plug in there).
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 import socket
 import statistics
 import time
@@ -19,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from uol_core.nn import swap_modules
+from uol_core.torch.nn import swap_modules
 
 HIDDEN = 256
 
@@ -125,21 +124,13 @@ def run_demo(steps: int = 200, backend: str = "auto", seed: int = 0,
 
 # ---------------------------------------------------------------- distributed (gloo)
 
-def resolve_hook(spec: str | None):
-    """'package.module:function' -> the function (so HCF's hooks plug in without an import)."""
-    if not spec:
-        return None
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def _ddp_worker(rank: int, world: int, port: int, steps: int, hook_spec: str | None,
+def _ddp_worker(rank: int, world: int, port: int, steps: int, hook_factory: Callable | None,
                 hook_arg: str | None, queue) -> None:
     import torch.distributed as dist
 
@@ -150,9 +141,8 @@ def _ddp_worker(rank: int, world: int, port: int, steps: int, hook_spec: str | N
         model = make_model(0)
         swap_modules(model)
         ddp = nn.parallel.DistributedDataParallel(model)
-        factory = resolve_hook(hook_spec)
-        if factory is not None:
-            state, hook = factory(hook_arg)
+        if hook_factory is not None:
+            state, hook = hook_factory(hook_arg)
             ddp.register_comm_hook(state, hook)
         losses, times, accuracy = train(ddp, steps, seed=1 + rank)
         queue.put({"rank": rank, "losses": losses, "median_step_ms": statistics.median(times),
@@ -161,15 +151,16 @@ def _ddp_worker(rank: int, world: int, port: int, steps: int, hook_spec: str | N
         dist.destroy_process_group()
 
 
-def run_ddp(steps: int = 50, world: int = 2, hook_spec: str | None = None,
+def run_ddp(steps: int = 50, world: int = 2, hook_factory: Callable | None = None,
             hook_arg: str | None = None) -> list[dict]:
-    """Train the UOL-backed model with DDP on `world` local gloo processes."""
+    """Train the UOL-backed model with DDP on `world` local gloo processes; `hook_factory(arg)`
+    gives a DDP communication hook (state, hook), e.g. HCF's gradient compression."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_ddp_worker, args=(r, world, port, steps, hook_spec, hook_arg, queue))
+    procs = [ctx.Process(target=_ddp_worker, args=(r, world, port, steps, hook_factory, hook_arg, queue))
              for r in range(world)]
     for proc in procs:
         proc.start()

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from uol_core.odl import parse
-from uol_core.torch_bridge import to_torch
+from uol_core.torch.bridge import to_torch
 
 ACTIVATIONS = {nn.ReLU: "relu", nn.GELU: "gelu", nn.SiLU: "silu"}
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from uol_core.nn_mlp import UolMLP, activation_of, layer_spec
 from uol_core.odl import parse
-from uol_core.torch_bridge import TorchOp, to_torch
+from uol_core.torch.bridge import TorchOp, to_torch
+from uol_core.torch.nn_mlp import UolMLP, activation_of, layer_spec
 
 _LINEAR = """op {name}(X: f32[M, K], W: f32[K, N], b: f32[N]) -> Y: f32[M, N]:
     Y[m, n] = {body}
