@@ -39,9 +39,10 @@ SESSION_SECONDS = int(float(os.environ.get("UOL_SESSION_HOURS", "12")) * 3600)
 MAX_REQUEST_BYTES = int(float(os.environ.get("UOL_MAX_REQUEST_MB", "16")) * 2**20)
 # Per kind of uploaded file: the byte cap and the accepted suffixes. Uploads are text that a
 # parser reads (ODL, JSON); a Triton file is shown, and runs only when the user presses Run.
-UPLOAD_LIMITS = {"odl": 256 << 10, "graph": 4 << 20, "topology": 4 << 20, "triton": 256 << 10}
+UPLOAD_LIMITS = {"odl": 256 << 10, "graph": 4 << 20, "topology": 4 << 20, "triton": 256 << 10,
+                 "speedscope": 8 << 20}
 UPLOAD_SUFFIXES = {"odl": (".odl", ".txt"), "graph": (".json",), "topology": (".json",),
-                   "triton": (".py",)}
+                   "triton": (".py",), "speedscope": (".json",)}
 LOOPBACK_NAMES = ("localhost",)
 MASK = "[masked]"
 _TOKEN_IN_TEXT = re.compile(r"(token=)[^&\s\"']*", re.IGNORECASE)

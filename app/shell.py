@@ -6,8 +6,8 @@ import dash
 from dash import Input, Output, State, callback, dcc, html
 
 NAV = [("Studio", "/"), ("Graph", "/graph"), ("Debugger", "/debugger"),
-       ("Profiler", "/profiler"), ("Communication", "/communication"),
-       ("Hardware", "/hardware"), ("Reports", "/reports")]
+       ("Profiler", "/profiler"), ("Communication", "/communication"), ("Training", "/training"),
+       ("Hardware", "/hardware"), ("Guide", "/guide"), ("Reports", "/reports")]
 
 
 def layout() -> html.Div:
@@ -54,4 +54,6 @@ def refresh_status(_tick, target):
     else:
         gpu = "GPU: none (Triton runs interpreted)"
     run = "running: " + (", ".join(snap["running"]) if snap["running"] else "idle")
-    return f"target: {target or 'host'}", gpu, run, util
+    from app.services.remote import where
+
+    return where(target), gpu, run, util  # where the target's jobs run (here or a worker)

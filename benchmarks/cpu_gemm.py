@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from cpu_gemm_bf16 import bf16_lines, bf16_rows, probe_peaks  # noqa: E402
 from docs_section import replace_section  # noqa: E402
 
 from uol_core.acg.tuner import TuningSession  # noqa: E402
@@ -251,8 +252,9 @@ def write_docs(report: dict, cmd: str, section_name: str = "CPU GEMM") -> None:
     out_json.write_text(json.dumps(report, indent=2))
     lines = [f"## {section_name}", "", f"Command: `{cmd}` ({report['date']}, {report['machine']}, "
              f"{report['threads']} threads, {report['compiler']}).", "",
-             f"Probed FMA peak (AVX2, {report['threads']} threads): "
-             f"{report['fma_peak_gflops']:.0f} GFLOP/s; HFL host target fp32 peak: "
+             f"Host ISA (HFL host target): {report.get('isa', '-')}.", "",
+             f"Probed fp32 FMA peak ({report.get('fma_peak_isa', 'AVX2')}, {report['threads']} "
+             f"threads): {report['fma_peak_gflops']:.0f} GFLOP/s; HFL host target fp32 peak: "
              f"{report['hfl_peak_gflops']:.0f} GFLOP/s. Load average (other jobs on the "
              f"{os.cpu_count()} cores): {report.get('load_average_start', 0):.1f} at the start, "
              f"{report.get('load_average_end', 0):.1f} at the end.", "",
@@ -288,6 +290,8 @@ def write_docs(report: dict, cmd: str, section_name: str = "CPU GEMM") -> None:
                          "the tuner did not reach 90% of it within its 10 measurements (best "
                          f"{100 * te['tuner_best_fraction']:.0f}%)")
                       + f"; the untuned model top-1 gets {100 * te['top1_fraction_of_best']:.0f}% of it."]
+    if report.get("bf16"):
+        lines += bf16_lines(report["bf16"], report["peaks"])
     lines += ["", "Configs chosen: " + "; ".join(f"{r['op']}: {r['config']}"
                                                  for r in report["cases"]), ""]
     replace_section("\n".join(lines))
@@ -318,6 +322,12 @@ def main() -> None:
     cases += [("matmul", {"M": 1000, "N": 777, "K": 513}),
               ("linear_bias_gelu", {"M": 1024, "N": 1024, "K": 1024}),
               ("bmm", {"B": 8, "M": 256, "N": 256, "K": 256})]
+    # small and skinny: the SiLU MLP's fc1 (64 rows, 256 -> 1024), a decode step's 8 rows, a
+    # 128 x 128 output over a deep k, many small batched products
+    cases += [("matmul", {"M": 64, "N": 1024, "K": 256}),
+              ("matmul", {"M": 8, "N": 4096, "K": 4096}),
+              ("matmul", {"M": 128, "N": 128, "K": 8192}),
+              ("bmm", {"B": 32, "M": 64, "N": 64, "K": 64})]
     if args.quick:
         cases = [("matmul", {"M": 256, "N": 256, "K": 256}),
                  ("linear_bias_gelu", {"M": 128, "N": 128, "K": 128})]
@@ -325,13 +335,23 @@ def main() -> None:
               or platform.machine(), "threads": threads, "compiler": compiler_version(),
               "torch": torch.__version__, "hfl_peak_gflops": target.peak_gflops["fp32"],
               "fma_peak_gflops": probe_fma_peak(threads), "cases": [],
-              "load_average_start": os.getloadavg()[0]}
+              "load_average_start": os.getloadavg()[0], "isa": " ".join(target.isa),
+              "peaks": probe_peaks(target.isa, threads)}
+    if report["peaks"].get("fp32_avx512", 0) > report["fma_peak_gflops"]:
+        report["fma_peak_gflops"], report["fma_peak_isa"] = (report["peaks"]["fp32_avx512"],
+                                                             "AVX-512")
     for name, sizes in cases:
         row = run_gemm(name, sizes, target, db, threads, args.budget, not args.quick)
         report["cases"].append(row)
         print(json.dumps({k: row[k] for k in ("op", "sizes", "ours", "torch")}
                          | {k: row[k]["gflops"] for k in ("numpy_openblas", "torch_compile")
                             if k in row}), flush=True)
+    if {"amx_bf16", "avx512_bf16"} & set(target.isa) and not args.quick:
+        # bf16 rows only where the host has bf16 hardware (a widened-f32 kernel elsewhere)
+        report["bf16"] = bf16_rows(target, threads, interleaved)
+        for row in report["bf16"]:
+            print(json.dumps({k: row[k] for k in ("sizes", "bf16_isa", "ours", "torch")}),
+                  flush=True)
     if not args.quick and not args.no_tuner_check:
         report["tuner"] = tuner_efficiency(target, threads, args.exhaustive)
         print(json.dumps(report["tuner"]), flush=True)

@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from uol_core.torch.nn import swap_modules
-from uol_core.torch.bridge import to_torch
 from uol_cli.training_demo import digits_data, make_model
+from uol_core.torch.bridge import to_torch
+from uol_core.torch.nn import swap_modules
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "gpu_train.json"
 

@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from uol_core.odl import OdlError, parse  # noqa: E402
 from uol_core.odl.printer import format_op  # noqa: E402
+from uol_core.odl.shapes import ShapeError  # noqa: E402
 from uol_core.ops import list_ops, op_text  # noqa: E402
-from uol_core.runtime.shapes import ShapeError  # noqa: E402
 
 EXPECTED = (OdlError, ShapeError)
 SEEDS = [
@@ -174,9 +174,9 @@ def _lower_and_evaluate(op, sizes: dict, build: bool, builder) -> str:
     from uol_core.acg.fixtures import fixed_target
     from uol_core.api import check_memory
     from uol_core.backends.c_route import emit_any
+    from uol_core.odl.shapes import check_sizes
     from uol_core.runtime.inputs import random_inputs
     from uol_core.runtime.reference import evaluate_all
-    from uol_core.runtime.shapes import check_sizes
 
     check_sizes(op, sizes)
     check_memory(op, sizes)

@@ -19,9 +19,9 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_section import write_report
 
-from uol_core.nn import UolAttention, UolLayerNorm
-from uol_core.torch_bridge import to_torch
-from uol_core.training_demo import run_demo
+from uol_cli.training_demo import run_demo
+from uol_core.torch.bridge import to_torch
+from uol_core.torch.nn import UolAttention, UolLayerNorm
 
 
 def step(fn, inputs, upstream):
@@ -85,15 +85,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, short runs")
     parser.add_argument("--seconds", type=float, default=4.0, help="timing window per case")
     parser.add_argument("--steps", type=int, default=150, help="training demo steps")
+    parser.add_argument("--only", default="",
+                        help="run the cases whose name contains this text and print them "
+                             "(no demo, docs left as they are)")
     args = parser.parse_args()
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "threads": torch.get_num_threads(),
                     "load_average_start": os.getloadavg()[0], "cases": []}
     for name, inputs, contenders in cases(args.quick):
+        if args.only not in name:
+            continue
         ms = interleaved(contenders, inputs, args.seconds)
         report["cases"].append({"case": name, "ms": ms,
                                 "x_eager": ms["eager"] / ms["uol"],
                                 "x_compile": ms["compile"] / ms["uol"]})
         print(f"{name}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in ms.items()))
+    if args.only:
+        return
     demo = run_demo(args.steps)
     report["demo"] = {k: v for k, v in demo.items() if k not in ("torch", "uol")}
     report["demo"].update(torch_step_ms=demo["torch"]["median_step_ms"],

@@ -51,10 +51,8 @@ def _order(schedule: str, d: int, s: int, m: int, v: int) -> list[tuple[str, int
     return out + bwd[total - warm:]
 
 
-def simulate_pipeline(stages: int, microbatches: int, schedule: str = "1f1b", fwd_s: float | Sequence[float] = 1e-3,
-                      bwd_ratio: float = 2.0, p2p_s: float = 0.0, chunks: int = 2, dp_allreduce_s: float = 0.0,
-                      slowdown: Sequence[float] | None = None) -> PipelineResult:
-    """Simulate one pipeline step; fwd_s is per stage per micro-batch, dp_allreduce_s the gradient all-reduce across replicas."""
+def _chunks(schedule: str, stages: int, microbatches: int, chunks: int) -> int:
+    # model chunks per rank, once the schedule and the counts are known to fit together
     if schedule not in SCHEDULES:
         raise HcfError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     for name, n in (("stages", stages), ("micro-batches", microbatches)):
@@ -64,14 +62,33 @@ def simulate_pipeline(stages: int, microbatches: int, schedule: str = "1f1b", fw
     if schedule == "interleaved" and (v < 2 or microbatches % stages):
         raise HcfError(f"interleaved needs chunks >= 2 and micro-batches divisible by stages "
                        f"({microbatches} % {stages} != 0); use --microbatches {stages * max(1, microbatches // stages)}")
+    return v
+
+
+def _stage_times(stages: int, fwd_s: float | Sequence[float], bwd_ratio: float, bwd_s: Sequence[float] | None,
+                 slowdown: Sequence[float] | None) -> tuple[list[float], list[float], list[float]]:
+    # per stage: forward, backward (measured, else forward x ratio) and slowdown, one each
     fwd = [fwd_s] * stages if isinstance(fwd_s, int | float) else list(fwd_s)
-    if len(fwd) != stages:
-        raise HcfError(f"give one forward time per stage ({stages}), got {len(fwd)}")
+    bwd = [f * bwd_ratio for f in fwd] if bwd_s is None else list(bwd_s)
     slow = list(slowdown) if slowdown else [1.0] * stages
-    if len(slow) != stages:
-        raise HcfError(f"give one slowdown factor per stage ({stages}), got {len(slow)}")
-    for x in (*fwd, *slow):
+    for name, values in (("forward time", fwd), ("backward time", bwd), ("slowdown factor", slow)):
+        if len(values) != stages:
+            raise HcfError(f"give one {name} per stage ({stages}), got {len(values)}")
+    for x in (*fwd, *bwd, *slow):
         require_positive("stage time / slowdown", x)
+    return fwd, bwd, slow
+
+
+def simulate_pipeline(stages: int, microbatches: int, schedule: str = "1f1b", fwd_s: float | Sequence[float] = 1e-3,
+                      bwd_ratio: float = 2.0, p2p_s: float = 0.0, chunks: int = 2, dp_allreduce_s: float = 0.0,
+                      slowdown: Sequence[float] | None = None,
+                      bwd_s: Sequence[float] | None = None) -> PipelineResult:
+    """Simulate one pipeline step; fwd_s is per stage per micro-batch, dp_allreduce_s the gradient all-reduce across replicas.
+
+    bwd_s, when given, is each stage's measured backward time per micro-batch (it replaces fwd_s x bwd_ratio).
+    """
+    v = _chunks(schedule, stages, microbatches, chunks)
+    fwd, bwd, slow = _stage_times(stages, fwd_s, bwd_ratio, bwd_s, slowdown)
     require_nonnegative("p2p time", p2p_s)
     require_nonnegative("DP all-reduce time", dp_allreduce_s)
     nv = stages * v
@@ -93,7 +110,7 @@ def simulate_pipeline(stages: int, microbatches: int, schedule: str = "1f1b", fw
                 if dep is not None and dep not in done:
                     break
                 ready = 0.0 if dep is None else done[dep] + (p2p_s if dep[2] != vs else 0.0)
-                dur = fwd[d] / v * slow[d] * (1.0 if kind == "F" else bwd_ratio)
+                dur = (fwd[d] if kind == "F" else bwd[d]) / v * slow[d]
                 start = max(free[d], ready)
                 done[(kind, i, vs)] = free[d] = start + dur
                 busy[d] += dur

@@ -364,7 +364,7 @@ def hotspots_for_op(op_spec: str, sizes: Mapping[str, int], target: str = "host"
     callgrind where it can run the kernel, cycle counters elsewhere)."""
     import uol_core
     from profilers.pyinstrument_source import _compile_api, _op_text
-    from uol_core.runtime.shapes import shape_of
+    from uol_core.odl.shapes import shape_of
 
     text = _op_text(op_spec)
     op = uol_core.parse(text)

@@ -38,8 +38,8 @@ def operator_report(op_spec: str, sizes: Mapping[str, int], target: str = "host"
 
     import uol_core
     from uol_core.odl.patterns import classify
+    from uol_core.odl.shapes import bind_sizes, shape_of
     from uol_core.runtime.inputs import random_inputs
-    from uol_core.runtime.shapes import bind_sizes, shape_of
 
     text = _op_text(op_spec)
     op = uol_core.parse(text)

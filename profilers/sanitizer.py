@@ -117,7 +117,7 @@ def sanitize_op(op_spec: str, sizes: Mapping[str, int], target: str = "host",
     import uol_core
     from profilers.hotspots import _kernel_source
     from profilers.pyinstrument_source import _compile_api, _op_text
-    from uol_core.runtime.shapes import shape_of
+    from uol_core.odl.shapes import shape_of
 
     op = uol_core.parse(_op_text(op_spec))
     kernel = _compile_api()(op, shapes=dict(sizes), target=target, backend="c", config=config)

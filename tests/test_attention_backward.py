@@ -17,13 +17,13 @@ from uol_core.backends.c_attention import flash_plan
 from uol_core.backends.c_attention_bwd import GENERATOR, flash_grad_plan
 from uol_core.backends.c_native import compile_c
 from uol_core.backends.c_route import emit_any, whole_op_template
-from uol_core.torch.nn import UolAttention
 from uol_core.odl.grad import derive_grad
 from uol_core.odl.ir import Binary, Const
 from uol_core.ops import load_op
 from uol_core.runtime.inputs import random_inputs
 from uol_core.runtime.reference import evaluate_all
 from uol_core.torch.bridge import to_torch
+from uol_core.torch.nn import UolAttention
 
 TARGETS = {"avx2": fixed_target(),
            "avx512": fixed_target("test-avx512", isa=("avx512f", "avx2", "fma"), vector_bits=512,

@@ -15,7 +15,7 @@ ISA = TARGET and ("avx2" if "avx2" in TARGET.isa else "vecext")
 def _check(op, sizes, config=None, seed=0):
     k = uol_core.compile(op, shapes=sizes, target=TARGET, config=config)
     gen = torch.Generator().manual_seed(seed)
-    from uol_core.runtime.shapes import shape_of
+    from uol_core.odl.shapes import shape_of
     ins = {d.name: torch.randn(shape_of(k.op, d.name, k.sizes), generator=gen) for d in k.op.inputs}
     out = k(**ins)
     ref = uol_core.evaluate(k.op, **ins)

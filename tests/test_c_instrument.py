@@ -116,9 +116,9 @@ FAMILIES = {"layernorm": {"R": 7, "C": 37}, "softmax": {"R": 5, "C": 70},
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_instrumented_kernels_compute_what_the_normal_ones_do(name):
+    from uol_core.odl.shapes import shape_of
     from uol_core.runtime.build import build
     from uol_core.runtime.native import NativeKernel
-    from uol_core.runtime.shapes import shape_of
 
     op = uol_core.parse(op_path(name).read_text())
     sizes = {d: FAMILIES[name].get(d, 8) for d in op.dims}

@@ -1,10 +1,12 @@
-"""Every C template on every x86-64 ISA the HFL knows, on any host.
+"""Every C template on every ISA the C backend has a platform file for, on any host.
 
 For each (template, ISA): the emitted text matches its golden file (update with
 `pytest tests/test_c_isa_matrix.py --update-golden` and review the diff); it compiles with that
 ISA's flags on a baseline x86-64 -march (so the flags the build adds are all it needs, whatever
 the host); and where the host has the ISA, the kernel runs and matches the reference evaluator.
-Elsewhere the run skips and says which flag the host lacks.
+Elsewhere the run skips and says which flag the host lacks. NEON kernels are built with the
+AArch64 cross compiler and run under qemu-user (verification only) on a host of another
+architecture.
 """
 
 from __future__ import annotations
@@ -20,19 +22,28 @@ from uol_core.api import choose_config
 from uol_core.api import compile as uol_compile
 from uol_core.backends.c import emit
 from uol_core.odl.grad import derive_grad
+from uol_core.odl.shapes import shape_of
 from uol_core.ops import load_op
 from uol_core.runtime.build import flags_for
+from uol_core.runtime.cross import for_target, host_arch, toolchain
+from uol_core.runtime.emulate import EmulatedKernel
 from uol_core.runtime.reference import evaluate_all
-from uol_core.runtime.shapes import shape_of
 
 TARGETS = {
     "avx2": fixed_target(),
     "avx512": fixed_target("test-avx512", isa=("avx512f", "avx512bw", "avx512vl", "avx2", "fma"),
                            vector_bits=512, registers=32),
-    "vecext": fixed_target("test-portable", isa=("neon",), vector_bits=128, registers=32),
+    "neon": fixed_target("test-neon", isa=("neon", "asimdhp", "asimddp"), vector_bits=128,
+                         registers=32),
+    # an x86-64 CPU below AVX2: the portable path (gcc vector extensions)
+    "vecext": fixed_target("test-portable", isa=("sse2",), vector_bits=128, registers=16),
 }
-# The host flags each ISA's kernels need to run.
-NEEDS = {"avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx2", "fma"}, "vecext": set()}
+# The host flags each ISA's kernels need to run (NEON: on an AArch64 host, or under qemu).
+NEEDS = {"avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx2", "fma"}, "neon": set(),
+         "vecext": set()}
+# What each ISA's intrinsic templates must spell.
+INTRINSIC_MARK = {"avx512": "_mm512", "avx2": "_mm256", "neon": "vfmaq_f32"}
+ARM_TOOLS_MISSING = toolchain("aarch64").missing() if host_arch() != "aarch64" else []
 # A baseline -march per ISA: no host CPU model, so only the build's ISA flags enable intrinsics.
 BASELINE_MARCH = "-march=x86-64"
 
@@ -76,9 +87,11 @@ def _source(case: str, isa: str):
 def test_emitted_c_matches_golden(case, isa, golden):
     src = _source(case, isa)
     if case in INTRINSIC_TEMPLATES and isa != "vecext":
-        assert {"avx512": "_mm512", "avx2": "_mm256"}[isa] in src.text
-    if isa == "vecext":
+        assert INTRINSIC_MARK[isa] in src.text
+    if isa in ("vecext", "neon"):
         assert "_mm256" not in src.text and "_mm512" not in src.text
+    if isa != "neon":
+        assert "arm_neon.h" not in src.text
     golden(f"c/isa/{case}_{isa}.c", src.text)
 
 
@@ -86,10 +99,18 @@ def test_emitted_c_matches_golden(case, isa, golden):
 @pytest.mark.parametrize(("case", "isa"), MATRIX)
 def test_compiles_with_the_isa_flags_on_any_host(case, isa, tmp_path):
     src = _source(case, isa)
+    compiler, march = "gcc", [BASELINE_MARCH]
+    if isa == "neon":  # the AArch64 build: the cross compiler's baseline Armv8-A, no -mcpu
+        if ARM_TOOLS_MISSING:
+            pytest.skip(f"cross toolchain missing ({', '.join(ARM_TOOLS_MISSING)}): apt-get "
+                        "install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user")
+        src = for_target(src, TARGETS[isa])
+        compiler = toolchain("aarch64").compiler if "cross" in src.meta else "gcc"
+        march = ["-march=armv8-a"]
     flags = [f for f in flags_for(src) if not f.startswith("-march=") and f != "-shared"]
     c_file = tmp_path / "kernel.c"
     c_file.write_text(src.text)
-    done = subprocess.run(["gcc", BASELINE_MARCH, *flags, "-c", str(c_file), "-o",
+    done = subprocess.run([compiler, *march, *flags, "-c", str(c_file), "-o",
                            str(tmp_path / "kernel.o")], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -98,6 +119,9 @@ def test_compiles_with_the_isa_flags_on_any_host(case, isa, tmp_path):
 @pytest.mark.parametrize(("case", "isa"), MATRIX)
 def test_runs_and_verifies_where_the_host_has_the_isa(case, isa):
     missing = NEEDS[isa] - host_isa_flags()
+    if isa == "neon" and ARM_TOOLS_MISSING:
+        pytest.skip(f"cross toolchain missing ({', '.join(ARM_TOOLS_MISSING)}): apt-get "
+                    "install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user")
     if missing:
         pytest.skip(f"this host lacks {', '.join(sorted(missing))}: {isa} kernels are compiled "
                     "and golden-tested here, run where the CPU has them")
@@ -108,7 +132,10 @@ def test_runs_and_verifies_where_the_host_has_the_isa(case, isa):
         forward = ATTENTION_GRAD.forward_with_saves
         saved = evaluate_all(forward, {d.name: inputs[d.name] for d in forward.inputs})
         inputs.update({name: saved[name] for name in ATTENTION_GRAD.saved_extra})
-    got = uol_compile(op, target=TARGETS[isa])(**inputs)
+    compiled = uol_compile(op, target=TARGETS[isa])
+    got = compiled(**inputs)
+    if isa == "neon":  # verified under qemu unless this host is AArch64
+        assert isinstance(compiled.kernel, EmulatedKernel) == (host_arch() != "aarch64")
     want = evaluate_all(op, inputs)
     got = got if isinstance(got, dict) else {op.outputs[0].name: got}
     for name, tensor in got.items():

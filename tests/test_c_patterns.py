@@ -184,8 +184,8 @@ def test_long_scans_run_in_parallel(scan):
 
 def test_every_library_op_compiles_through_the_api():
     import uol_core
+    from uol_core.odl.shapes import ShapeError, bind_sizes
     from uol_core.ops import list_ops
-    from uol_core.runtime.shapes import ShapeError, bind_sizes
 
     for name in list_ops():
         op = load_op(name)
@@ -209,7 +209,7 @@ def test_fusion_checks_reads_before_a_loop_of_another_extent():
     # dX reads g_Y at every k: it may share loop n with g_Y, never loop k, even though the
     # extents of loops 1 and 2 agree and loop 3 is the first that differs (a regression)
     from uol_core.odl.grad import derive_grad
-    from uol_core.runtime.shapes import bind_sizes
+    from uol_core.odl.shapes import bind_sizes
     op = derive_grad(load_op("conv2d_bias_relu")).op
     sizes = bind_sizes(op, {d: 7 for d in op.dims})
     assert "pass 1: g_Y (line 2), dX (line 3); 1 shared loop(s) [7]" in plan_fusion(op, sizes).explain(op)

@@ -7,8 +7,8 @@ from uol_core import evaluate, list_ops, load_op, parse
 from uol_core.odl import OdlError
 from uol_core.odl.grad import derive_grad, differentiable_inputs
 from uol_core.odl.ir import DType, retyped
+from uol_core.odl.shapes import bind_sizes
 from uol_core.runtime.inputs import random_inputs_in_domain
-from uol_core.runtime.shapes import bind_sizes
 
 POSITIVE = {"var", "T"}  # inputs that must stay positive (variance, temperature)
 

@@ -18,9 +18,9 @@ from uol_core.backends import c as c_backend
 from uol_core.backends import triton as triton_backend
 from uol_core.hfl import list_targets, load_target
 from uol_core.odl import parse
+from uol_core.odl.shapes import shape_of
 from uol_core.ops import list_ops, load_op
 from uol_core.runtime.reference import evaluate_all
-from uol_core.runtime.shapes import shape_of
 
 SHIPPED = [t for t in list_targets() if t != "host"]
 TARGETS = {name: load_target(name) for name in SHIPPED}
@@ -95,7 +95,7 @@ def test_a_small_gemm_explains_the_relaxed_latency_rule() -> None:
 
     grace = TARGETS["grace-neoverse-v2"]
     cfg, space, model = choose_config(OPS["matmul"], {"M": 5, "N": 5, "K": 5}, grace, None)
-    assert space.latency["vecext"] == (10, 16)
+    assert space.latency["neon"] == (10, 16)
     lines = explain(space, model, cfg).binding
     assert any("relaxed to 10" in line and "latency-bound" in line for line in lines), lines
 

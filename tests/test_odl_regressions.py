@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from uol_core.odl import OdlError, parse
+from uol_core.odl.shapes import ShapeError, bind_sizes
 from uol_core.runtime.reference import evaluate
-from uol_core.runtime.shapes import ShapeError, bind_sizes
 
 # ---- 1. A declared output extent smaller than a pure read's axis (valid-region stencils).
 # The checker rejected `Y: f32[N - 2]` reading `X[i]` ("extent N - 2 ... but N"), and the

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from uol_core import evaluate, parse
-from uol_core.runtime.shapes import ShapeError
+from uol_core.odl.shapes import ShapeError
 
 torch.manual_seed(0)
 

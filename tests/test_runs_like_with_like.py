@@ -197,7 +197,7 @@ def test_the_flame_graph_names_its_hotspot_source(runs_db, user_op_report):
     from app.services.profiling import _root
 
     (_root() / "7.json").write_text(json.dumps(user_op_report, default=str))
-    fig, _ = draw_flame({"id": 7}, "kernel", None)
+    fig, _ = draw_flame({"id": 7}, "kernel", None, "time", None, 0)
     title = fig.layout.title.text
     assert "valgrind installed" not in title
     hot = user_op_report["hotspots"]

@@ -19,10 +19,10 @@ if not torch.cuda.is_available():
 from uol_core.backends.c_native import compile_c
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import DType, Op, retyped
+from uol_core.odl.shapes import ShapeError, bind_sizes
 from uol_core.ops import list_ops, load_op
 from uol_core.runtime.inputs import random_inputs
 from uol_core.runtime.reference import evaluate_all
-from uol_core.runtime.shapes import ShapeError, bind_sizes
 from uol_core.runtime.verify import compare
 
 FULL = os.environ.get("UOL_FULL") == "1"

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from uol_core.torch.nn import UolLayerNorm, UolLinear, UolMLP, swap_modules
 from uol_core.torch.bridge import to_torch
+from uol_core.torch.nn import UolLayerNorm, UolLinear, UolMLP, swap_modules
 
 torch.manual_seed(0)
 
@@ -36,8 +36,8 @@ def test_gradcheck_float64(name):
     f = to_torch(name, backend="reference")
     op = f.op
     shapes = {d: 3 for d in op.dims}
+    from uol_core.odl.shapes import bind_sizes
     from uol_core.runtime.inputs import random_inputs
-    from uol_core.runtime.shapes import bind_sizes
 
     tensors = random_inputs(op, bind_sizes(op, shapes))
     args = [t.double().requires_grad_() for t in tensors.values()]

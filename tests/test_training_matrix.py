@@ -8,8 +8,8 @@ import torch
 from uol_core import evaluate, list_ops, load_op
 from uol_core.odl.grad import differentiable_inputs
 from uol_core.odl.ir import DType, retyped
+from uol_core.odl.shapes import bind_sizes
 from uol_core.runtime.inputs import random_inputs_in_domain
-from uol_core.runtime.shapes import bind_sizes
 from uol_core.torch.bridge import to_torch
 
 POSITIVE = {"var", "T"}

@@ -11,10 +11,10 @@ pytest.importorskip("triton")
 
 from uol_core.backends.triton import emit
 from uol_core.backends.triton_attention import flash_plan
-from uol_core.torch.nn import _ATTENTION
 from uol_core.odl import parse
 from uol_core.ops import load_op
 from uol_core.runtime.triton_runner import random_inputs, verify
+from uol_core.torch.nn import _ATTENTION
 
 TINY = {"BLOCK_M": 16, "BLOCK_N": 16}
 

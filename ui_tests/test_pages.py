@@ -9,7 +9,8 @@ import pytest
 from conftest import ARTIFACTS, wait_idle
 from playwright.sync_api import expect
 
-PAGES = ["/graph", "/debugger", "/profiler", "/communication", "/hardware", "/reports"]
+PAGES = ["/graph", "/debugger", "/profiler", "/communication", "/training", "/hardware", "/guide",
+         "/reports"]
 
 
 @pytest.mark.parametrize("path", PAGES)

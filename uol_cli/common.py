@@ -13,8 +13,8 @@ import typer
 
 from uol_core.odl import OdlError, parse
 from uol_core.odl.ir import Op
+from uol_core.odl.shapes import ShapeError
 from uol_core.ops import list_ops, op_path
-from uol_core.runtime.shapes import ShapeError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Record every load/store per program under the Triton interpreter; report OOB accesses."""
         from uol_core.debug import load_kernel, trace_kernel, trace_op
-        from uol_core.runtime.shapes import parse_shape_spec
+        from uol_core.odl.shapes import parse_shape_spec
 
         pid = _program(program)
         if kernel:

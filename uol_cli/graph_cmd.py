@@ -178,5 +178,11 @@ def run_cmd(graph_spec: GraphArg, input_shape: ShapeOpt = None,
         for row in report["opaque"]:
             console.print(f"  opaque: {row['node']} ({row['source']}) runs in torch: {row['reason']}",
                       soft_wrap=True)
+        rt = report["runtime"]
+        console.print(f"runtime: {rt['kernels']} kernels in {rt['segments']} driver calls, "
+                      f"{rt['copies']} copies, {rt['torch_calls']} torch calls; page faults per call "
+                      f"{rt['page_faults_per_call']:.1f}; huge pages {rt['huge_pages']}")
+        for line in rt["plan"][:4]:
+            console.print(f"  {line}", soft_wrap=True)
     if not report["verified"]:
         raise typer.Exit(1)

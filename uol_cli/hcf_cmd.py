@@ -376,3 +376,8 @@ def nccl_tests(path: str = typer.Argument(..., help="an nccl-tests output file")
         for r in run.rows:
             tab.add_row(human_bytes(r.size), f"{r.time_us:.2f}", f"{r.algbw:.2f}", f"{r.busbw:.2f}", str(r.line))
         console.print(tab)
+
+
+from uol_cli.hcf_run_cmd import run_pipeline_command  # noqa: E402  (kept in its own module)
+
+app.command("run-pipeline")(_friendly(run_pipeline_command))

@@ -15,7 +15,7 @@ from uol_core.hfl import HflError, Target, list_targets, load_target
 from uol_core.hfl.probe import cached_host, probe_host
 from uol_core.hfl.roofline import roofline as roofline_of
 from uol_core.hfl.sysinfo import isa_table
-from uol_core.runtime.shapes import bind_sizes, parse_shape_spec
+from uol_core.odl.shapes import bind_sizes, parse_shape_spec
 
 app = typer.Typer(help="Hardware targets (HFL): list, show, probe the host, roofline.",
                   no_args_is_help=True)

@@ -21,7 +21,6 @@ BackendOpt = Annotated[str, typer.Option("--backend", help="code generator backe
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="k=v,... over the model's "
                                                                 "choice, or 'tuned'")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-DEFAULT_SIZE = 256
 
 
 def user_errors(func):
@@ -42,9 +41,8 @@ def user_errors(func):
 
 
 def _sizes(op, shape: str | None) -> dict[str, int]:
-    from uol_core.runtime.shapes import bind_sizes, parse_shape_spec
-    given = parse_shape_spec(shape) if shape else {}
-    return bind_sizes(op, {d: given.get(d, DEFAULT_SIZE) for d in op.dims} | given)
+    from uol_core.odl.shapes import parse_shape_spec, runnable_sizes
+    return runnable_sizes(op, parse_shape_spec(shape) if shape else {})
 
 
 def _kernel(file: str, shape, target: str, backend: str, config):
@@ -105,6 +103,7 @@ def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
                                          check_only=check))
     ok = result.get("status") == "ok"
     report = {"op": op.name, "sizes": sizes, "config": cfg, "ok": ok,
+              "predicted": _prediction(k, target),
               "status": result.get("status"), "reason": result.get("reason", ""),
               "max_abs_err": result.get("max_abs_err"), "max_rel_err": result.get("max_rel_err"),
               "gflops": result.get("gflops"),
@@ -120,8 +119,26 @@ def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
             line += f", {report['ms']:.3f} ms (IQR {report['iqr_ms']:.3f}), " \
                     f"{report['gflops']:.1f} GFLOP/s"
         print(line + (f" ({report['reason']})" if report["reason"] else ""))
+        if report["predicted"]:
+            print(f"  {report['predicted']['label']}: {report['predicted']['ms']:.4g} ms")
     if not ok:
         raise typer.Exit(1)
+
+
+def _prediction(k, target: str) -> dict | None:
+    """The cost model's time for the kernel's config, labelled as a prediction (None where the
+    explanation has no time)."""
+    try:
+        roof = k.explain().roofline
+    except Exception:  # an explanation is extra information: its failure never fails a run
+        return None
+    seconds = roof.get("predicted_seconds")
+    label = f"model-predicted for {target} (ACG cost model; not measured)"
+    if not seconds and roof.get("predicted_gflops") and roof.get("flops"):
+        seconds = roof["flops"] / (roof["predicted_gflops"] * 1e9)
+    if not seconds and roof.get("min_seconds"):
+        seconds, label = roof["min_seconds"], f"model-predicted for {target} (roofline bound)"
+    return {"ms": seconds * 1e3, "label": label} if seconds else None
 
 
 def _load_inputs(path: str) -> dict:
@@ -169,13 +186,24 @@ def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
              replay: Annotated[bool, typer.Option("--replay", help="answer from the database "
                                                                    "only")] = False,
              db: Annotated[str | None, typer.Option("--db", help="tuning database file")] = None,
-             as_json: JsonOpt = False) -> None:
+             as_json: JsonOpt = False,
+             targets: Annotated[str | None, typer.Option("--targets", help="a,b,...: tune on "
+                                "remote workers of these targets at once (needs --broker)")]
+             = None,
+             broker: Annotated[str | None, typer.Option("--broker", help="Redis URL of the "
+                               "workers (`uol worker`), for --targets")] = None) -> None:
     """Tune a kernel: rank with the model, measure the best few, search around the best."""
     from rich.progress import Progress
 
     from uol_core.runtime.tuningdb import TuningDB
     op, _, _ = read_op(file)
     sizes = _sizes(op, shape)
+    if targets:
+        from uol_cli.worker_cmd import tune_on_workers
+
+        tune_on_workers(op, sizes, [t for t in targets.split(",") if t], broker, budget, db,
+                        as_json)
+        return
     session = _session(op, sizes, target, TuningDB(db) if db else None, replay)
     try:
         with Progress(transient=True, disable=as_json or not sys.stderr.isatty()) as bar:

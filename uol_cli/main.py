@@ -7,6 +7,7 @@ import typer
 from uol_cli import (
     debug_cmd,
     graph_cmd,
+    guide_cmd,
     hcf_cmd,
     hw_cmd,
     kernel_cmd,
@@ -15,6 +16,7 @@ from uol_cli import (
     profile_cmd,
     serve_cmd,
     train_cmd,
+    worker_cmd,
 )
 
 app = typer.Typer(
@@ -32,9 +34,11 @@ kernel_cmd.register(app)
 app.add_typer(hcf_cmd.app, name="hcf")
 app.add_typer(hw_cmd.app, name="hw")
 debug_cmd.register(app)
+guide_cmd.register(app)
 profile_cmd.register(app)
 serve_cmd.register(app)
 train_cmd.register(app)
+worker_cmd.register(app)
 app.add_typer(graph_cmd.app, name="graph")
 
 

@@ -15,9 +15,9 @@ from uol_core.odl.cost import op_cost
 from uol_core.odl.ir import Op
 from uol_core.odl.patterns import classify
 from uol_core.odl.printer import format_decl, format_op
+from uol_core.odl.shapes import bind_sizes, parse_shape_spec
 from uol_core.runtime.inputs import random_inputs
 from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
-from uol_core.runtime.shapes import bind_sizes, parse_shape_spec
 
 app = typer.Typer(help="Check, show, evaluate and differentiate ODL operators.", no_args_is_help=True)
 console = Console()

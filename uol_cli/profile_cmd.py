@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from uol_cli.common import UserError, friendly_errors, print_json, read_op
-from uol_core.runtime.shapes import bind_sizes, parse_shape_spec
+from uol_core.odl.shapes import bind_sizes, parse_shape_spec
 
 FileArg = Annotated[str, typer.Argument(help="an .odl file, or a library operator name")]
 ShapeOpt = Annotated[str, typer.Option("--shape", help="sizes, e.g. M=64,N=64,K=64")]

@@ -86,7 +86,14 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind (127.0.0
           certfile: Path = typer.Option(None, help="TLS certificate (PEM): serve https, "
                                                    "cookies marked Secure"),
           keyfile: Path = typer.Option(None, help="TLS private key (PEM) for --certfile"),
-          debug: bool = typer.Option(False, help="Dash dev tools and reload")) -> None:
+          debug: bool = typer.Option(False, help="Dash dev tools and reload"),
+          broker: str = typer.Option("", "--broker", help="Redis URL of remote target workers "
+                                     "(`uol worker`): Run/Tune/Profile on a target with a live "
+                                     "worker run there; default: everything runs here"),
+          secret_file: Path = typer.Option(None, "--secret-file", help="the workers' shared "
+                                           "secret (mode 600); default "
+                                           "$UOL_REMOTE_SECRET_FILE or $UOL_REMOTE_SECRET")
+          ) -> None:
     """Start UOL Studio in the browser: Studio, Graph, Debugger, Profiler, Communication, ..."""
     from app.security import TOKEN_ENV, is_loopback, refusal
 
@@ -106,6 +113,8 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind (127.0.0
         typer.echo(ARGV_TOKEN_WARNING, err=True)
     if no_token:
         typer.echo(NO_TOKEN_WARNING, err=True)
+    if broker:
+        _use_broker(broker, secret_file)
     from app.main import create_app
 
     app = create_app(token=chosen, no_token=no_token)
@@ -137,6 +146,31 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind (127.0.0
         typer.echo("UOL Studio stopped.")
     finally:
         server.server_close()
+
+
+def _use_broker(broker: str, secret_file: Path | None) -> None:
+    """Check the broker and the shared secret now (not at the first Run), then hand both to
+    this process and its background jobs through the environment."""
+    from uol_remote.celery_app import BROKER_ENV, check_broker_url
+    from uol_remote.client import Coordinator
+    from uol_remote.signing import SECRET_FILE_ENV, SecretError
+
+    try:
+        check_broker_url(broker)
+        coordinator = Coordinator(broker, secret_file)
+        workers = coordinator.live_workers()
+    except (ValueError, SecretError) as exc:
+        typer.echo(f"Refusing to start: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except Exception as exc:  # redis unreachable: say where and how to fix it
+        typer.echo(f"Refusing to start: cannot reach the broker at {broker}: {exc} (start "
+                   "redis-server there or open the ssh tunnel: docs/remote.md)", err=True)
+        raise typer.Exit(2) from None
+    os.environ[BROKER_ENV] = broker
+    if secret_file:
+        os.environ[SECRET_FILE_ENV] = str(secret_file)
+    live = ", ".join(f"{w['target']} ({w['facts']['host']})" for w in workers) or "none yet"
+    typer.echo(f"Remote targets from {broker}: live workers: {live}")
 
 
 def _announce(base: str, token: str | None, source: str, local: bool, open_browser: bool) -> None:

@@ -10,9 +10,9 @@ from uol_core.api import compile, explain, run, tune
 from uol_core.odl import OdlError, parse, parse_module
 from uol_core.odl.cost import op_cost
 from uol_core.odl.patterns import classify
+from uol_core.odl.shapes import ShapeError
 from uol_core.ops import list_ops, load_op
 from uol_core.runtime.reference import evaluate
-from uol_core.runtime.shapes import ShapeError
 from uol_core.torch.bridge import to_torch
 
 __all__ = [

@@ -19,8 +19,8 @@ from uol_core.acg.config import TileConfig, resolve_target
 from uol_core.backends import get_backend
 from uol_core.backends.base import KernelSource
 from uol_core.odl.ir import Op
+from uol_core.odl.shapes import ShapeError, bind_sizes, shape_of
 from uol_core.runtime.native import NativeKernel
-from uol_core.runtime.shapes import ShapeError, bind_sizes, shape_of
 
 DEFAULT_TUNE_BUDGET = 8
 

@@ -54,7 +54,7 @@ def run_trace(_n, mode, op, sizes, text, function, grid, args):
     from app.services import debugging
     from app.services.job_queue import client_id
     from app.services.system import activity
-    from uol_core.runtime.shapes import parse_shape_spec
+    from uol_core.odl.shapes import parse_shape_spec
 
     try:
         with activity("debug trace"):
@@ -154,7 +154,7 @@ def run_sanitizer(_n, op, sizes):
     """ASan/UBSan on the C kernel (built and run in child processes); findings as a list."""
     from app.services.system import activity
     from profilers.sanitizer import sanitize_op
-    from uol_core.runtime.shapes import parse_shape_spec
+    from uol_core.odl.shapes import parse_shape_spec
 
     try:
         with activity("C sanitizer"):

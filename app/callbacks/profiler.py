@@ -36,7 +36,7 @@ def run_profile(_n, op, sizes, target):
     """Profile one op in the worker (the server never runs the kernel); errors shown in the page."""
     from app.services.profiling import op_to_profile, profile_op
     from app.services.system import activity
-    from uol_core.runtime.shapes import parse_shape_spec
+    from uol_core.odl.shapes import parse_shape_spec
 
     try:
         with activity(f"profile {op}"):
@@ -66,27 +66,20 @@ def _report(current: dict | None) -> dict | None:
 
 @callback(Output("flame-graph", "figure"), Output("flame-matches", "children"),
           Input("profile-current", "data"), Input("flame-source", "value"),
-          Input("flame-search", "value"))
-def draw_flame(current, source, search):
-    """Icicle of compile + run (or of the kernel's lines); frames matching the search in red."""
+          Input("flame-search", "value"), Input("flame-view", "value"),
+          Input("speedscope-import", "data"), Input("import-profile", "value"))
+def draw_flame(current, source, search, view, imported, profile_index):
+    """Icicle of compile + run, of the kernel's lines or of an imported speedscope file, in
+    time order or left heavy; frames matching the search in red."""
+    from app.callbacks.profiler_flame import shown_tree
     from profilers.figures.charts import flame_icicle
-    from profilers.flame import FlameNode
-    from profilers.hotspots import HotspotReport
 
-    rep = _report(current)
-    if not rep:
-        return empty_figure("Profile an operator to see where the time goes"), ""
-    if source == "kernel":
-        if not rep.get("hotspots"):
-            return empty_figure(hotspot_source_text(rep)), ""
-        hot = HotspotReport.from_dict(rep["hotspots"])
-        tree = hot.tree()
-        unit = "instructions" if hot.source == "callgrind" else "cycles"
-        title = (f"{rep['op']['name']}: kernel {unit} by ODL line and C line "
-                 f"({hotspot_source_text(rep)})")
-    else:
-        tree = FlameNode.from_dict(rep["flame"])
-        title = f"{rep['op']['name']}: compile + first run (pyinstrument)"
+    tree, title = shown_tree(_report(current), source, imported, profile_index)
+    if tree is None:
+        return empty_figure(title), ""
+    if view == "left-heavy":
+        tree.sort()
+        title += " · left heavy"
     fig = flame_icicle(tree, title=title)
     fig.update_layout(width=None)
     if not search:

@@ -82,7 +82,7 @@ def follow_edited_op(_signature, odl, loaded):
 
 
 def _sizes(text: str | None) -> dict:
-    from uol_core.runtime.shapes import parse_shape_spec
+    from uol_core.odl.shapes import parse_shape_spec
 
     return parse_shape_spec(text or "")
 
@@ -179,7 +179,7 @@ def compile_kernel(_clicks, _loaded, backend, target, sizes_text, knob_values, _
     pane = {"html": code_html(res.source, res.lang, "k", res.line_map, signature)}
     status = (f"{res.lang}, {len(res.source.splitlines())} lines, "
               f"compiled in {res.seconds * 1e3:.0f} ms")
-    return (pane, knob_panel(res.knobs), res.explanation, "", status, new_state, target)
+    return (pane, knob_panel(res.knobs, res.hidden_knobs), res.explanation, "", status, new_state, target)
 
 
 clientside_callback(

@@ -63,13 +63,68 @@ def budget_problem(raw) -> tuple[int, str]:
 
 
 def tune_summary(trail: list[dict], budget: int, best: dict | None) -> str:
-    """What the tune did, counted from its own measurements (never more than it measured)."""
+    """What the tune did, counted from its own measurements (never more than it measured), and
+    the best against the untuned default it measured first (where it did)."""
     verified = sum(1 for t in trail if t.get("ok"))
     head = f"{len(trail)} measured of a budget of {budget}, {verified} verified"
     if not best:
         return f"No verified config: {head}."
     cfg = ", ".join(f"{k}={v}" for k, v in best["config"].items())
-    return f"✓ {head}; best verified: {best['gflops']:.2f} GFLOP/s with {cfg}"
+    base = next((t for t in trail if t.get("baseline")), None)
+    against = ""
+    if base is not None and not base.get("ok"):
+        against = "; the untuned default failed to verify"
+    elif base is not None and base["config"] == best["config"]:
+        against = "; the untuned default (measured first) stays the best"
+    elif base is not None and base.get("gflops"):
+        against = (f"; {best['gflops'] / base['gflops']:.2f}x the untuned default "
+                   f"({base['gflops']:.2f} GFLOP/s, measured first)")
+    return f"✓ {head}; best verified: {best['gflops']:.2f} GFLOP/s with {cfg}{against}"
+
+
+def _untuned_default(state: dict) -> dict:
+    """The config a compile gives without knob choices: what the tune's speedup is against."""
+    from app.services.knobs import space_for
+    from uol_core import parse
+    from uol_core.odl.shapes import bind_sizes
+
+    bound = bind_sizes(parse(state["odl"]), state["sizes"])
+    return dict(space_for(state["odl"], state["backend"], state["target"],
+                          tuple(sorted(bound.items()))).default)
+
+
+class DefaultFirst:
+    """An ACG tuning session whose search measures the untuned default config first, so the
+    speedup it reports is against a measured baseline (the model's ranking follows)."""
+
+    def __init__(self, session, default: dict) -> None:
+        from uol_core.acg.space_core import as_mapping
+
+        self.session = session
+        ranked = session.ranked()
+        match = [pair for pair in ranked
+                 if all(as_mapping(pair[0]).get(k, v) == v for k, v in default.items())]
+        self.found = bool(match)  # False: the default is not in the tuner's space
+        self.order = match[:1] + [p for p in ranked if not match or p[0].key() != match[0][0].key()]
+
+    def ranked(self) -> list:
+        return self.order
+
+    def __getattr__(self, name: str):  # measure, neighbours, db, key, ...: the session's
+        return getattr(self.session, name)
+
+    def tune(self, budget: int, progress):
+        """The shared search over this order (top 4, patience 4, as the session's own tune)."""
+        from uol_core.acg.tuner import search
+
+        model = getattr(self.session, "model", None)
+
+        def learn(trials: list) -> None:  # as TuningSession.tune: correct the model
+            model.calibrate([(t.config, t.gflops) for t in trials if t.gflops])
+
+        return search(self, budget, None, 4, 4, progress,
+                      after_top=learn if model is not None and hasattr(model, "calibrate")
+                      else None)
 
 
 @callback(Output("tune-status", "children"), Output("tune-plot", "figure"),
@@ -129,19 +184,20 @@ def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> d
         from app.services.runner import QueuedWorker
         from uol_core import parse
         from uol_core.acg.tuner import open_session
-        from uol_core.runtime.shapes import bind_sizes
+        from uol_core.odl.shapes import bind_sizes
 
         op = parse(state["odl"])
         session = open_session(op, bind_sizes(op, state["sizes"]), state["target"],
-                               worker=QueuedWorker(client))
+                               worker=QueuedWorker(client, target=state["target"]))
         try:
             def on_trial(trial, n: int) -> None:
                 trail.append({"i": n, "config": trial.config.to_dict(),
-                              "gflops": trial.gflops or 0.0,
-                              "ok": bool(trial.gflops)})
+                              "gflops": trial.gflops or 0.0, "ok": bool(trial.gflops),
+                              "baseline": n == 1 and first.found})
                 report(n, budget)
 
-            result = session.tune(budget=budget, progress=on_trial)
+            first = DefaultFirst(session, _untuned_default(state))
+            result = first.tune(budget, on_trial)
         finally:
             session.close()
         if result.best is not None:

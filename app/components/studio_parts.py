@@ -7,11 +7,15 @@ import difflib
 from dash import dcc, html
 
 
-def knob_panel(knobs: list[dict]) -> list:
-    """One dropdown per knob; values a constraint forbids are disabled and say which constraint."""
+def knob_panel(knobs: list[dict], hidden: list[dict] | None = None) -> list:
+    """One dropdown per knob; values a constraint forbids are disabled and say which constraint.
+    Knobs of the space that change nothing in this kernel (`hidden`) are named, with why."""
+    note = html.Div([html.Div("Not offered (they change nothing in this kernel):"),
+                     html.Ul([html.Li(f"{h['name']}: {h['reason']}") for h in hidden])],
+                    className="muted knob-hidden", id="knobs-hidden") if hidden else None
     if not knobs:
         return [html.Div("This kernel has no knobs with a choice on this target.",
-                         className="muted")]
+                         className="muted"), note]
     rows = []
     for knob in knobs:
         options = [{"label": f"{o['value']}" + ("  ✕ " + o["reason"].split(":")[0]
@@ -28,7 +32,7 @@ def knob_panel(knobs: list[dict]) -> list:
                           html.Ul([html.Li(f) for f in forbidden[:12]])],
                          className="knob-forbidden") if forbidden else None,
         ], className="knob", **{"data-knob": knob["name"]}))
-    return rows
+    return [*rows, note]
 
 
 def _fmt_time(seconds: float | None) -> str:
@@ -68,12 +72,14 @@ def history_panel(runs: list[dict]) -> list:
     """The runs of this op (newest first) and a before/after diff of the last two."""
     if not runs:
         return [html.Div("No runs of this op yet.", className="muted")]
-    table = html.Table([html.Tr([html.Th(h) for h in ("#", "backend", "ok", "time", "GFLOP/s")])]
-                       + [html.Tr([html.Td(dcc.Link(str(r["id"]), href=f"/run/{r['id']}")),
-                                   html.Td(r["backend"]), html.Td("✓" if r["ok"] else "✗"),
-                                   html.Td(_fmt_time(r["median_s"])),
+    from app.services.history import describe
+
+    # each run named fully (sizes, backend/target, mode): runs of other sizes are told apart
+    table = html.Table([html.Tr([html.Th(h) for h in ("run", "ok", "GFLOP/s")])]
+                       + [html.Tr([html.Td(dcc.Link(describe(r), href=f"/run/{r['id']}")),
+                                   html.Td("✓" if r["ok"] else "✗"),
                                    html.Td(f"{r['gflops']:.2f}" if r["gflops"] else "-")])
-                          for r in runs[:8]], className="simple")
+                          for r in runs[:8]], className="simple", id="history-table")
     out = [table]
     if len(runs) >= 2:
         out.append(run_diff(runs[1], runs[0]))
@@ -87,7 +93,10 @@ def run_diff(before: dict, after: dict) -> html.Div:
     changes = diff_configs(before["config"], after["config"])
     knob_text = ", ".join(f"{k}: {a} → {b}" for k, a, b in changes) or "no knob changed"
     speed = ""
-    if before.get("median_s") and after.get("median_s"):
+    alike = all(before.get(k) == after.get(k) for k in ("sizes", "target", "mode", "machine"))
+    if not alike:
+        speed = "; not timed alike (sizes, target, mode or machine differ): times not compared"
+    elif before.get("median_s") and after.get("median_s"):
         speed = f"; time {_fmt_time(before['median_s'])} → {_fmt_time(after['median_s'])} " \
                 f"({before['median_s'] / after['median_s']:.2f}x)"
     lines = list(difflib.unified_diff(before.get("kernel", "").splitlines(),

@@ -25,6 +25,10 @@ def tune_figure(trail: list[dict]) -> go.Figure:
     fig = go.Figure([go.Scatter(x=xs, y=ys, mode="markers", name="measured"),
                      go.Scatter(x=xs, y=best, mode="lines", name="best so far",
                                 line={"shape": "hv"})])
+    base = next((t for t in trail if t.get("baseline") and t.get("gflops")), None)
+    if base is not None:  # what the speedup is measured against
+        fig.add_hline(y=base["gflops"], line_dash="dash", line_color="#888",
+                      annotation_text="untuned default", annotation_position="bottom right")
     fig.update_layout(height=240, margin={"l": 40, "r": 10, "t": 10, "b": 30},
                       xaxis_title="measurement", yaxis_title="GFLOP/s", template="plotly_white")
     return fig

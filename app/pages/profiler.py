@@ -6,6 +6,7 @@ import dash
 from dash import dcc, html
 
 from app.callbacks import profiler as _callbacks  # noqa: F401  (registers callbacks)
+from app.callbacks import profiler_flame as _flame_callbacks
 from app.components.source_view import source_pane
 from app.figures.studio import empty_figure
 
@@ -34,13 +35,25 @@ def layout(**_query) -> html.Div:
     flame = html.Div([
         html.H3("Flame graph"),
         html.Div([
-            dcc.RadioItems(id="flame-source", value="python", inline=True, options=[
-                {"label": " compile + first run (pyinstrument, s)", "value": "python"},
-                {"label": " kernel lines (callgrind or cycle counters)", "value": "kernel"}]),
-            dcc.Input(id="flame-search", placeholder="search frames", debounce=True,
-                      style={"width": "180px"}),
-            html.Span(id="flame-matches", className="muted"),
+            dcc.RadioItems(id="flame-source", value="python", inline=True,
+                           options=_flame_callbacks.SOURCES),
+            dcc.RadioItems(id="flame-view", value="time", inline=True, options=[
+                {"label": " time order", "value": "time"},
+                {"label": " left heavy", "value": "left-heavy"}]),
         ], className="toolbar"),
+        html.Div([
+            dcc.Input(id="flame-search", placeholder="search frames", debounce=True,
+                      style={"width": "160px"}),
+            html.Span(id="flame-matches", className="muted"),
+            dcc.Upload(html.Button("Import speedscope JSON", className="secondary"),
+                       id="speedscope-upload", accept=".json", max_size=8 << 20),
+            dcc.Dropdown(id="import-profile", options=[], placeholder="imported profile",
+                         clearable=False, className="dropdown", style={"minWidth": "160px"}),
+            html.Button("Export speedscope", id="speedscope-export", className="secondary"),
+            dcc.Download(id="speedscope-download"),
+        ], className="toolbar"),
+        html.Div(id="import-status", className="muted"),
+        dcc.Store(id="speedscope-import"),
         html.P("Click a box to zoom into it, the bottom bar to zoom out.", className="muted"),
         graph("flame-graph", "Profile an operator to see where the time goes"),
     ], className="panel")

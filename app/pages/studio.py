@@ -6,6 +6,7 @@ import dash
 from dash import dcc, html
 
 from app.callbacks import studio as _compile_callbacks  # noqa: F401  (registers callbacks)
+from app.callbacks import studio_inspect as _inspect_callbacks  # noqa: F401
 from app.callbacks import studio_run as _run_callbacks  # noqa: F401
 from app.callbacks.studio import EDITED, op_identity
 from app.components.codeview import code_host
@@ -18,10 +19,11 @@ dash.register_page(__name__, path="/", name="Studio", title="UOL Studio: Kernel 
 DEFAULT_OP = "matmul"
 
 
-def _initial(run_id: str | None) -> dict:
-    """What the Studio opens with: a run from the history (permalink) or the example op."""
+def _initial(run_id: str | None, query: dict | None = None) -> dict:
+    """What the Studio opens with: a run from the history (permalink), a library op named in
+    the URL (?op=&target=&backend=&sizes=&config=, as the Guide links), or the example op."""
     from app.services import history, kernels
-    from uol_core.ops import op_text
+    from uol_core.ops import list_ops, op_text
 
     if run_id:
         try:
@@ -32,23 +34,64 @@ def _initial(run_id: str | None) -> dict:
             return {"op": row["op"], "odl": row["odl"], "backend": row["backend"],
                     "target": row["target"], "sizes": row["sizes"], "config": row["config"],
                     "note": f"Reopened run #{row['id']}"}
+    if query and query.get("op") in list_ops():
+        pairs = lambda text: dict(p.split("=", 1) for p in (text or "").split(",") if "=" in p)  # noqa: E731
+        sizes = {k: int(v) for k, v in pairs(query.get("sizes")).items() if v.isdigit()}
+        config = {k: int(v) if v.lstrip("-").isdigit() else v
+                  for k, v in pairs(query.get("config")).items()}
+        odl = op_text(query["op"])
+        return {"op": query["op"], "odl": odl, "backend": query.get("backend") or "c",
+                "target": query.get("target") or "host",
+                "sizes": sizes or kernels.default_sizes(odl), "config": config, "note": ""}
     odl = op_text(DEFAULT_OP)
     return {"op": DEFAULT_OP, "odl": odl, "backend": "c", "target": "host",
             "sizes": kernels.default_sizes(odl), "config": {}, "note": ""}
 
 
-def _options() -> tuple[list[str], list[str]]:
+def _options() -> tuple[list[str], list[dict]]:
+    from app.services.remote import target_options
     from uol_core.hfl import list_targets
     from uol_core.ops import list_ops
 
-    return list_ops(), list_targets()
+    return list_ops(), target_options(list_targets())  # live remote workers marked
+
+
+def _inspect_row(backend: str) -> html.Div:
+    """Assembly of the compiled kernel (objdump, rows tied to C and ODL lines) beside a
+    side-by-side diff of this kernel against the same op with other knobs or backend."""
+    assembly = html.Div([
+        html.H3(["Assembly ", html.Button("Disassemble", id="asm-button", className="secondary",
+                                          title="Build the C kernel with gcc -g and show "
+                                                "objdump -d -l; follows every compile after")]),
+        html.Div("Hover a row to see its C line in the kernel and its ODL line in the editor.",
+                 id="asm-status", className="muted inspect-status"),
+        code_host("asm-source", "a"),
+        dcc.Store(id="asm-html"), html.Div(id="asm-paint", style={"display": "none"}),
+    ], className="panel")
+    diff = html.Div([
+        html.H3("Kernel diff"),
+        html.Div([
+            html.Div([html.Label("B: backend"), dcc.Dropdown(
+                id="diff-backend", clearable=False, className="dropdown", value=backend,
+                options=[{"label": get_backend(name).label, "value": name}
+                         for name in kernel_backend_names()])]),
+            html.Div([html.Label("B: knobs (blank: the defaults)"),
+                      dcc.Input(id="diff-config", placeholder="e.g. ku=1,mr=4",
+                                style={"width": "220px"})]),
+            html.Button("Diff A (this kernel) with B", id="diff-button", className="secondary"),
+        ], className="toolbar"),
+        html.Div(id="diff-status", className="muted inspect-status"),
+        code_host("diff-source", "d"),
+        dcc.Store(id="diff-html"), html.Div(id="diff-paint", style={"display": "none"}),
+    ], className="panel")
+    return html.Div([assembly, diff], className="studio-grid studio-inspect")
 
 
 def layout(run_id: str | None = None, **_query) -> html.Div:
     """The Studio; `run_id` (from /run/<id>) reopens a recorded run."""
     from app.services.kernels import format_sizes
 
-    init = _initial(run_id)
+    init = _initial(run_id, _query)
     ops, targets = _options()
     identity = op_identity(init["odl"]) or {"op": init["op"]}
     library_text = init["odl"] if init["op"] in ops and not init["note"] else None
@@ -97,6 +140,7 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
     ], className="panel")
     knobs = html.Div([html.H3("Knobs (legal values only)"), html.Div(id="knob-panel")],
                      className="panel")
+    inspect = _inspect_row(init["backend"])
     results = html.Div([
         html.Div([html.H3("Result"),
                   dcc.Loading(html.Div(id="run-result", children=html.Div(
@@ -126,5 +170,6 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
         html.Div(init["note"], id="studio-note", className="muted"),
         toolbar,
         html.Div([editor, kernel, knobs], className="studio-grid"),
+        inspect,
         results,
     ])

@@ -86,8 +86,8 @@ def open_in_studio(source: dict, node_name: str) -> int:
     """Record the node's operator at its graph shapes as a history entry; /run/<id> opens it."""
     from app.services import history
     from uol_core.odl.printer import format_op
+    from uol_core.odl.shapes import bind_sizes
     from uol_core.ops import list_ops, op_text
-    from uol_core.runtime.shapes import bind_sizes
 
     graph = load_graph_source(source)
     node = graph.node(node_name)

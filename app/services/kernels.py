@@ -18,7 +18,6 @@ from uol_core.backends import kernel_backend_names
 TARGET_DEFAULT = "host"
 BACKENDS = kernel_backend_names()
 # Filter-like dimensions get small sizes so windowed ops (conv, pooling) stay valid.
-SMALL_DIMS = {"R": 3, "S": 3, "KH": 3, "KW": 3, "P": 2}
 
 
 @dataclass
@@ -35,6 +34,8 @@ class CompileResult:
     line_map: dict[int, int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     knobs: list[dict] = field(default_factory=list)
+    # knobs of the space not offered, with why (they change nothing in this kernel)
+    hidden_knobs: list[dict] = field(default_factory=list)
     explanation: str = ""
     error: str = ""
     error_line: int = 0
@@ -50,20 +51,11 @@ class CompileResult:
 
 
 def default_sizes(odl: str) -> dict[str, int]:
-    """Sizes that make the op runnable at once: 256 per dimension, small filter dimensions."""
+    """Sizes that make the op runnable at once (the same the CLI uses)."""
     from uol_core import parse
-    from uol_core.runtime.shapes import bind_sizes
+    from uol_core.odl.shapes import runnable_sizes
 
-    op = parse(odl)
-    # R and S are filter sizes only beside spatial dims (conv); in softmax R is the rows
-    spatial = bool({"H", "W", "L"} & set(op.dims))
-    sizes = {d: SMALL_DIMS.get(d, 32) if spatial else 256 for d in op.dims}
-    for fallback in (sizes, {d: SMALL_DIMS.get(d, 32) for d in op.dims}):
-        try:
-            return bind_sizes(op, fallback)
-        except ValueError:
-            continue
-    return sizes
+    return runnable_sizes(parse(odl))
 
 
 def format_sizes(sizes: dict[str, int]) -> str:
@@ -93,7 +85,7 @@ def emit(odl: str, backend: str, target: str, sizes: dict[str, int], config: dic
     """
     from uol_core.api import check_memory
     from uol_core.backends import get_backend
-    from uol_core.runtime.shapes import bind_sizes
+    from uol_core.odl.shapes import bind_sizes
 
     op = _parse(odl)
     bound = bind_sizes(op, sizes)
@@ -143,10 +135,41 @@ def compile_odl(odl: str, backend: str = "c", target: str = TARGET_DEFAULT,
     result.lang = src.lang
     result.line_map = {int(k): int(v) for k, v in src.line_map.items() if v}
     result.config = dict(src.config)
-    result.knobs = knobs
+    result.hidden_knobs = _unoffered(odl, backend, target, bound, result.config, src.text)
+    hidden = {h["name"] for h in result.hidden_knobs}
+    result.knobs = [k for k in knobs if k["name"] not in hidden]
     result.explanation = explanation
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _unoffered(odl: str, backend: str, target: str, sizes: dict[str, int], config: dict,
+               text: str) -> list[dict]:
+    """The space's knobs that change nothing in this kernel, and why. Where the backend names
+    its knobs in the kernel text (Triton), each knob is re-emitted with its other legal values:
+    one whose every value gives the same text (a row kernel's BLOCK sized from its row) is not
+    offered. Re-emitting is cheap (milliseconds) and cached per config."""
+    from uol_core.backends import get_backend
+
+    space = knob_space.space_for(odl, backend, target, tuple(sorted(sizes.items())))
+    if not space.hide_unused:
+        return []
+    tgt = _target(target)
+    chosen = get_backend(backend, tgt)
+    plan = chosen.plan(_parse(odl), sizes, tgt)
+    return space.unoffered(config, text, lambda cfg: chosen.emit(plan, cfg).text)
+
+
+def inert_knobs(odl: str, backend: str, target: str, sizes: dict[str, int],
+                config: dict) -> frozenset[str]:
+    """Names of the knobs that change nothing in the kernel of `config` (see _unoffered)."""
+    from uol_core.backends import get_backend
+
+    tgt = _target(target)
+    chosen = get_backend(backend, tgt)
+    plan = chosen.plan(_parse(odl), sizes, tgt)
+    text = chosen.emit(plan, config).text
+    return frozenset(h["name"] for h in _unoffered(odl, backend, target, sizes, config, text))
 
 
 def _describe(exc: Exception) -> str:

@@ -54,6 +54,8 @@ class KnobSpace:
     scoped: dict[Any, dict[str, list]] = field(default_factory=dict)
     # the backend names its knobs in the kernel text: a knob absent from it is unused there
     hide_unused: bool = False
+    # (knob, the other knobs' values) -> whether every legal value emits the same kernel
+    inert_cache: dict = field(default_factory=dict, repr=False)
 
     def domain(self, name: str, cfg: dict | None = None) -> list:
         """Knob `name`'s domain, the one of `cfg`'s scope (its isa) where that differs."""
@@ -103,12 +105,46 @@ class KnobSpace:
                                  f"{shown}")
         return cfg
 
-    def knob_rows(self, cfg: dict, source_text: str = "") -> list[dict]:
-        """Per knob: current value and options; an option that breaks a rule is disabled, with why."""
+    def unoffered(self, cfg: dict, source_text: str, emit_text: Any = None) -> list[dict]:
+        """Knobs with a choice in the space that change nothing in this kernel, each with why:
+        not named in its text (where the backend names its knobs there), or, given
+        `emit_text(cfg) -> kernel text`, every legal value emits the same kernel as `cfg`."""
+        out = []
+        for name in self.domains:
+            domain = self.domain(name, cfg)
+            if len(domain) < 2:
+                continue  # fixed by the target: not a choice
+            if self.hide_unused and source_text and name not in source_text:
+                out.append({"name": name, "reason": "not used by this kernel"})
+                continue
+            legal = [v for v in domain if not self.violated({**cfg, name: v})]
+            if emit_text is not None and len(legal) > 1 and \
+                    self._inert(name, legal, cfg, source_text, emit_text):
+                shown = ", ".join(map(str, legal[:8])) + (", ..." if len(legal) > 8 else "")
+                out.append({"name": name, "reason": f"every legal value ({shown}) emits the "
+                                                    "same kernel"})
+        return out
+
+    def _inert(self, name: str, legal: list, cfg: dict, source_text: str, emit_text) -> bool:
+        key = (name, tuple(sorted((k, str(v)) for k, v in cfg.items() if k != name)))
+        if key not in self.inert_cache:
+            def same(value) -> bool:
+                try:
+                    return emit_text({**cfg, name: value}) == source_text
+                except Exception:  # a value the emitter refuses differs from this kernel
+                    return False
+            self.inert_cache[key] = all(same(v) for v in legal if v != cfg.get(name))
+        return self.inert_cache[key]
+
+    def knob_rows(self, cfg: dict, source_text: str = "", skip: frozenset = frozenset()
+                  ) -> list[dict]:
+        """Per knob: current value and options; an option that breaks a rule is disabled, with
+        why. Knobs in `skip` (see `unoffered`) get no row."""
         rows = []
         for name in self.domains:
             domain = self.domain(name, cfg)
-            if len(domain) < 2 or (self.hide_unused and source_text and name not in source_text):
+            if len(domain) < 2 or name in skip or \
+                    (self.hide_unused and source_text and name not in source_text):
                 continue  # fixed by the target, or unused by this kernel
             options = []
             for value in domain:

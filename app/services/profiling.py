@@ -24,9 +24,11 @@ def profile_op(op: str, sizes: dict, target: str = "host",
     worker; record it as a history run of mode "profiled" (its line costs come from callgrind or
     the cycle-counter build, which is not a timed run)."""
     request = {"op": op, "sizes": sizes, "target": target}
-    res = run_json_child(["-m", "app.services.profile_child"], MARK, json.dumps(request), timeout,
-                         timed_out="profiling did not finish within {timeout:.0f} s; the worker "
-                                   "was stopped (use smaller sizes)")
+    res = _remote_profile(request, timeout)
+    if res is None:  # no live worker of the target (or no broker): profile here
+        res = run_json_child(["-m", "app.services.profile_child"], MARK, json.dumps(request),
+                             timeout, timed_out="profiling did not finish within {timeout:.0f} "
+                                                "s; the worker was stopped (use smaller sizes)")
     if not res.get("ok"):
         return res
     report = res["report"]
@@ -47,6 +49,24 @@ def profile_op(op: str, sizes: dict, target: str = "host",
                          report.get("kernel_source", ""))
     (_root() / f"{rid}.json").write_text(json.dumps(report, default=str))
     return {"ok": True, "id": rid, "report": report}
+
+
+def _remote_profile(request: dict, timeout: float) -> dict | None:
+    """The profile from a live worker of the request's target (`uol serve --broker`), in the
+    shape of the local child's answer; None when no worker serves that target."""
+    from app.services import remote
+    from uol_remote.client import RemoteError
+
+    if not remote.workers_for(request["target"]):
+        return None
+    try:
+        report = remote.submit("profile", request["target"], request, timeout)
+    except RemoteError as exc:
+        return {"ok": False, "error": str(exc)}
+    if "op" not in report:
+        return {"ok": False, "error": report.get("error", "the worker sent no report")}
+    report.setdefault("notes", []).append(f"profiled on {remote.ran_on(report)}")
+    return {"ok": True, "report": report}
 
 
 def profilable_ops(limit: int = 200) -> list[dict]:

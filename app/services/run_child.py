@@ -59,9 +59,9 @@ def run(request: dict) -> dict:
 
     from app.services.kernels import emit
     from uol_core.backends import get_backend
+    from uol_core.odl.shapes import shape_of
     from uol_core.runtime.inputs import random_inputs
     from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
-    from uol_core.runtime.shapes import shape_of
 
     op, sizes, src, _, _ = emit(request["odl"], request["backend"], request["target"],
                                 request["sizes"], request.get("config"))

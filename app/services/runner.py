@@ -79,9 +79,12 @@ def _c_worker(request: dict, timeout: float, slot: int) -> dict:
     op, sizes, src, _, _ = emit(request["odl"], request["backend"], request["target"],
                                 request["sizes"], request.get("config"))
     job = make_job(src, request["odl"], f"{op.name}.odl", sizes, min_seconds=0.2)
-    if slot not in _WORKERS:
+    from app.services import remote
+
+    sent = remote.worker_for(request["target"])  # a live worker of the target runs it there
+    if sent is None and slot not in _WORKERS:
         _WORKERS[slot] = Worker(timeout)
-    res = _WORKERS[slot].run(job, timeout)
+    res = (sent or _WORKERS[slot]).run(job, timeout)
     out = {"ok": res.get("status") == "ok", "op": op.name, "sizes": sizes,
            "config": dict(src.config), "mode": "measured", "status": res.get("status"),
            "max_error": {"abs": res.get("max_abs_err"), "rel": res.get("max_rel_err")},
@@ -92,7 +95,24 @@ def _c_worker(request: dict, timeout: float, slot: int) -> dict:
         if res.get(key) is not None:
             out[key] = res[key]
     out["source_meta"] = {"entry": asdict(src)["entry"]}
+    if res.get("worker"):  # provenance: the machine that measured it
+        out["worker"], out["mode"] = res["worker"], f"measured on {remote.ran_on(res)}"
     return out
+
+
+def _remote_request(target: str):
+    """A function running a non-C request on a live worker of `target`, or None."""
+    from app.services import remote
+
+    if not remote.workers_for(target):
+        return None
+
+    def run(request: dict, timeout: float) -> dict:
+        res = remote.submit("request", target, request, timeout)
+        if res.get("worker"):
+            res["mode"] = f"{res.get('mode', 'measured')} on {remote.ran_on(res)}"
+        return res
+    return run
 
 
 def add_rates(result: dict, odl: str, target: str) -> dict:
@@ -125,7 +145,7 @@ def check_request(odl: str, backend: str, target: str, sizes: dict, config: dict
     from app.services.knobs import space_for
     from uol_core import parse
     from uol_core.api import check_memory
-    from uol_core.runtime.shapes import bind_sizes
+    from uol_core.odl.shapes import bind_sizes
 
     if backend not in kernel_backend_names():
         raise ValueError(f"unknown backend '{backend}': use {' or '.join(kernel_backend_names())}")
@@ -148,6 +168,8 @@ def run_kernel(odl: str, backend: str, target: str, sizes: dict, config: dict | 
             if getattr(get_backend(backend), "worker_jobs", False) \
                     and not os.environ.get("UOL_FAULT_INJECT"):
                 result = _c_worker(request, timeout, slot)
+            elif _remote_request(request["target"]):  # Triton on a live worker of the target
+                result = _remote_request(request["target"])(request, timeout)
             else:  # Triton (interpreter or GPU), and the crash/hang test hook
                 result = _worker(request, timeout)
     except Exception as exc:  # a refusal or compile error before the run: shown like a failed run
@@ -187,14 +209,17 @@ def tune_measurements(odl: str, backend: str, target: str, sizes: dict, budget: 
     ends the tune before its next measurement."""
     from app.services.knobs import space_for
     from uol_core import parse
-    from uol_core.runtime.shapes import bind_sizes
+    from uol_core.odl.shapes import bind_sizes
 
     check_request(odl, backend, target, sizes, base)
     bound = bind_sizes(parse(odl), sizes)
     space = space_for(odl, backend, target, tuple(sorted(bound.items())))
+    from app.services.kernels import inert_knobs
+
     session = RunSession(space, base, capped_budget(budget),
                          lambda cfg: run_kernel(odl, backend, target, bound, cfg, kind="tune",
-                                                client=client), stop, progress)
+                                                client=client), stop, progress,
+                         inert=inert_knobs(odl, backend, target, bound, space.resolve(base or {})))
     stopped = session.tune()  # the shared search: spread over the space, then neighbours
     return {"best": session.best, "trail": session.trail, "budget": session.budget,
             "cap": MAX_TUNE_BUDGET, "stopped": stopped}
@@ -204,13 +229,19 @@ class QueuedWorker:
     """The worker interface of `uol_core.runtime.worker.Worker` for the ACG tuner, but each
     job waits in `client`'s queue and runs in the pool worker of the slot it gets."""
 
-    def __init__(self, client: str = LOCAL_CLIENT, timeout_s: float = RUN_TIMEOUT_S):
-        self.client, self.timeout_s = client, timeout_s
+    def __init__(self, client: str = LOCAL_CLIENT, timeout_s: float = RUN_TIMEOUT_S,
+                 target: str = ""):
+        # `target`: with `uol serve --broker`, a live worker of it measures instead
+        self.client, self.timeout_s, self.target = client, timeout_s, target
 
     def run(self, job: dict, timeout_s: float | None = None) -> dict:
+        from app.services import remote
         from uol_core.runtime.worker import Worker
 
         timeout = timeout_s or self.timeout_s
+        sent = remote.worker_for(self.target) if self.target else None
+        if sent is not None:  # measured on a live worker of the target (RemoteError: not run)
+            return sent.run(job, timeout)
         try:
             with job_slot(self.client, "tune measurement") as slot:
                 if slot not in _WORKERS:

@@ -23,11 +23,17 @@ class RunSession:
 
     def __init__(self, space, base: dict | None, budget: int,
                  run: Callable[[dict], dict], stop: Callable[[], bool] | None = None,
-                 progress: Callable | None = None) -> None:
+                 progress: Callable | None = None, inert: frozenset[str] = frozenset()) -> None:
         self.space, self.budget, self.run = space, budget, run
         self.stop, self.progress = stop, progress
+        # knobs that change nothing in this kernel are held at the start's values: measuring
+        # their other values would only spend the budget on the same kernel
+        self.inert = inert
         self.start = Config(space.resolve(base or {}))
         legal = [Config(as_mapping(c)) for c in (space.acg.configs if space.acg else [])]
+        held = [c.replace(**{k: self.start[k] for k in inert if k in c and k in self.start})
+                for c in legal]
+        legal = [c for c in held if not space.violated(dict(c))]
         self._legal = {_id(c): c for c in legal}
         self.trail: list[dict] = []
         self.best: dict | None = None
@@ -45,6 +51,8 @@ class RunSession:
         """Legal configs one domain step away in one knob."""
         found = []
         for knob in self.space.domains:
+            if knob in self.inert:
+                continue
             domain = self.space.domain(knob, cfg)
             if cfg.get(knob) not in domain:
                 continue

@@ -28,8 +28,8 @@ from uol_core.graph import GraphError, graph_from_dict, load_graph, validate
 from uol_core.hfl.loader import TARGETS_DIR, load_file
 from uol_core.hfl.schema import HflError
 from uol_core.odl import OdlError, parse
+from uol_core.odl.shapes import ShapeError, parse_shape_spec
 from uol_core.ops import list_ops, op_text
-from uol_core.runtime.shapes import ShapeError, parse_shape_spec
 
 N = 2000 if LONG else 60
 FUZZ = settings(max_examples=N, deadline=None, database=None,

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cache
 
-# The vector instruction sets the C backend knows, best first; "vecext" is GCC vector extensions.
-ISA_ORDER = ("avx512", "avx2", "vecext")
+from uol_core.backends.c_platforms import PLATFORMS
+
+# The vector instruction sets the C backend has a platform file for, best first (the platform
+# registry's order); "vecext" (GCC vector extensions) is the portable one.
+ISA_ORDER = tuple(PLATFORMS)
+# The HFL ISA flags a target must list for each explicit ISA, the first naming its isa.toml
+# [[vector_isa]] entry (vector width and architectural registers). The portable path needs
+# none: it takes the target's own vector width.
+ISA_REQUIRES = {name: p.requires for name, p in PLATFORMS.items() if p.requires}
+PORTABLE_ISAS = [name for name, p in PLATFORMS.items() if not p.requires]
 
 
 @dataclass(frozen=True)
@@ -90,22 +99,30 @@ def resolve_target(target):
 def target_isas(target) -> list[str]:
     """The C backend's instruction sets usable on `target`, best first (from the HFL ISA list)."""
     isa = {name.lower() for name in (target.isa or [])}
-    usable = []
-    if "avx512f" in isa:
-        usable.append("avx512")
-    if "avx2" in isa and "fma" in isa:
-        usable.append("avx2")
-    usable.append("vecext")
-    return usable
+    return [name for name, needs in ISA_REQUIRES.items() if set(needs) <= isa] + PORTABLE_ISAS
+
+
+@cache
+def _vector_isa(isa: str) -> dict:
+    """The isa.toml [[vector_isa]] entry of an explicit ISA (width, registers, sources)."""
+    from uol_core.hfl.sysinfo import isa_table
+
+    flag = ISA_REQUIRES[isa][0]
+    return next(e for e in isa_table()["vector_isa"] if e["flag"] == flag)
 
 
 def lanes(isa: str, target) -> int:
-    """f32 lanes of one vector register for `isa`; vecext uses the target's vector width."""
-    bits = {"avx512": 512, "avx2": 256}.get(isa, target.vector_bits or 128)
-    return bits // 32
+    """f32 lanes of one vector register for `isa` (isa.toml); vecext uses the target's vector
+    width (NEON stays 4 lanes on a core whose SVE vectors are wider)."""
+    if isa not in ISA_REQUIRES:
+        return (target.vector_bits or 128) // 32
+    return int(_vector_isa(isa)["vector_bits"]) // 32
 
 
 def vector_registers(isa: str, target) -> int:
-    """Architectural vector registers for `isa`: AVX2 sees the lower 16 even on AVX-512 parts."""
+    """Architectural vector registers for `isa`: the target's, at most the ISA's (isa.toml), so
+    AVX2 sees the lower 16 even on AVX-512 parts."""
     regs = target.vector_registers
-    return min(regs, 16) if isa == "avx2" else regs
+    if isa not in ISA_REQUIRES:
+        return regs
+    return min(regs or 1 << 30, int(_vector_isa(isa)["vector_registers"]))

@@ -13,7 +13,7 @@ from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, DType, Expr, Op, Reduce, Stmt, children, walk
 from uol_core.odl.pad_reach import padded_escapes
 from uol_core.odl.patterns import classify
-from uol_core.runtime.shapes import shape_of
+from uol_core.odl.shapes import shape_of
 
 
 class UnsupportedOp(ValueError):

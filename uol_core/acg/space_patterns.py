@@ -24,7 +24,7 @@ from uol_core.acg.space_core import (
     parse_key,
 )
 from uol_core.odl.ir import Access, Op, walk
-from uol_core.runtime.shapes import shape_of
+from uol_core.odl.shapes import shape_of
 
 VARIABLES = ("threads", "chunk", "vec", "fuse")
 

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from uol_core.backends.base import KernelSource
 
 AUTO = "auto"
+REFERENCE = "reference"  # the IR evaluator's row: the verification oracle and the fallback
 AUTO_BY_TARGET_KIND = {"gpu": "triton"}  # what "auto" means per HFL target kind ...
 AUTO_DEFAULT = "c"  # ... and for every other kind
 
@@ -112,8 +113,8 @@ def _reference() -> Backend:
 
 # name -> factory: the registry's rows, in the order they are offered to users
 _FACTORIES: dict[str, Callable[[], Backend]] = {"c": _c, "triton": _triton,
-                                                "reference": _reference}
-_EVALUATORS = frozenset({"reference"})  # rows that evaluate the IR instead of generating kernels
+                                                REFERENCE: _reference}
+_EVALUATORS = frozenset({REFERENCE})  # rows that evaluate the IR instead of generating kernels
 _LOADED: dict[str, Backend] = {}
 
 

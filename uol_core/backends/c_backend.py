@@ -70,18 +70,26 @@ class CBackend:
             config = TileConfig.from_config(config)
         elif plan.kind != "gemm":
             config = dict(config or {})
-        return emit(plan.op, config, plan.target, plan.sizes)
+        from uol_core.runtime.cross import for_target
+
+        # a kernel for a CPU of another architecture is built for it and run under emulation
+        return for_target(emit(plan.op, config, plan.target, plan.sizes), plan.target)
 
     def load(self, source: KernelSource, plan: Plan):
         """The GEMM's float32 kernel called on raw pointers; any other kernel through CKernel,
-        which converts inputs to their declared dtypes."""
+        which converts inputs to their declared dtypes; under the emulator (EmulatedKernel) for
+        a kernel built for another architecture."""
+        if source.meta.get("cross"):
+            from uol_core.runtime.emulate import EmulatedKernel
+
+            return EmulatedKernel(source, plan.op, plan.sizes, float32_only=plan.kind == "gemm")
         if plan.kind != "gemm":
             from uol_core.backends.c_native import CKernel
 
             return CKernel(source, plan.op, plan.sizes)
+        from uol_core.odl.shapes import shape_of
         from uol_core.runtime.build import build
         from uol_core.runtime.native import NativeKernel
-        from uol_core.runtime.shapes import shape_of
 
         shapes = {n: shape_of(plan.op, n, plan.sizes) for n in source.meta["args"]}
         return NativeKernel(build(source), source.entry, source.meta["args"], shapes)
@@ -94,7 +102,7 @@ def _choose_tile(plan: Plan, request: Any) -> Choice:
     from uol_core.acg.config import lanes, parse_config
     from uol_core.acg.cost_model import CostModel
     from uol_core.acg.space import build_space
-    from uol_core.runtime.shapes import ShapeError
+    from uol_core.odl.shapes import ShapeError
 
     target = plan.target
     space = build_space(plan.detail, target)

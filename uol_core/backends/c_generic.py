@@ -14,6 +14,7 @@ import math
 import os
 from collections.abc import Mapping
 
+from uol_core.acg.config import target_isas
 from uol_core.acg.fusion import FusionGroup, FusionPlan, column_reduce, plan_fusion
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c import CodeWriter
@@ -39,11 +40,12 @@ from uol_core.backends.c_stencil import (
 )
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, DType, Op, Reduce, Scan, walk
-from uol_core.runtime.shapes import shape_of
+from uol_core.odl.shapes import shape_of
 
 GENERATOR = "uol-c-generic-1"
 MAX_VECTOR_ACC = 16384  # elements of a stack accumulator row (64 KiB of f32)
-DEFAULTS = {"isa": "avx2", "threads": 0, "fuse": 1, "simd": 1, "chunk": 0, "vec": 0}
+# "isa" (the build flags the loops are compiled with) defaults to the target's best ISA
+DEFAULTS = {"threads": 0, "fuse": 1, "simd": 1, "chunk": 0, "vec": 0}
 
 
 def compute_type(op: Op) -> str:
@@ -124,7 +126,8 @@ class _Layout:
 
 def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None) -> KernelSource:
     """The generic C kernel of `op` at concrete `sizes` (entry `void f(void **args, const int64_t *)`)."""
-    cfg = {**DEFAULTS, **(config or {})}
+    best_isa = target_isas(target)[0] if target is not None else "vecext"
+    cfg = {**DEFAULTS, "isa": best_isa, **(config or {})}
     plan = plan_fusion(op, sizes, enabled=bool(cfg["fuse"]))
     real = compute_type(op)
     lay = _Layout(op, sizes, plan, real)

@@ -9,10 +9,10 @@ import torch
 
 from uol_core.backends.base import KernelSource
 from uol_core.odl.ir import Op
+from uol_core.odl.shapes import ShapeError, bind_sizes, shape_of
 from uol_core.runtime.build import build
 from uol_core.runtime.native import _library
 from uol_core.runtime.reference import TORCH_DTYPES
-from uol_core.runtime.shapes import ShapeError, bind_sizes, shape_of
 
 
 class CKernel:
@@ -70,10 +70,26 @@ class CKernel:
 
 def compile_c(op: Op, shapes: Mapping, target=None, config: Mapping | None = None,
               emitter=None) -> CKernel:
-    """Emit (best path unless `emitter` is given), build and load the C kernel of `op`."""
+    """Emit (best path unless `emitter` is given), build and load the C kernel of `op`; for a
+    target of another architecture, an EmulatedKernel (same calls, run under the emulator)."""
     from uol_core.backends.c_route import emit_any
+    from uol_core.runtime.cross import for_target
 
     sizes = bind_sizes(op, shapes)
-    src = (emitter or emit_any)(op, sizes, target, config)
+    target = _resolved(target)
+    src = for_target((emitter or emit_any)(op, sizes, target, config), target)
+    if src.meta.get("cross"):
+        from uol_core.runtime.emulate import EmulatedKernel
+
+        return EmulatedKernel(src, op, sizes)  # type: ignore[return-value]
     return CKernel(src, op, sizes)
+
+
+def _resolved(target):
+    """The HFL Target of a name (None stays None: the host)."""
+    if isinstance(target, str):
+        from uol_core.acg.config import resolve_target
+
+        return resolve_target(target)
+    return target
 

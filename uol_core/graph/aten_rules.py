@@ -217,11 +217,58 @@ def batch_norm(imp: ExportImporter, n: fx.Node) -> None:
     imp.odl(n, text, ins, "nd")
 
 
+def _view(imp: ExportImporter, src: str, method: str, args: list, shape: tuple[int, ...]) -> str:
+    """A torch view node `src.method(args)` (zero-copy where the layout allows)."""
+    from uol_core.graph.format import Node, TensorSpec
+
+    out = imp.fresh(f"{src}_{method}")
+    imp.nodes.append(Node(out, "torch", source=f"method:{method}", outputs={"out": out},
+                          args=[{"tensor": src}, list(args)], fn=getattr(torch.Tensor, method),
+                          label="view"))
+    imp.shapes[out] = TensorSpec(tuple(shape), "f32")
+    return out
+
+
+def patchify(imp: ExportImporter, n: fx.Node, x: fx.Node, weight: fx.Node, bias) -> bool:
+    """A conv whose stride equals its kernel, unpadded (a ViT patch embedding), as a GEMM over
+    the patches: the patches are a permutation of the input (one copy), the GEMM is the
+    backend's best kernel, while a direct conv of a 16x16 kernel has little reuse to block."""
+    stride = A.pair(_arg(n, 3, "stride", 1), "stride")
+    kernel = tuple(imp.shape(weight)[2:])
+    if (stride != kernel or A.pair(_arg(n, 4, "padding", 0), "padding") != (0, 0)
+            or A.pair(_arg(n, 5, "dilation", 1), "dilation") != (1, 1) or _arg(n, 6, "groups", 1) != 1
+            or kernel == (1, 1)):
+        return False
+    batch, channels, height, width = imp.shape(x)
+    (kh, kw), cout = kernel, imp.shape(weight)[0]
+    if height % kh or width % kw:
+        return False
+    ho, wo = height // kh, width // kw
+    grid = _view(imp, imp.tensor(x), "reshape", [batch, channels, ho, kh, wo, kw],
+                 (batch, channels, ho, kh, wo, kw))
+    moved = _view(imp, grid, "permute", [0, 2, 4, 1, 3, 5], (batch, ho, wo, channels, kh, kw))
+    patches = _view(imp, moved, "reshape", [batch * ho * wo, channels * kh * kw],
+                    (batch * ho * wo, channels * kh * kw))
+    w = imp.param(f"{weight.name}_patches", _const(imp, weight, "weight").reshape(cout, -1).t())
+    if bias is None:
+        imp.odl(n, op_text("matmul"), {"A": patches, "B": w}, "flat", "matmul",
+                reshape_to=(batch, ho, wo, cout))
+    else:
+        imp.odl(n, op_text("linear_bias"), {"X": patches, "W": w,
+                                            "b": imp.param(bias.name, _const(imp, bias, "bias"))},
+                "flat", "linear_bias", reshape_to=(batch, ho, wo, cout))
+    imp.forms[n.name] = {"nd": _view(imp, imp.forms[n.name]["nd"], "permute", [0, 3, 1, 2],
+                                     (batch, cout, ho, wo))}
+    return True
+
+
 def conv2d(imp: ExportImporter, n: fx.Node) -> None:
     x, weight = n.args[:2]
     bias = _arg(n, 2, "bias", None)
     if len(imp.shape(x)) != 4:
         raise Unmapped("an unbatched (3-D) input")
+    if weight.name in imp.consts and patchify(imp, n, x, weight, bias):
+        return
     text, _ = A.conv2d(imp.shape(x), imp.shape(weight), bias is not None, _arg(n, 3, "stride", 1),
                        _arg(n, 4, "padding", 0), _arg(n, 5, "dilation", 1), _arg(n, 6, "groups", 1))
     ins = {"X": imp.tensor(x), "F": imp.param(weight.name, _const(imp, weight, "weight"))}

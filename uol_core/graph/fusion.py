@@ -22,7 +22,7 @@ from uol_core.graph.route import can_emit, generator
 from uol_core.odl.cost import op_cost
 from uol_core.odl.ir import Op, Reduce, walk
 from uol_core.odl.patterns import classify
-from uol_core.runtime.shapes import bind_sizes
+from uol_core.odl.shapes import bind_sizes
 
 
 @dataclass
@@ -67,9 +67,13 @@ class FusionPlan:
     target: str
     groups: list[Group]
     decisions: list[Decision]
+    view_folds: list[dict] = field(default_factory=list)  # view_fold.fold_views decisions
+    siblings: list[dict] = field(default_factory=list)  # siblings.merge_sibling_gemms decisions
+    derived: dict[str, tuple[int, list[str]]] = field(default_factory=dict)  # concatenated params
 
     def to_dict(self) -> dict:
-        return {"backend": self.backend, "target": self.target,
+        return {"backend": self.backend, "target": self.target, "view_folds": self.view_folds,
+                "sibling_gemms": self.siblings,
                 "groups": [{"name": g.name, "nodes": g.nodes, "kind": g.kind, "pattern": g.pattern,
                             "op": g.op.name if g.op else None} for g in self.groups],
                 "decisions": [d.to_dict() for d in self.decisions]}

@@ -18,7 +18,7 @@ from uol_core.graph.format import (
     TensorSpec,
     graph_from_dict,
 )
-from uol_core.runtime.shapes import ShapeError, bind_sizes, shape_of
+from uol_core.odl.shapes import ShapeError, bind_sizes, shape_of
 
 
 def load_graph(path: str | Path) -> Graph:

@@ -31,7 +31,7 @@ from uol_core.odl.ir import (
     Var,
 )
 from uol_core.odl.printer import format_op
-from uol_core.runtime.shapes import bind_sizes
+from uol_core.odl.shapes import bind_sizes
 
 
 @dataclass(frozen=True)
@@ -70,15 +70,17 @@ def fresh_name(base: str, used: set[str]) -> str:
 
 
 def merge(name: str, members: list[Member], shapes: dict[str, TensorSpec],
-          keep: set[str]) -> FusedOp:
-    """One op computing every member; graph tensors in `keep` (read elsewhere) stay outputs."""
+          keep: set[str], constants: bool = False) -> FusedOp:
+    """One op computing every member; graph tensors in `keep` (read elsewhere) stay outputs.
+    `constants` writes every extent as a number (no size symbols), so that an input's
+    declared shape can be replaced without unbinding a symbol (view folding)."""
     produced = {t for m in members for t in m.outputs.values()}
     read = [t for m in members for t in m.inputs.values()]
     external = list(dict.fromkeys(t for t in read if t not in produced))
     names: dict[str, str] = {}
     for tensor in external + [t for m in members for t in m.outputs.values()]:
         names[tensor] = _fresh(f"t_{ident(tensor)}", set(names.values()))
-    bound = {v for t in external for v in shapes[t].shape}
+    bound = set() if constants else {v for t in external for v in shapes[t].shape}
 
     def form(value: int) -> Affine:
         return Affine.of(f"S{value}") if value in bound else Affine.constant(value)

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from uol_core.backends import backend_names, generator_of, get_backend
+from uol_core.backends import REFERENCE, backend_names, generator_of, get_backend
 from uol_core.odl.ir import Op
 from uol_core.odl.printer import format_op
 
 BACKENDS = backend_names()
-REFERENCE = "reference"
 Runner = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
 
 
@@ -28,6 +28,7 @@ class Route:
     engine: str  # "c", "triton" or "reference"
     run: Runner
     note: str = ""  # why the backend was not used, when it was not
+    kernel: Any = None  # the compiled kernel (uol_core.compile) when a backend builds one
 
 
 _EMIT_CACHE: dict[tuple, tuple[bool, str]] = {}
@@ -78,7 +79,7 @@ def _reference(op: Op) -> Runner:
     return lambda tensors: evaluate_all(op, tensors)
 
 
-def _build(op: Op, sizes: dict[str, int], backend: str, target) -> Runner:
+def _build(op: Op, sizes: dict[str, int], backend: str, target) -> tuple[Runner, Any]:
     import uol_core
 
     kernel = uol_core.compile(op, shapes=sizes, target=target, backend=backend)
@@ -88,7 +89,7 @@ def _build(op: Op, sizes: dict[str, int], backend: str, target) -> Runner:
         out = kernel(**tensors)
         return {op.outputs[0].name: out} if single else out
 
-    return run
+    return run, kernel
 
 
 def route(op: Op, sizes: dict[str, int], backend: str = "c", target="host") -> Route:
@@ -100,7 +101,8 @@ def route(op: Op, sizes: dict[str, int], backend: str = "c", target="host") -> R
     result = Route(REFERENCE, _reference(op), "" if backend == REFERENCE else why)
     if ok and backend != REFERENCE:
         try:
-            result = Route(backend, _build(op, sizes, backend, target))
+            run, kernel = _build(op, sizes, backend, target)
+            result = Route(backend, run, kernel=kernel)
         except Exception as err:  # a build failure falls back, and the report says why
             result = Route(REFERENCE, _reference(op), f"{backend} build failed: {err}")
     _ROUTE_CACHE[key] = result

@@ -12,7 +12,11 @@ import torch
 
 from uol_core.graph.format import TORCH_DTYPES, Graph, GraphError
 from uol_core.graph.fusion import FusionPlan, Group, plan_fusion
+from uol_core.graph.planned import PlannedGraph
+from uol_core.graph.record import plan_run
 from uol_core.graph.route import Route, route
+from uol_core.graph.siblings import merge_sibling_gemms, param_value
+from uol_core.graph.view_fold import fold_views
 
 TOLERANCE = 1e-3  # max |error| relative to the largest reference value (f32, sums of ~1e3 terms)
 
@@ -56,10 +60,16 @@ def _resolve(value, env: dict):
 
 @dataclass
 class CompiledGraph:
-    """A fusion plan with a kernel (Route) per ODL group; call it with inputs and parameters."""
+    """A fusion plan with a kernel (Route) per ODL group; call it with inputs and parameters.
+
+    A call runs the memory-planned replay (planned.py) built on the first call at each input
+    shape; with `timings` (per-group seconds) or `planned=False` it runs group by group, each
+    group allocating its outputs, as the reference path for per-group rows."""
 
     plan: FusionPlan
     routes: dict[str, Route] = field(default_factory=dict)
+    planned: bool = True
+    runners: dict[tuple, PlannedGraph] = field(default_factory=dict, repr=False)
 
     def steps(self) -> list[tuple[Group, Callable[[dict], None]]]:
         """One callable per group that reads and writes the tensor environment."""
@@ -82,21 +92,49 @@ class CompiledGraph:
             out.append((group, step))
         return out
 
-    def __call__(self, env: dict[str, torch.Tensor], timings: dict[str, float] | None = None) -> dict:
-        """Run every group; returns the graph outputs (and adds per-group seconds to `timings`)."""
-        env = dict(env)
+    def runner(self, env: dict[str, torch.Tensor]) -> PlannedGraph:
+        """The planned replay for the shapes of `env`, built on first use (and rebuilt when the
+        parameter tensors in `env` are not the ones it was built on)."""
+        key = tuple((n, tuple(env[n].shape), env[n].dtype) for n in self.plan.graph.inputs)
+        runner = self.runners.get(key)
+        if runner is None or not runner.binds(env):
+            runner = self.runners[key] = plan_run(self, env)
+        return runner
+
+    def __call__(self, env: dict[str, torch.Tensor], timings: dict[str, float] | None = None,
+                 out: dict[str, torch.Tensor] | None = None) -> dict:
+        """Run the graph; returns its outputs (written into `out`'s tensors where given).
+        With `timings`, runs group by group and adds each group's seconds to it."""
+        if timings is None and self.planned:
+            with torch.no_grad():
+                return self.runner(env)(env, out)
+        graph = self.plan.graph
+        env = {**env, **{name: param_value(graph, self.plan.derived, name, env)
+                         for name in graph.params if name not in env}}
         with torch.no_grad():
             for group, step in self.steps():
                 start = time.perf_counter()
                 step(env)
                 if timings is not None:
                     timings[group.name] = time.perf_counter() - start
-        return {name: env[name] for name in self.plan.graph.outputs}
+        result = {name: env[name] for name in self.plan.graph.outputs}
+        for name, tensor in (out or {}).items():
+            tensor.copy_(result[name])
+            result[name] = tensor
+        return result
 
 
 def compile_graph(graph: Graph, backend: str = "c", target: str = "host", fuse: bool = True) -> CompiledGraph:
-    """Plan fusion and build a kernel for every ODL group (reference evaluator where none emits)."""
+    """Fold views into their readers, plan fusion and build a kernel for every ODL group
+    (reference evaluator where none emits); `fuse=False` keeps every node as it is."""
+    folds: list[dict] = []
+    siblings: list[dict] = []
+    derived: dict = {}
+    if fuse:
+        graph, siblings, derived = merge_sibling_gemms(graph)
+        graph, folds = fold_views(graph, backend, target)
     plan = plan_fusion(graph, backend, target, fuse)
+    plan.view_folds, plan.siblings, plan.derived = folds, siblings, derived
     routes = {g.name: route(g.op, g.sizes(graph), backend, target)
               for g in plan.groups if g.kind == "odl"}
     return CompiledGraph(plan, routes)
@@ -115,9 +153,9 @@ def max_error(outputs: dict, expected: dict) -> float:
     return worst
 
 
-def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median ms of each contender, calls alternated round by round after one warm-up call each,
-    so that load from other processes on shared cores hits every contender alike."""
+def interleaved_times(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+    """Seconds of every call of each contender, calls alternated round by round after one
+    warm-up call each, so that load from other processes on shared cores hits all alike."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
@@ -126,7 +164,12 @@ def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int) -> dict[st
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(v) * 1e3 for name, v in times.items()}
+    return times
+
+
+def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Median ms of each contender over `rounds` alternated calls (see interleaved_times)."""
+    return {name: statistics.median(v) * 1e3 for name, v in interleaved_times(fns, rounds).items()}
 
 
 def torch_compiled(module) -> tuple[Callable | None, str]:
@@ -135,6 +178,22 @@ def torch_compiled(module) -> tuple[Callable | None, str]:
         return torch.compile(module), ""
     except Exception as err:  # no toolchain for inductor, unsupported platform: say so
         return None, str(err).splitlines()[0][:200]
+
+
+def runtime_report(compiled: CompiledGraph, env: dict[str, torch.Tensor], calls: int = 5) -> dict:
+    """What the memory-planned runtime did for this graph: the arena plan and its explanation,
+    kernels per driver call, copies, page faults per steady-state call, dispatch overhead."""
+    from uol_core.graph.planned import page_faults
+
+    runner = compiled.runner(env)
+    with torch.no_grad():
+        out = {k: v.clone() for k, v in compiled(env).items()}
+        before = page_faults()
+        for _ in range(calls):
+            compiled(env, out=out)
+        faults = (page_faults() - before) / calls
+    return {**runner.stats.to_dict(), "plan": runner.stats.memory.explain(),
+            "page_faults_per_call": faults, "dispatch_overhead_us": runner.overhead_us(50)}
 
 
 def run_graph(graph: Graph, backend: str = "c", target: str = "host", repeat: int = 5,
@@ -192,11 +251,15 @@ def run_graph(graph: Graph, backend: str = "c", target: str = "host", repeat: in
     total_ms = ms["uol"]
     rows = []
     groups_ms = sum(statistics.median(v) for v in ours.values()) * 1e3
+    merged = {d["node"]: d["nodes"] for d in compiled.plan.siblings if d["merged"]}
+    replaced = {n for nodes in merged.values() for n in nodes}  # now slices of the merged GEMM
     for group in compiled.plan.groups:
         group_ms = statistics.median(ours[group.name]) * 1e3
-        ref_ms = sum(statistics.median(theirs[n]) for n in group.nodes) * 1e3
+        originals = [o for n in group.nodes for o in merged.get(n, [n])
+                     if not (group.kind == "torch" and n in replaced)]
+        ref_ms = sum(statistics.median(theirs[n]) for n in originals if n in theirs) * 1e3
         r = compiled.routes.get(group.name)
-        note = r.note if r else graph.node(group.nodes[0]).label
+        note = r.note if r else compiled.plan.graph.node(group.nodes[0]).label
         rows.append({"group": group.name, "nodes": group.nodes, "pattern": group.pattern,
                      "engine": r.engine if r else "torch", "op": group.op.name if group.op else "",
                      "ms": group_ms, "reference_ms": ref_ms, "torch_ms": ref_ms,
@@ -215,6 +278,7 @@ def run_graph(graph: Graph, backend: str = "c", target: str = "host", repeat: in
               "speed_baseline": "torch module, calls alternated in one run" if graph.module is not None
               else "none: a graph file has no torch module (per-group rows: reference evaluator)"}
     report["reference_nodes_ms"] = sum(r["reference_ms"] for r in rows)
+    report["runtime"] = runtime_report(compiled, env)
     report["speedup_vs_eager"] = ms["eager"] / total_ms if "eager" in ms and total_ms else None
     report["speedup_vs_compile"] = ms["compile"] / total_ms if "compile" in ms and total_ms else None
     if compare_compile and compile_note:

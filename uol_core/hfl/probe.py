@@ -278,6 +278,7 @@ def _record(info: HostInfo, quick: bool, vec: dict, m: dict) -> dict:
                                                   f"{m['stream_bytes'] >> 20} MiB, 24 B/element;"
                                                   f" {stream.detail}"),
     }
+    _matrix_facts(record, info.flags, info.cores, core)
     for level in ("l1d", "l2", "l3"):
         if level in caches:
             record[f"{level}_bytes"] = _entry(caches[level]["bytes"], sysfs)
@@ -306,6 +307,21 @@ def _record(info: HostInfo, quick: bool, vec: dict, m: dict) -> dict:
         "caches": caches, "gpu": _gpu_check(),
     }
     return record
+
+
+def _matrix_facts(record: dict, flags: list[str], cores: int, core: CoreFacts) -> None:
+    """bf16 peak and tile shape of the host's matrix unit (isa.toml [[matrix_isa]]), computed
+    from the documented rate at the measured clock; the benchmark measures the real one."""
+    from uol_core.hfl.matrix import peak_from, unit_for
+
+    unit = unit_for(list(flags), "bf16")
+    if unit is None:
+        return
+    value, how = peak_from(cores, float(core.clock_ghz.value),
+                           float(core.fma_units.value or 1), unit)
+    record["peak_gflops"]["bf16"] = _entry(round(value, 1), how, "assumed")
+    if "mnk" in unit.facts:
+        record["mma_shapes"] = {"bf16": _entry([unit.fact("mnk")], unit.source, "datasheet")}
 
 
 def _gpu_check() -> list[dict]:

@@ -35,11 +35,14 @@ FIELDS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "peak_gflops": ("gflops", KINDS, True),
     "mem_bandwidth_gbps": ("float", KINDS, True),
     "interconnect_gbps": ("links", KINDS, False),
+    # GCC machine flags that build for this CPU when it is not the host (cross builds).
+    "compiler_flags": ("flags", ("cpu",), False),
 }
 DICT_TYPES = ("gflops", "mma", "links")
 TYPE_WORDS = {"int": "a positive integer", "float": "a positive number",
               "isa": "a list of ISA names (strings)", "gflops": "a positive number (GFLOP/s)",
-              "mma": "a list of [m, n, k] integer triples", "links": "a positive number (GB/s)"}
+              "mma": "a list of [m, n, k] integer triples", "links": "a positive number (GB/s)",
+              "flags": "a list of compiler flags (strings starting with '-')"}
 PLAIN_KEYS = {"name", "kind", "description", "match", "sources", "measurements"}
 
 
@@ -93,6 +96,7 @@ class Target:
     peak_gflops: dict[str, float] = field(default_factory=dict)
     mem_bandwidth_gbps: float | None = None
     interconnect_gbps: dict[str, float] = field(default_factory=dict)
+    compiler_flags: list[str] = field(default_factory=list)
     match: list[str] = field(default_factory=list)
     measurements: dict[str, Any] = field(default_factory=dict)
     source_file: str = ""
@@ -142,8 +146,10 @@ def _check_number(file: str, name: str, value: Any, tag: str) -> int | float:
 def _check_value(file: str, name: str, value: Any, tag: str) -> Any:
     if tag in ("int", "float", "gflops", "links"):
         return _check_number(file, name, value, "int" if tag == "int" else "float")
-    if tag == "isa":
+    if tag in ("isa", "flags"):
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise HflError(file, name, f"expected {TYPE_WORDS[tag]}, got {value!r}")
+        if tag == "flags" and not all(v.startswith("-") and " " not in v for v in value):
             raise HflError(file, name, f"expected {TYPE_WORDS[tag]}, got {value!r}")
         return list(value)
     # mma: a non-empty list of [m, n, k] positive integer triples

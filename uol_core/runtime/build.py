@@ -9,6 +9,11 @@ limit. Defaults come from the environment:
 - `UOL_BUILD_TIMEOUT_S` (default 300): wall-clock seconds one compiler run may take;
 - `UOL_BUILD_MEMORY_MB` (default 4096): address space of each compiler process, in MiB
   (0: no limit).
+
+A kernel for a CPU of another architecture (its source carries `meta["cross"]`, see
+runtime/cross.py) is built with the cross compiler and that CPU's HFL compiler flags, linked
+with a harness into a program (`build_program`) that the emulator runs: it cannot be loaded
+into this process, so `build` refuses it and says so.
 """
 
 from __future__ import annotations
@@ -34,10 +39,16 @@ CC = os.environ.get("UOL_CC", "gcc")
 # they do not change any computed value (unlike -ffast-math, which we never use).
 BASE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
               "-fno-math-errno", "-fno-trapping-math")
-ISA_FLAGS = {"avx512": ("-mavx512f", "-mfma"), "avx2": ("-mavx2", "-mfma"), "vecext": ()}
+# AdvSIMD is part of every AArch64 core: NEON kernels need no flag (cross builds add the
+# target CPU's -mcpu from its HFL record).
+ISA_FLAGS = {"avx512": ("-mavx512f", "-mfma"), "avx2": ("-mavx2", "-mfma"), "neon": (),
+             "vecext": ()}
 # The machine flags of the normal build; every other build of the same kernel (sanitizer, cycle
 # counters) uses them too, or intrinsics the template chose for the host do not compile.
 TARGET_FLAGS = ("-march=native",)
+# A cross-built kernel: the same code generation flags, the target CPU's flags from the HFL
+# instead of -march=native, a program instead of a shared object.
+CROSS_BASE_FLAGS = ("-O3", "-fopenmp", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math")
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_MEMORY_MB = 4096
 # The in-group `timeout` fires this long after the limit: normally this process stops the
@@ -165,7 +176,11 @@ def compiler_version() -> str:
 
 
 def flags_for(src: KernelSource) -> tuple[str, ...]:
-    """Compiler flags of a kernel: the base set plus its ISA's (and the f16 workaround)."""
+    """Compiler flags of a kernel: the base set plus its ISA's (and the f16 workaround); for a
+    cross-built kernel, the cross base set plus the target CPU's flags."""
+    cross = src.meta.get("cross")
+    if cross:
+        return CROSS_BASE_FLAGS + tuple(cross.get("flags") or ())
     return BASE_FLAGS + ISA_FLAGS.get(kernel_isa(src), ()) + f16_flags(src)
 
 
@@ -196,7 +211,11 @@ def kernel_isa(src: KernelSource) -> str:
 
 
 def target_flags(src: KernelSource) -> tuple[str, ...]:
-    """The machine flags of the normal build of `src` (-march=native plus its ISA's)."""
+    """The machine flags of the normal build of `src` (-march=native plus its ISA's; the
+    target CPU's flags for a cross-built kernel)."""
+    cross = src.meta.get("cross")
+    if cross:
+        return tuple(cross.get("flags") or ())
     return TARGET_FLAGS + ISA_FLAGS.get(kernel_isa(src), ()) + f16_flags(src)
 
 
@@ -204,6 +223,11 @@ def build(src: KernelSource, limits: BuildLimits | None = None) -> Path:
     """Compile (or find in the cache) the shared library of a C kernel; returns its path.
 
     `limits` bound the compiler run (default: `BuildLimits.from_env()`, see the module doc)."""
+    cross = src.meta.get("cross")
+    if cross:
+        raise BuildError(f"the {src.op_name} kernel is built for {cross['target']} "
+                         f"({cross['arch']}); it cannot be loaded on this host. Run it under "
+                         "emulation (uol_core.runtime.emulate), or choose a target of this host.")
     flags = flags_for(src)
     key = hashlib.sha256("\0".join([src.text, " ".join(flags), compiler_version()])
                          .encode()).hexdigest()[:24]
@@ -243,3 +267,42 @@ def explain_compile_error(stderr: str, src: KernelSource) -> str:
         return (f"gcc error in generated {src.op_name} kernel line {number}{where}: "
                 f"{match.group(4)}\n    {text}")
     return f"gcc failed on generated {src.op_name} kernel:\n{stderr[-2000:]}"
+
+
+def build_program(src: KernelSource, harness: str, limits: BuildLimits | None = None) -> Path:
+    """Cross-compile (or find in the cache) the program `harness` + kernel `src` for the CPU
+    its `meta["cross"]` names; returns the executable's path. The cross compiler must be
+    installed (runtime.cross.Toolchain.require says what to install)."""
+    from uol_core.runtime.cross import toolchain
+
+    cross = src.meta["cross"]
+    tools = toolchain(cross["arch"])
+    tools.require()
+    flags = flags_for(src)
+    key = hashlib.sha256("\0".join([src.text, harness, " ".join(flags), tools.compiler,
+                                    _cross_version(tools.compiler)]).encode()).hexdigest()[:24]
+    out = cache_dir() / f"{src.op_name[:40]}-{cross['arch']}-{key}"
+    if out.exists():
+        return out
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        c_file, main_file = Path(tmp) / "kernel.c", Path(tmp) / "harness.c"
+        c_file.write_text(src.text)
+        main_file.write_text(harness)
+        tmp_exe = Path(tmp) / "kernel.exe"
+        label = f"the {src.op_name} kernel for {cross['target']} (config {describe_config(src)})"
+        proc = run_bounded_compiler([*flags, str(c_file), str(main_file), "-o", str(tmp_exe),
+                                     "-lm"], label, limits, compiler=tools.compiler)
+        if proc.returncode != 0:
+            raise BuildError(explain_compile_error(proc.stderr, src).replace(
+                "gcc", f"{tools.compiler} ({' '.join(flags[len(CROSS_BASE_FLAGS):])})", 1))
+        os.replace(tmp_exe, out)
+    return out
+
+
+@lru_cache(maxsize=4)
+def _cross_version(compiler: str) -> str:
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return compiler
+    return done.stdout.splitlines()[0] if done.stdout else compiler

@@ -8,14 +8,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from uol_core.backends import AUTO, backend_choices, get_backend, resolve_name
+from uol_core.backends import AUTO, REFERENCE, backend_choices, get_backend, resolve_name
 from uol_core.odl.check import check_op, stmt_extents
 from uol_core.odl.derivatives import substitute
 from uol_core.odl.ir import Access, Affine, DType, Op, Reduce, Stmt, Var, walk
 from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
 
 BACKENDS = backend_choices()  # "auto" and every registered backend
-REFERENCE = "reference"
 
 
 @dataclass

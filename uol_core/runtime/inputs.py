@@ -7,8 +7,8 @@ from collections.abc import Mapping
 import torch
 
 from uol_core.odl.ir import DType, Op
+from uol_core.odl.shapes import shape_of
 from uol_core.runtime.reference import TORCH_DTYPES
-from uol_core.runtime.shapes import shape_of
 
 
 def random_inputs(op: Op, sizes: Mapping[str, int], seed: int = 0) -> dict[str, torch.Tensor]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from uol_core.runtime.shapes import ShapeError
+from uol_core.odl.shapes import ShapeError
 
 
 @lru_cache(maxsize=256)

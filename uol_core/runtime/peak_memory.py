@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Binary, Call, Cast, DType, Expr, Op, Reduce, Scan, Unary, Var
-from uol_core.runtime.shapes import shape_of
+from uol_core.odl.shapes import shape_of
 
 INDEX_BYTES = 8  # gathers index with int64 tensors
 

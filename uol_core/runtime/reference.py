@@ -23,7 +23,7 @@ from uol_core.odl.ir import (
     Unary,
     Var,
 )
-from uol_core.runtime.shapes import ShapeError, bind_sizes, shape_of
+from uol_core.odl.shapes import ShapeError, bind_sizes, shape_of
 
 # Largest broadcast intermediate the evaluator builds (elements); beyond it we refuse clearly.
 MAX_ELEMENTS = 1 << 28

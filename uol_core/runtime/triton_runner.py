@@ -15,8 +15,8 @@ import torch
 from uol_core.backends.base import KernelSource
 from uol_core.backends.triton_expr import safe
 from uol_core.odl.ir import DType, Op
+from uol_core.odl.shapes import bind_sizes, shape_of
 from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
-from uol_core.runtime.shapes import bind_sizes, shape_of
 from uol_core.runtime.usercache import private_dir, read_verified, write_atomic
 
 TOLERANCE = {DType.f16: 2e-2, DType.bf16: 5e-2, DType.f32: 1e-4, DType.f64: 1e-9}

@@ -117,17 +117,19 @@ def execute_job(job: dict) -> dict:
 
     from uol_core.api import check_memory
     from uol_core.odl import parse
+    from uol_core.odl.shapes import shape_of
     from uol_core.runtime.build import BuildError, build
     from uol_core.runtime.measure import time_call
     from uol_core.runtime.native import NativeKernel
     from uol_core.runtime.reference import evaluate_all
-    from uol_core.runtime.shapes import shape_of
     from uol_core.runtime.verify import compare
 
     src = KernelSource(**job["source"])
     op = parse(job["op_text"], job["op_file"])
     sizes = job["sizes"]
     check_memory(op, sizes)  # a too-big request is an error here, not an OOM-killed machine
+    if src.meta.get("cross"):  # built for another architecture: verified under emulation
+        return _execute_emulated(src, op, sizes, job["seed"])
     try:
         path = build(src)
     except BuildError as exc:
@@ -162,4 +164,34 @@ def execute_job(job: dict) -> dict:
     result.update({"median_s": timing.median_s, "iqr_s": timing.iqr_s, "spread": timing.spread,
                    "outliers": timing.outliers, "repeats": timing.repeats,
                    "gflops": flops / timing.median_s / 1e9 if timing.median_s > 0 else None})
+    return result
+
+
+def _execute_emulated(src: KernelSource, op, sizes: dict, seed: int) -> dict:
+    """Build `src` for its foreign CPU, run it under the emulator on seeded random inputs and
+    compare with the reference; never timed (the result's reason says so)."""
+    from uol_core.runtime.build import BuildError
+    from uol_core.runtime.cross import EMULATED_NOTE, ToolchainMissing
+    from uol_core.runtime.emulate import EmulatedKernel, EmulationError
+    from uol_core.runtime.inputs import random_inputs
+    from uol_core.runtime.reference import evaluate_all
+    from uol_core.runtime.verify import compare
+
+    try:
+        kernel = EmulatedKernel(src, op, sizes)
+    except (BuildError, ToolchainMissing) as exc:
+        return {"status": "build_error", "reason": str(exc)}
+    inputs = random_inputs(op, sizes, seed=seed)
+    reference = evaluate_all(op, inputs)
+    try:
+        outputs = kernel.run(inputs)
+    except EmulationError as exc:
+        return {"status": "crash", "reason": str(exc)}
+    verdict = compare(outputs, reference, int(src.meta.get("reduction_length", 1)))
+    result = {"status": "ok" if verdict.ok else "mismatch", "max_abs_err": verdict.max_abs_err,
+              "max_rel_err": verdict.max_rel_err, "atol": verdict.atol, "where": verdict.where,
+              "emulated": src.meta["cross"]["target"],
+              "reason": EMULATED_NOTE if verdict.ok else
+              (f"wrong result under emulation at {verdict.where}: max abs err "
+               f"{verdict.max_abs_err:.3g} (tolerance {verdict.atol:.3g})")}
     return result

@@ -15,10 +15,10 @@ import torch
 from uol_core.odl.grad import GradOp, derive_grad, differentiable_inputs
 from uol_core.odl.ir import Op, retyped
 from uol_core.odl.printer import format_op
+from uol_core.odl.shapes import bind_sizes, shape_of
 from uol_core.runtime.dispatch import OpRunner, output_dtypes, whole_op_template
 from uol_core.runtime.launch import LaunchPlan, plan_for
 from uol_core.runtime.reference import TORCH_DTYPES
-from uol_core.runtime.shapes import bind_sizes, shape_of
 
 _LIBRARY = torch.library.Library("uol", "FRAGMENT")
 _REGISTERED: dict[str, TorchOp] = {}

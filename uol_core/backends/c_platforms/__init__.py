@@ -4,8 +4,11 @@ A `Platform` names the vector operations the hand-written templates (GEMM, rows,
 attention, convolution) are built from: load, store, broadcast, fma, arithmetic, horizontal
 reductions, a vector exp, and the register tiles each named template was tuned with. The
 templates format these C snippets ({0}, {1}, {2}: operands) and never spell an intrinsic, so an
-ISA is one file here (`avx512.py`, `avx2.py`, `vecext.py`) plus its row in `PLATFORMS`.
-Lane counts and register counts are not platform constants: they come from the HFL target.
+ISA is one file here (`avx512.py`, `avx2.py`, `neon.py`, `vecext.py`) plus its name in
+`_registry`.
+Lane counts and register counts are not platform constants: they come from the HFL (the
+isa.toml entry `requires` names, or the target's vector width for the portable path). The
+registry's order is the order of preference: the ACG uses the first ISA a target has.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ class Platform:
     """The C spelling of one ISA's f32 vector operations."""
 
     name: str
+    # The HFL ISA flags a target lists when it has this ISA, the first naming its isa.toml
+    # [[vector_isa]] entry (vector width, registers); empty: the portable path, on every target.
+    requires: tuple[str, ...]
     include: str  # the header the intrinsics need ("" when none)
     vec: str  # the C type of one f32 vector
     zero: str
@@ -52,9 +58,9 @@ class Platform:
 
 
 def _registry() -> dict[str, Platform]:
-    from uol_core.backends.c_platforms import avx2, avx512, vecext
+    from uol_core.backends.c_platforms import avx2, avx512, neon, vecext
 
-    return {p.name: p for p in (avx512.PLATFORM, avx2.PLATFORM, vecext.PLATFORM)}
+    return {p.name: p for p in (avx512.PLATFORM, avx2.PLATFORM, neon.PLATFORM, vecext.PLATFORM)}
 
 
 PLATFORMS: dict[str, Platform] = _registry()

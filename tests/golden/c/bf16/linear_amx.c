@@ -26,6 +26,7 @@
 #define A_PAIRS 0
 #define A_F32 0
 #define A_ELEM 2
+#define B_SHARED 1
 #define SAM 70
 #define SAK 1
 #define SBK 1
@@ -128,15 +129,25 @@ static void pack_a(const uint16_t *restrict A, uint16_t *restrict Ap)
         }
 }
 
-/* A finished block from the thread's buffer into C: edges clipped, bf16 rounded if asked. */
+/* A finished block from the thread's buffer into C: edges clipped, bf16 rounded if asked
+   (trip counts computed first, so that gcc vectorises the rounding). */
 static void write_block(const float *restrict buf, void *restrict C, int64_t row0, int64_t col0)
 {
-    for (int64_t i = 0; i < BM && row0 + i < MDIM; ++i)
-        for (int64_t j = 0; j < BN && col0 + j < NDIM; ++j) {
-            const int64_t at = (row0 + i) * SCM + (col0 + j) * SCN;
-            if (C_F32) ((float *)C)[at] = buf[i * BN + j];
-            else ((uint16_t *)C)[at] = to_bf16(buf[i * BN + j]);
+    const int64_t ni = MDIM - row0 < BM ? MDIM - row0 : BM;
+    const int64_t nj = NDIM - col0 < BN ? NDIM - col0 : BN;
+    for (int64_t i = 0; i < ni; ++i) {
+        const float *restrict src = buf + i * BN;
+        const int64_t at = (row0 + i) * SCM + col0 * SCN;
+        if (C_F32) {
+            float *restrict dst = (float *)C + at;
+            #pragma omp simd
+            for (int64_t j = 0; j < nj; ++j) dst[j * SCN] = src[j];
+        } else {
+            uint16_t *restrict dst = (uint16_t *)C + at;
+            #pragma omp simd
+            for (int64_t j = 0; j < nj; ++j) dst[j * SCN] = to_bf16(src[j]);
         }
+    }
 }
 
 
@@ -208,7 +219,7 @@ void uol_linear_bf16(void **args, const int64_t *strides)
         for (int64_t bt = 0; bt < BATCH; ++bt) {
             int64_t oa, ob, oc;
             batch_offsets(bt, &oa, &ob, &oc);
-            pack_b(B + ob, Bp);
+            if (!B_SHARED || bt == 0) pack_b(B + ob, Bp);  /* a B the batch shares: once */
             if (!A_DIRECT) pack_a(A + oa, Ap);
             /* a block row: in place (rows SAM apart) or packed (BM * KP elements apart) */
             const uint16_t *a0 = A_DIRECT ? A + oa : Ap;

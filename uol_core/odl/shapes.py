@@ -140,3 +140,22 @@ def _fmt(sizes: Mapping[str, int]) -> str:
 def shape_of(op: Op, name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
     """Concrete shape of a tensor of the op."""
     return tuple(form.evaluate(dict(sizes)) for form in op.tensor(name).shape)
+
+
+# Filter and pool-window dimensions beside spatial axes: small, as real layers have them.
+SMALL_DIMS = {"R": 3, "S": 3, "KH": 3, "KW": 3, "P": 2}
+
+
+def runnable_sizes(op: Op, given: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Sizes that make `op` runnable at once, with `given` on top: 256 per dimension, or 32
+    with small filter dimensions when the op has spatial axes (a conv at 256 everywhere needs
+    hundreds of GB). R and S are filter sizes only beside spatial dims; in softmax R is rows."""
+    given = dict(given or {})
+    spatial = bool({"H", "W", "L"} & set(op.dims))
+    sizes = {d: SMALL_DIMS.get(d, 32) if spatial else 256 for d in op.dims}
+    for fallback in (sizes, {d: SMALL_DIMS.get(d, 32) for d in op.dims}):
+        try:
+            return bind_sizes(op, {**fallback, **given})
+        except ValueError:
+            continue
+    return bind_sizes(op, {**sizes, **given})

@@ -1,0 +1,108 @@
+"""Callbacks of the Guide page: build (or read cached) cases for the chosen targets, filter
+them, show one case's constraints and knob moves, and export the shown cases as HTML."""
+
+from __future__ import annotations
+
+from dash import Input, Output, State, callback, html, no_update
+
+
+def _seconds(value: float | None) -> str:
+    if not value:
+        return "-"
+    return f"{value * 1e3:.3g} ms" if value >= 1e-3 else f"{value * 1e6:.3g} µs"
+
+
+def case_row(case: dict) -> dict:
+    """One table row of a case (the predicted time says it is a prediction)."""
+    roof = case.get("roofline", {})
+    intensity = roof.get("intensity")
+    return {"id": case["id"], "target": case["target"], "family": case["family"],
+            "op": case["op"], "backend": case["backend"],
+            "config": ", ".join(f"{k}={v}" for k, v in case["config"].items()),
+            "bound": str(roof.get("bound", "")),
+            "intensity": f"{intensity:.3g}" if intensity is not None else "",
+            "predicted": f"{_seconds(case['predicted_s'])} (predicted)",
+            "measured": (f"{_seconds(case['measured_s'])} (measured here)"
+                         if case.get("measured_s") else "not run here"),
+            "kernel": f"[open in Studio]({case['studio_link']})"}
+
+
+@callback(Output("guide-cases", "data"), Output("guide-summary", "children"),
+          Input("guide-targets", "value"), Input("guide-families", "value"))
+def load_cases(targets, families):
+    """The cases of the chosen targets and families (built on first use, then cached)."""
+    from uol_core.guide.families import family
+    from uol_core.guide.generate import generate
+
+    if not targets:
+        return [], "Choose one or more targets."
+    try:
+        fams = [family(name) for name in families] if families else None
+        guide = generate(list(targets), fams)
+    except Exception as exc:  # a broken HFL record or target: say which, keep the page
+        return [], html.Span(f"Could not build the guide: {exc}", className="odl-error")
+    cases = [c.to_dict() for c in guide.cases]
+    measured = sum(1 for c in cases if c.get("measured_s"))
+    illegal = sum(1 for c in cases if not c["legal"])
+    text = (f"{len(cases)} cases ({len(guide.targets)} targets); {measured} measured on this "
+            f"host, the rest model-predicted" + (f"; {illegal} NOT LEGAL" if illegal else "")
+            + (f"; {len(guide.errors)} could not be planned" if guide.errors else ""))
+    return cases, text
+
+
+@callback(Output("guide-table", "data"), Output("guide-table", "selected_rows"),
+          Input("guide-cases", "data"), Input("guide-bound", "value"))
+def show_rows(cases, bound):
+    """Rows of the cases that pass the bound filter."""
+    shown = [c for c in cases or [] if not bound or c["roofline"].get("bound") == bound]
+    return [case_row(c) for c in shown], []
+
+
+@callback(Output("guide-detail", "children"), Input("guide-table", "selected_rows"),
+          State("guide-table", "data"), State("guide-cases", "data"))
+def show_case(selected, rows, cases):
+    """The selected case: binding constraints, one-knob moves, roofline and time labels."""
+    if not selected or not rows:
+        return no_update
+    case_id = rows[selected[0]]["id"]
+    case = next((c for c in cases or [] if c["id"] == case_id), None)
+    if case is None:
+        return no_update
+    roof = case["roofline"]
+    moves = [html.Li(f"{m['knob']} {m['from']} → {m['to']}: "
+                     + (f"×{m['ratio']:.2f} time (predicted)" if m.get("legal")
+                        else f"illegal, {m.get('why', '')}"),
+                     className="" if m.get("legal") else "odl-error")
+             for m in case["knob_changes"]]
+    return html.Div([
+        html.H4(f"{case['family']} on {case['target']}", id="guide-detail-title"),
+        html.Div(f"{case['op']} at " + ", ".join(f"{k}={v}" for k, v in case["sizes"].items())
+                 + f"; {case['backend']} backend, {case['pattern']} pattern"),
+        html.Div("config: " + ", ".join(f"{k}={v}" for k, v in case["config"].items())
+                 + ("" if case["legal"] else "  (NOT LEGAL: " + "; ".join(case["violated"]) + ")")),
+        html.Div(f"roofline: {roof.get('bound')}-bound"
+                 + (f", {roof['intensity']:.3g} FLOP/B against a ridge of "
+                    f"{roof['ridge_intensity']:.3g}" if roof.get("intensity") is not None else "")),
+        html.Div(f"predicted {_seconds(case['predicted_s'])}: {case['prediction_label']}"),
+        html.Div(f"measured {_seconds(case['measured_s'])}: {case['measured_label']}"
+                 if case.get("measured_s") else "not measured: this target is not this host"),
+        html.H4("Binding constraints"),
+        html.Ul([html.Li(b) for b in case["binding"]] or [html.Li("none: every knob can grow")]),
+        html.H4("One-knob moves"),
+        html.Ul(moves or [html.Li("no one-step move")]),
+        html.A("Open this kernel in the Studio", href=case["studio_link"], id="guide-open-studio"),
+    ])
+
+
+@callback(Output("guide-download", "data"), Input("guide-download-button", "n_clicks"),
+          State("guide-cases", "data"), State("guide-targets", "value"),
+          State("guide-families", "value"), prevent_initial_call=True)
+def download_html(_clicks, cases, targets, families):
+    """The shown cases as the offline HTML guide."""
+    from profilers.guide_html import render_guide_html
+    from uol_core.guide.families import FAMILIES
+
+    fams = [{"name": f.name, "op": f.op, "sizes": f.sizes, "why": f.why} for f in FAMILIES
+            if not families or f.name in families]
+    text = render_guide_html({"cases": cases or [], "families": fams, "targets": targets or []})
+    return {"content": text, "filename": "uol-guide.html"}

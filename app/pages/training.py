@@ -1,0 +1,48 @@
+"""Training page: start a real pipeline-parallel run, watch every rank's timeline live beside the simulator's."""
+
+from __future__ import annotations
+
+import dash
+from dash import dcc, html
+
+from app.callbacks import training as _callbacks  # noqa: F401  (registers callbacks)
+from app.figures.studio import empty_figure
+
+dash.register_page(__name__, path="/training", name="Training", title="UOL Studio: Training", order=4.5)
+
+SCHEDULES = [("1F1B", "1f1b"), ("GPipe", "gpipe"), ("interleaved 1F1B (2 chunks per rank)", "interleaved")]
+
+
+def layout(**_query) -> html.Div:
+    """Knobs and Start on top; status and progress; measured | simulated timelines; the report."""
+    from app.services.training import MAX_STAGES, MAX_STEPS
+
+    field = lambda label, comp: html.Div([html.Label(label), comp])  # noqa: E731
+    graph = lambda gid, msg: dcc.Graph(id=gid, figure=empty_figure(msg),  # noqa: E731
+                                       config={"displaylogo": False}, style={"width": "100%"})
+    knobs = html.Div([
+        field(f"Stages (2-{MAX_STAGES} processes)", dcc.Input(id="train-stages", type="number", value=2,
+                                                              style={"width": "70px"})),
+        field("Micro-batches", dcc.Input(id="train-microbatches", type="number", value=4,
+                                         style={"width": "70px"})),
+        field("Schedule", dcc.Dropdown(id="train-schedule", options=[{"label": a, "value": b} for a, b in SCHEDULES],
+                                       value="1f1b", clearable=False, className="dropdown")),
+        field(f"Steps (4-{MAX_STEPS})", dcc.Input(id="train-steps", type="number", value=8, style={"width": "70px"})),
+        dcc.Checklist(id="train-straggler", options=[{"label": " last stage 2x slow, rebalance mid-run",
+                                                      "value": "on"}], value=[]),
+        html.Button("Start training run", id="train-start"),
+    ], className="toolbar")
+    return html.Div([
+        dcc.Store(id="train-run"), dcc.Interval(id="train-tick", interval=700, disabled=True),
+        html.P("A small transformer split into stages with torch.distributed.pipelining, one gloo process per "
+               "stage on this machine. Every rank streams its forward, backward, send and recv times; the "
+               "timelines show the latest finished step and the simulator's step for the stage times measured "
+               "so far.", className="muted"),
+        knobs,
+        html.Div(id="train-status", className="muted"),
+        html.Progress(id="train-progress", value="0", max="1", style={"width": "100%"}),
+        html.Div([html.Div(graph("train-measured", "measured per-rank timeline"), className="panel"),
+                  html.Div(graph("train-simulated", "simulated timeline"), className="panel")],
+                 className="two-col"),
+        html.Div(id="train-report", className="findings"),
+    ])

@@ -1,0 +1,214 @@
+"""Remote target workers end to end: runs on two targets' workers, records with the worker's
+host facts, signature checks, a worker killed mid-job, a broker restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from uol_core.ops import load_op, op_text
+from uol_remote.client import RemoteError, RemoteWorker
+from uol_remote.jobs import kernel_job
+from uol_remote.signing import seal
+from uol_remote.tasks import claim_key, reply_key
+
+OP = "softmax"  # a row pattern: its tuner, its space per target, vector code per ISA
+SIZES = {"R": 256, "C": 256}
+SMALL = {"R": 8, "C": 8}
+
+
+def _session(target: str, coordinator, db_path, sizes=SIZES, min_seconds: float = 0.05):
+    from uol_core.acg.tuner import open_session
+    from uol_core.runtime.tuningdb import TuningDB
+
+    return open_session(load_op(OP), sizes, target, db=TuningDB(db_path),
+                        worker=RemoteWorker(coordinator, target), min_seconds=min_seconds)
+
+
+def _rows(db_path) -> list[dict]:
+    import sqlite3
+
+    with sqlite3.connect(db_path) as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute("SELECT * FROM measurements ORDER BY id")]
+
+
+@pytest.mark.parametrize("target", ["host", "avx2-desktop"])
+def test_a_run_on_each_target_comes_back_verified_with_its_worker(cluster, target):
+    _, _, coordinator, _ = cluster
+    job, _ = kernel_job(op_text(OP), target, SIZES, min_seconds=0.05)
+    result = RemoteWorker(coordinator, target).run(job)
+    assert result["status"] == "ok", result
+    assert result["median_s"] > 0 and result["max_abs_err"] is not None
+    assert result["worker"]["target"] == target
+    assert result["remote"]["node"].startswith(f"{target}.") and result["remote"]["attempts"] == 1
+    assert result["worker"]["flags"] and result["worker"]["cpu"]
+    # emitted for the target's record (256-bit vectors for the AVX2 one), not this machine's
+    if target == "avx2-desktop":
+        assert "__m256" in job["source"]["text"] and "__m512" not in job["source"]["text"]
+
+
+def test_tuner_records_each_remote_measurement_with_the_workers_host(cluster, tmp_path):
+    _, _, coordinator, _ = cluster
+    db = tmp_path / "tuning.sqlite"
+    session = _session("avx2-desktop", coordinator, db)
+    try:
+        cfg = session.ranked()[0][0]
+        trial = session.measure(cfg)
+    finally:
+        session.close()
+    assert trial.gflops > 0
+    (row,) = _rows(db)
+    extra = json.loads(row["extra"])
+    assert row["status"] == "ok" and row["config"] == cfg.key()
+    assert extra["worker"]["node"].startswith("avx2-desktop.")
+    assert extra["worker"]["host"] and extra["worker"]["fingerprint"]
+
+
+def _answer(coordinator, nonce: str, wait_s: float = 20.0):
+    give_up = time.monotonic() + wait_s
+    while time.monotonic() < give_up:  # short waits: the client's socket timeout is longer
+        item = coordinator.redis.blpop([reply_key(nonce)], timeout=0.5)
+        if item:
+            return json.loads(item[1])
+    return None
+
+
+def test_unsigned_forged_and_replayed_jobs_do_not_run(cluster):
+    _, _, coordinator, _ = cluster
+    job, _ = kernel_job(op_text(OP), "host", SMALL)
+    body = {"kind": "kernel", "target": "host", "isa": [], "job": job, "timeout": 30}
+    forged = seal(body, b"not-the-shared-secret-at-all")
+    unsigned = {"body": dict(forged["body"], nonce="unsigned-" + forged["body"]["nonce"])}
+    for envelope, why in ((forged, "bad signature"), (unsigned, "unsigned job")):
+        coordinator.app.send_task("uol.remote.execute", args=[envelope], queue="host")
+        answer = _answer(coordinator, envelope["body"]["nonce"])
+        assert answer is not None and why in answer["refused"], answer
+        assert not coordinator.redis.exists(claim_key(envelope["body"]["nonce"]))
+    good = seal(body, coordinator.secret)
+    for _ in range(2):  # the same signed job twice: it runs once, the copy is skipped
+        coordinator.app.send_task("uol.remote.execute", args=[good], queue="host")
+    first = _answer(coordinator, good["body"]["nonce"])
+    assert first is not None and "refused" not in first
+    assert _answer(coordinator, good["body"]["nonce"], wait_s=1.5) is None
+
+
+def test_worker_refuses_a_target_its_hardware_cannot_run(tmp_path):
+    from uol_core.hfl import load_target
+    from uol_remote.hostfacts import refusal
+
+    avx2_only = {"cpu": "an AVX2 desktop", "machine": "x86_64", "gpus": [],
+                 "flags": ["avx2", "fma", "avx", "sse4_2", "sse2"]}
+    why = refusal(load_target("xeon-spr-8480"), avx2_only)
+    assert why and "avx512f" in why and "uol hw list" in why
+    assert refusal(load_target("avx2-desktop"), avx2_only) is None
+    assert "GPU" in refusal(load_target("h100-sxm"), avx2_only)
+    import typer
+    from typer.testing import CliRunner
+
+    from uol_cli.worker_cmd import worker
+
+    command = typer.Typer()
+    command.command()(worker)
+    out = CliRunner().invoke(command, ["--target", "graviton3", "--broker",
+                                       "redis://127.0.0.1:9/0"], env={"UOL_REMOTE_SECRET": "x" * 32})
+    assert out.exit_code == 2 and "refusing to serve graviton3" in out.output
+
+
+def test_a_worker_killed_mid_job_is_detected_and_the_job_runs_once_elsewhere(cluster, tmp_path):
+    _, _, coordinator, by_node = cluster
+    db = tmp_path / "tuning.sqlite"
+    before = set(coordinator.redis.scan_iter(match=claim_key("*")))
+    outcome: dict = {}
+
+    def measure() -> None:  # the session in the thread that uses it (SQLite's rule)
+        # a measurement long enough to kill its worker in the middle (timing lasts >= 3 s)
+        session = _session("host", coordinator, db, sizes={"R": 64, "C": 64}, min_seconds=3.0)
+        try:
+            outcome["trial"] = session.measure(session.ranked()[0][0])
+        except Exception as exc:
+            outcome["error"] = exc
+        finally:
+            session.close()
+
+    thread = threading.Thread(target=measure)
+    thread.start()
+    holder, give_up = None, time.monotonic() + 30
+    while holder is None and time.monotonic() < give_up:
+        for key in set(coordinator.redis.scan_iter(match=claim_key("*"))) - before:
+            value = coordinator.redis.get(key)
+            if value in by_node:
+                holder = value
+        time.sleep(0.05)
+    assert holder, f"no worker took the job: {outcome}"
+    time.sleep(0.5)
+    os.killpg(by_node[holder].pid, signal.SIGKILL)  # the worker and its sandbox child
+    thread.join(60)
+    assert "error" not in outcome, outcome.get("error")
+    result = outcome["trial"].result
+    assert result["status"] == "ok" and result["remote"]["attempts"] == 2
+    assert result["remote"]["lost"] == [holder] and result["remote"]["node"] != holder
+    assert len(_rows(db)) == 1  # recorded once, from the retry
+
+
+def test_a_broker_restart_loses_no_committed_record(cluster, tmp_path):
+    broker, _, coordinator, _ = cluster
+    db = tmp_path / "tuning.sqlite"
+    session = _session("avx2-desktop", coordinator, db)
+    try:
+        first, second = session.ranked()[0][0], session.ranked()[1][0]
+        assert session.measure(first).gflops > 0
+        kept = _rows(db)
+        broker.restart()
+        give_up = time.monotonic() + 30
+        while not coordinator.workers_for("avx2-desktop"):  # workers reconnect on their own
+            assert time.monotonic() < give_up, "the worker did not come back after the restart"
+            time.sleep(0.2)
+        assert session.measure(second).gflops > 0
+    finally:
+        session.close()
+    rows = _rows(db)
+    assert rows[:1] == kept and len(rows) == 2
+    assert [r["config"] for r in rows] == [first.key(), second.key()]
+
+
+def test_no_live_worker_is_an_error_that_says_how_to_start_one(cluster):
+    _, _, coordinator, _ = cluster
+    job, _ = kernel_job(op_text(OP), "xeon-spr-8480", SMALL)
+    with pytest.raises(RemoteError, match="uol worker --target xeon-spr-8480"):
+        RemoteWorker(coordinator, "xeon-spr-8480").run(job)
+
+
+def test_tune_fans_out_across_targets_and_records_every_answer(cluster, tmp_path):
+    from uol_remote.sweep import tune_targets
+
+    broker, secret, _, _ = cluster
+    db = tmp_path / "tuning.sqlite"
+    results = tune_targets(broker.url, secret, load_op(OP), {"R": 64, "C": 64},
+                           ["host", "avx2-desktop", "xeon-spr-8480"], 3, str(db))
+    by_target = {r["target"]: r for r in results}
+    assert "no live worker" in by_target["xeon-spr-8480"]["error"]
+    for target in ("host", "avx2-desktop"):
+        assert by_target[target]["verified"] == 3, by_target[target]
+        assert all(t["worker"].startswith(f"{target}.") for t in by_target[target]["trials"])
+    assert len(_rows(db)) == 6
+
+
+def test_the_ide_runs_a_kernel_on_a_live_worker(cluster, monkeypatch):
+    from app.services import remote, runner
+
+    broker, secret, _, _ = cluster
+    monkeypatch.setenv("UOL_BROKER", broker.url)
+    monkeypatch.setenv("UOL_REMOTE_SECRET_FILE", str(secret))
+    monkeypatch.setattr(remote, "_COORDINATORS", {})
+    monkeypatch.setitem(remote._CACHE, "at", 0.0)
+    assert "live worker" in remote.where("avx2-desktop")
+    assert remote.target_options(["xeon-spr-8480", "avx2-desktop"])[0]["value"] == "avx2-desktop"
+    res = runner.run_kernel(op_text(OP), "c", "avx2-desktop", SIZES, None)
+    assert res["ok"], res
+    assert res["worker"]["target"] == "avx2-desktop" and "measured on worker" in res["mode"]

@@ -1,0 +1,33 @@
+"""Training page: start a real pipeline run from the browser, watch the per-rank timeline fill in live."""
+
+from __future__ import annotations
+
+from conftest import ARTIFACTS, wait_idle
+from playwright.sync_api import expect
+
+
+def test_training_run_draws_measured_and_simulated_timelines(page, live_server):
+    page.goto(live_server + "/training")
+    expect(page.locator("#nav-training")).to_be_visible()
+    page.fill("#train-steps", "6")
+    page.click("#train-start")
+    expect(page.locator("#train-status")).to_contain_text("steps", timeout=30_000)
+    # the live view: bars of both ranks in the measured chart while (or once) the run goes
+    bars = page.locator("#train-measured .barlayer .point")
+    expect(bars.first).to_be_attached(timeout=120_000)
+    expect(page.locator("#train-status")).to_contain_text("finished", timeout=120_000)
+    wait_idle(page)
+    lanes = page.locator("#train-measured .yaxislayer-above .ytick text").all_text_contents()
+    assert sorted(lanes) == ["rank 0", "rank 1"]
+    expect(page.locator("#train-simulated .barlayer .point").first).to_be_attached()
+    expect(page.locator("#train-result")).to_contain_text("simulated")
+    page.screenshot(path=str(ARTIFACTS / "training.png"), full_page=True)
+    assert page.js_errors == []
+
+
+def test_training_knobs_out_of_range_are_said(page, live_server):
+    page.goto(live_server + "/training")
+    page.fill("#train-stages", "9")
+    page.click("#train-start")
+    expect(page.locator("#train-status")).to_contain_text("Stages: use 2-4")
+    assert page.js_errors == []

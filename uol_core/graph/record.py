@@ -1,0 +1,234 @@
+"""Build a PlannedGraph: run the compiled graph once, trace every tensor to its storage, plan the
+arena, and turn the groups into replay steps (see planned.py for what a step is)."""
+
+from __future__ import annotations
+
+import torch
+
+from uol_core.graph.arena import HUGE_PAGE, Arena
+from uol_core.graph.format import tensor_refs
+from uol_core.graph.memory_plan import plan_memory
+from uol_core.graph.planned import (
+    CallStep,
+    CopyStep,
+    KernelStep,
+    PlannedGraph,
+    Ref,
+    Root,
+    RunStats,
+    Segment,
+    buffers_of,
+    hugepage_mode,
+)
+from uol_core.graph.siblings import param_value
+
+# torch nodes that, when they allocate (a reshape of a non-viewable layout, contiguous, clone),
+# only copy their one input: they become a planned copy into the arena instead of an allocation
+COPY_LIKE = ("reshape", "view", "_unsafe_view", "flatten", "unflatten", "contiguous", "clone",
+             "alias", "squeeze", "unsqueeze", "lift_fresh_copy")
+
+
+class Recorder:
+    """One traced run of a compiled graph."""
+
+    def __init__(self, compiled) -> None:
+        self.compiled, self.graph = compiled, compiled.plan.graph
+        self.roots: list[Root] = []
+        self.by_storage: dict[int, int] = {}
+        self.base: dict[int, int] = {}
+        self.values: dict[str, object] = {}
+        self.keep: list[torch.Tensor] = []  # holds traced storages, so no address is reused
+        self.specs: list[tuple] = []
+        self.views_removed = 0
+
+    # ------------------------------------------------------------ storages and references
+
+    @property
+    def step(self) -> int:
+        return len(self.specs)
+
+    def register(self, t: torch.Tensor, kind: str, name: str) -> int:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in self.by_storage:
+            return self.by_storage[ptr]
+        index = len(self.roots)
+        self.roots.append(Root(name, kind, t.untyped_storage().nbytes(), t.dtype, self.step, self.step,
+                               t if kind == "fixed" else None))
+        self.by_storage[ptr], self.base[index] = index, t.storage_offset()
+        self.keep.append(t)
+        return index
+
+    def known(self, t: torch.Tensor) -> bool:
+        return t.untyped_storage().data_ptr() in self.by_storage
+
+    def ref(self, t: torch.Tensor) -> Ref:
+        """`t` as a reference; marks its root as used at the current step."""
+        root = self.by_storage[t.untyped_storage().data_ptr()]
+        self.roots[root].last = max(self.roots[root].last, self.step)
+        return Ref(root, t.storage_offset() - self.base[root], tuple(t.shape), tuple(t.stride()), t.dtype)
+
+    def refs(self, value):
+        if isinstance(value, torch.Tensor):
+            return self.ref(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.refs(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.refs(v) for k, v in value.items()}
+        return value
+
+    def resolve(self, value):
+        if isinstance(value, dict) and set(value) == {"tensor"}:
+            return self.values[value["tensor"]]
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.resolve(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.resolve(v) for k, v in value.items()}
+        return value
+
+    # ------------------------------------------------------------ groups
+
+    def torch_group(self, group) -> None:
+        node = self.graph.node(group.nodes[0])
+        args, kwargs = self.resolve(node.args), self.resolve(node.kwargs)
+        result = node.fn(*args, **kwargs)
+        self.values[node.writes()[0]] = result
+        leaves = list(_leaves(result))
+        fresh = [(path, t) for path, t in leaves if not self.known(t)]
+        if not fresh:
+            self.views_removed += 1
+            return
+        ins = [self.values[t] for t in tensor_refs([node.args, node.kwargs])]
+        name = node.source.rsplit(".", 1)[-1].split(":")[-1]
+        if (name in COPY_LIKE and len(fresh) == 1 and len(ins) == 1
+                and isinstance(ins[0], torch.Tensor) and fresh[0][0] == ()
+                and fresh[0][1].is_contiguous() and fresh[0][1].numel() == ins[0].numel()):
+            src = self.ref(ins[0])
+            self.register(fresh[0][1], "arena", node.writes()[0])
+            self.specs.append(("copy", group.name, src, self.ref(fresh[0][1])))
+            return
+        call_args, call_kwargs = self.refs(args), self.refs(kwargs)
+        binds = [(path, self.register(t, "dynamic", node.writes()[0])) for path, t in fresh]
+        self.specs.append(("call", group.name, node.fn, call_args, call_kwargs, binds))
+
+    def odl_group(self, group) -> None:
+        route = self.compiled.routes[group.name]
+        inputs = {k: self.values[v] for k, v in group.inputs.items()}
+        native = None
+        if route.kernel is not None and route.engine == "c":
+            native = route.kernel.native_for({k: tuple(t.shape) for k, t in inputs.items()})
+        if native is None or not hasattr(native, "fn") or not self._kernel(group, native, inputs):
+            self._call(group, route, inputs)
+
+    def _kernel(self, group, native, inputs: dict) -> bool:
+        """The group as a C kernel step (False when its arguments do not fit one)."""
+        from uol_core.runtime.native import NativeKernel
+
+        strided = isinstance(native, NativeKernel)  # the GEMM entry honours argument strides
+        args = native.launch_args()
+        for name, shape, dtype in args:
+            t = inputs.get(name)
+            if t is not None and (t.dtype != dtype or tuple(t.shape) != tuple(shape)):
+                return False
+        tensors = {}
+        for name, _, _ in args:
+            if name in inputs:
+                t = inputs[name]
+                if not strided and not t.is_contiguous():
+                    src, t = self.ref(t), t.contiguous()
+                    self.register(t, "arena", f"{group.name}.{name}")
+                    self.specs.append(("copy", group.name, src, self.ref(t)))
+                tensors[name] = t
+        outs = {name: torch.empty(shape, dtype=dtype) for name, shape, dtype in args if name not in inputs}
+        refs = []
+        for name, _, _ in args:
+            if name in outs:
+                self.register(outs[name], "arena", f"{group.name}.{name}")
+            refs.append(self.ref(tensors.get(name, outs.get(name))))
+        if strided:
+            native({**tensors, **outs})
+        else:
+            native.run(tensors, outs)
+        self.specs.append(("kernel", group.name, native.fn, refs))
+        for k, v in group.outputs.items():
+            self.values[v] = outs[k]
+        return True
+
+    def _call(self, group, route, inputs: dict) -> None:
+        result = route.run(inputs)
+        refs = self.refs(inputs)
+        binds = []
+        for k, v in group.outputs.items():
+            self.values[v] = result[k]
+            if not self.known(result[k]):
+                binds.append(((k,), self.register(result[k], "dynamic", v)))
+        self.specs.append(("call", group.name, lambda tensors, run=route.run: run(tensors),
+                           [refs], {}, binds))
+
+    # ------------------------------------------------------------ the whole run
+
+    def record(self, env: dict[str, torch.Tensor]) -> PlannedGraph:
+        graph = self.graph
+        params = {name: env[name] for name in graph.params if name in env}
+        fixed = {name: param_value(graph, self.compiled.plan.derived, name, env)
+                 for name in graph.params}
+        for name, t in fixed.items():
+            self.register(t, "fixed", name)
+        inputs = {}
+        for name in graph.inputs:
+            t = env[name].contiguous()
+            inputs[name] = self.register(t, "input", name)
+            self.values[name] = t
+        self.values.update(fixed)
+        with torch.no_grad():
+            for group in self.compiled.plan.groups:
+                (self.torch_group if group.kind == "torch" else self.odl_group)(group)
+        outputs = {}
+        for name in graph.outputs:
+            ref = self.ref(self.values[name])
+            if self.roots[ref.root].kind == "arena":
+                self.roots[ref.root].kind = "output"
+            outputs[name] = ref
+        return self.build(inputs, params, outputs)
+
+    def build(self, inputs, params, outputs) -> PlannedGraph:
+        memory = plan_memory(buffers_of(self.roots))
+        arena = Arena(memory.arena_bytes)
+        for root in self.roots:
+            if root.kind == "arena":
+                root.anchor = arena.view(memory.offsets[root.name], root.nbytes, root.dtype)
+        patches: dict[int, list] = {}
+        steps: list = []
+        run: list[KernelStep] = []
+        counts = {"kernel": 0, "copy": 0, "call": 0}
+        for spec in self.specs:
+            counts[spec[0]] += 1
+            if spec[0] == "kernel":
+                step = KernelStep(spec[1], spec[2], spec[3])
+                for slot, ref in enumerate(step.refs):
+                    patches.setdefault(ref.root, []).append((step.ptrs, slot, ref.byte_offset()))
+                run.append(step)
+                continue
+            if run:
+                steps.append(Segment(run))
+                run = []
+            steps.append(CopyStep(*spec[1:]) if spec[0] == "copy" else CallStep(*spec[1:]))
+        if run:
+            steps.append(Segment(run))
+        huge = "yes" if arena.huge_pages else "no (arena under 2 MiB)" \
+            if memory.arena_bytes < HUGE_PAGE else f"no (transparent huge pages: {hugepage_mode()})"
+        stats = RunStats(memory, counts["kernel"], sum(isinstance(s, Segment) for s in steps),
+                         counts["copy"], counts["call"], self.views_removed, huge)
+        return PlannedGraph(self.roots, steps, patches, inputs, params, outputs, stats, arena)
+
+
+def _leaves(value, path=()):
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _leaves(v, (*path, i))
+
+
+def plan_run(compiled, env: dict[str, torch.Tensor]) -> PlannedGraph:
+    """The planned replay of `compiled` for the shapes of `env` (inputs and parameters)."""
+    return Recorder(compiled).record(env)

@@ -1,0 +1,192 @@
+"""Generate the optimisation guide: every HFL target x every operator family, cached.
+
+Building the ACG spaces of the GEMM-like cases takes about a second each, so the whole guide
+(some 450 cases) takes minutes the first time; each target's cases are cached in the user
+cache under a key made of its HFL record, the generators' hashes and the families, and are
+rebuilt only when one of them changes. Times measured on this host (`measure_host_cases`, or recorded by the tuner)
+replace the prediction's place in the case, labelled; every other case stays model-predicted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from uol_core.guide.cases import MEASURED, GuideCase, build_case
+from uol_core.guide.families import FAMILIES, Family
+
+GUIDE_VERSION = 1
+Progress = Callable[[int, int, str], None]  # done, total, what is being built
+
+
+@dataclass
+class Guide:
+    """The cases, and what they were generated from."""
+
+    cases: list[GuideCase]
+    targets: list[str]
+    families: list[dict]
+    key: str = ""
+    errors: list[dict] = field(default_factory=list)  # cases the compiler could not plan
+
+    def to_dict(self) -> dict:
+        return {"version": GUIDE_VERSION, "key": self.key, "targets": self.targets,
+                "families": self.families, "cases": [c.to_dict() for c in self.cases],
+                "errors": self.errors}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Guide:
+        return cls([GuideCase(**c) for c in data["cases"]], list(data["targets"]),
+                   list(data["families"]), data.get("key", ""), list(data.get("errors", [])))
+
+
+def shipped_targets() -> list[str]:
+    """The HFL's shipped targets (not the probed host)."""
+    from uol_core.hfl import list_targets
+
+    return [name for name in list_targets() if name != "host"]
+
+
+def guide_key(targets: Iterable[Any], families: Iterable[Family]) -> str:
+    """Content key of a guide: the HFL records, the backends' generator hashes, the families
+    and this package's code."""
+    from uol_core.backends import backend_names, get_backend
+
+    digest = hashlib.sha256(f"guide-{GUIDE_VERSION}".encode())
+    for module in sorted(Path(__file__).parent.glob("*.py")):  # the guide's own code
+        digest.update(module.read_bytes())
+    for target in targets:
+        digest.update(json.dumps(target.to_dict(), sort_keys=True, default=str).encode())
+    for name in backend_names():
+        digest.update(get_backend(name).hash().encode())
+    for fam in families:
+        digest.update(repr((fam.name, fam.op, sorted(fam.sizes.items()))).encode())
+    return digest.hexdigest()[:20]
+
+
+def generate(targets: Iterable[str] | None = None, families: Iterable[Family] | None = None,
+             progress: Progress | None = None, use_cache: bool = True) -> Guide:
+    """The guide of `targets` (default: every shipped target) x `families` (default: all).
+
+    Each target's cases are cached on their own, so a guide of other targets reuses them."""
+    from uol_core.acg.config import resolve_target
+
+    resolved = [resolve_target(name) for name in (targets or shipped_targets())]
+    fams = list(families or FAMILIES)
+    cases: list[GuideCase] = []
+    errors: list[dict] = []
+    total = len(resolved) * len(fams)
+    for n, target in enumerate(resolved):
+        key = guide_key([target], fams)
+        part = _read_cache(key) if use_cache else None
+        if part is None:
+            part = Guide([], [target.name], [], key)
+            for i, fam in enumerate(fams):
+                if progress:
+                    progress(n * len(fams) + i, total, f"{target.name}/{fam.name}")
+                try:
+                    part.cases.append(build_case(target, fam))
+                except Exception as exc:  # one unplannable case must not lose the others
+                    part.errors.append({"id": f"{target.name}/{fam.name}",
+                                        "error": f"{type(exc).__name__}: {exc}"})
+            if use_cache:
+                _write_cache(part)
+        cases += part.cases
+        errors += part.errors
+    if progress:
+        progress(total, total, "done")
+    guide = Guide(cases, [t.name for t in resolved],
+                  [{"name": f.name, "op": f.op, "sizes": f.sizes, "why": f.why} for f in fams],
+                  guide_key(resolved, fams), errors)
+    return _with_recorded_times(guide)
+
+
+def _cache_path(key: str):
+    from uol_core.runtime.usercache import private_dir
+
+    return private_dir("guide") / f"guide-{key}.json"
+
+
+def _read_cache(key: str) -> Guide | None:
+    path = _cache_path(key)
+    try:
+        return Guide.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # absent or from an older layout: regenerate
+
+
+def _write_cache(guide: Guide) -> None:
+    path = _cache_path(guide.key)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(guide.to_dict(), default=str))
+    tmp.replace(path)
+
+
+def _with_recorded_times(guide: Guide) -> Guide:
+    """Cases of a target that is this host get the tuning database's time of their config."""
+    host_cases = [c for c in guide.cases if c.target == "host" and c.measured_s is None]
+    if not host_cases:
+        return guide
+    from uol_core.acg.tuner import generator_id, tuning_key
+    from uol_core.backends import get_backend
+    from uol_core.hfl import load_target
+    from uol_core.ops import load_op
+    from uol_core.runtime.tuningdb import TuningDB
+
+    target = load_target("host")
+    db = TuningDB()
+    try:
+        for case in host_cases:
+            op = load_op(case.op)
+            generator = generator_id()  # the GEMM template's; other kernels name their own
+            backend = get_backend(case.backend, target)
+            if case.pattern != "gemm" and getattr(backend, "worker_jobs", False):
+                source = backend.emit(backend.plan(op, case.sizes, target), case.config)
+                generator = generator_id(str(source.meta.get("generator", "")))
+            config = ",".join(f"{k}={v}" for k, v in case.config.items())
+            row = db.lookup(tuning_key(op, case.sizes, target, generator), config)
+            if row and row.get("status") == "ok" and row.get("median_s"):
+                case.measured_s = row["median_s"]
+                case.measured_label = f"{MEASURED} (tuning database)"
+    finally:
+        db.close()
+    return guide
+
+
+def measure_host_cases(guide: Guide, progress: Progress | None = None,
+                       timeout_s: float = 60.0) -> Guide:
+    """Build, verify and time (in a worker process) the chosen kernel of every case whose
+    target is this host; a case that fails keeps its prediction and says why in `note`."""
+    from uol_core.backends import get_backend
+    from uol_core.ops import load_op, op_text
+    from uol_core.runtime.worker import Worker, make_job
+
+    host = [c for c in guide.cases if c.target == "host"]
+    with Worker(timeout_s=timeout_s) as worker:
+        for i, case in enumerate(host):
+            if progress:
+                progress(i, len(host), f"measuring {case.id}")
+            backend = get_backend(case.backend, "host")
+            if not getattr(backend, "worker_jobs", False):
+                continue
+            try:
+                op = load_op(case.op)
+                plan = backend.plan(op, case.sizes, "host")
+                source = backend.emit(plan, case.config)
+                job = make_job(source, op_text(case.op), f"{case.op}.odl", case.sizes,
+                               warmup=1, repeats=3, min_seconds=0.05)
+                result = worker.run(job)
+            except Exception as exc:  # too large for the memory budget, unsupported, ...
+                case.note = f"not measured: {exc}"
+                continue
+            if result.get("status") == "ok" and result.get("median_s"):
+                case.measured_s, case.measured_label = result["median_s"], MEASURED
+            else:
+                case.note = f"not measured: {result.get('status')}: {result.get('reason', '')}"
+    if progress:
+        progress(len(host), len(host), "done")
+    return guide
