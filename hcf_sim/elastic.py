@@ -65,7 +65,7 @@ def _rank_main(folder: Path) -> None:
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    from hcf_sim.pipeline_model import RankClock, even_split, full_state, run_schedule
+    from hcf_sim.pipeline_model import RankClock, even_split, full_state, train_step
     from hcf_sim.rank_events import RankEventWriter
     from hcf_sim.real_pipeline import _Pipe
 
@@ -94,13 +94,7 @@ def _rank_main(folder: Path) -> None:
             writer.record("reload", t0, now(), attempt=attempt, from_step=first)
         writer.record("ready", now(), attempt=attempt, first_step=first)
         for step in range(first, cfg.steps):
-            clock.step = step
-            pipe.optimizer.zero_grad()
-            t0 = now()
-            loss = run_schedule(pipe.schedule, cfg, rank, step)
-            t1 = now()
-            clock.close_send(t1)
-            pipe.optimizer.step()
+            t0, t1, loss = train_step(pipe, cfg, rank, step, clock)
             writer.record("step", t0, t1, step=step, loss=loss, split=split, attempt=attempt)
             writer.flush()  # before the checkpoint: a kill may land while it is written
             if (step + 1) % every == 0 and step + 1 < cfg.steps:

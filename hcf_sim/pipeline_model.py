@@ -266,3 +266,18 @@ def run_schedule(schedule, cfg: PipeConfig, rank: int, step: int) -> float | Non
     else:
         schedule.step()
     return float(torch.stack(losses).detach().mean()) if last and losses else None
+
+
+def train_step(pipe, cfg: PipeConfig, rank: int, step: int, clock) -> tuple[float, float, float | None]:
+    """One optimiser step of this rank's stage: (start, end of the schedule, loss). The end is
+    taken before the optimiser, so a rank's step time is its share of the pipeline."""
+    from hcf_sim.rank_events import now
+
+    clock.step = step
+    pipe.optimizer.zero_grad()
+    t0 = now()
+    loss = run_schedule(pipe.schedule, cfg, rank, step)
+    t1 = now()
+    clock.close_send(t1)
+    pipe.optimizer.step()
+    return t0, t1, loss

@@ -27,8 +27,8 @@ from hcf_sim.pipeline_model import (
     even_split,
     full_state,
     make_schedule,
-    run_schedule,
     timed_stage,
+    train_step,
 )
 from hcf_sim.rank_events import (
     RankEventTail,
@@ -122,13 +122,7 @@ def _worker(rank: int, cfg_dict: dict, port: int, folder: str) -> None:
         for step in range(cfg.steps):
             if cfg.rebalance_at and step == cfg.rebalance_at:
                 split, pipe = _rebalanced(cfg, rank, split, pipe, clock, writer, step)
-            clock.step = step
-            pipe.optimizer.zero_grad()
-            t0 = now()
-            loss = run_schedule(pipe.schedule, cfg, rank, step)
-            t1 = now()
-            clock.close_send(t1)
-            pipe.optimizer.step()
+            t0, t1, loss = train_step(pipe, cfg, rank, step, clock)
             writer.record("step", t0, t1, step=step, loss=loss, split=split, opt_s=now() - t1)
             writer.flush()  # the live stream: readers see each step as it ends
     finally:

@@ -34,3 +34,21 @@ def into_given(outs: dict, out, source: KernelSource) -> dict:
             tensor.copy_(outs[name])
             outs[name] = tensor
     return outs
+
+
+class DeclaredArgs:
+    """What every compiled C kernel says about its arguments, native or emulated: `_args` is
+    (name, torch dtype, shape) per entry argument, `_outputs` the same for the outputs."""
+
+    _args: list
+    _outputs: list
+
+    def launch_args(self) -> list[tuple]:
+        """Name, shape and dtype of every argument, in the order the entry takes them."""
+        return [(name, shape, dtype) for name, dtype, shape in self._args]
+
+    def outputs_like(self) -> dict:
+        """Fresh output tensors of the declared shapes and dtypes."""
+        import torch
+
+        return {name: torch.empty(shape, dtype=dtype) for name, dtype, shape in self._outputs}

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import torch
 
-from uol_core.backends.base import KernelSource
+from uol_core.backends.base import DeclaredArgs, KernelSource
 from uol_core.odl.ir import Op
 from uol_core.odl.shapes import ShapeError, bind_sizes, shape_of
 from uol_core.runtime.build import build
@@ -15,7 +15,7 @@ from uol_core.runtime.native import _library
 from uol_core.runtime.reference import TORCH_DTYPES
 
 
-class CKernel:
+class CKernel(DeclaredArgs):
     """A built kernel `void f(void **args, const int64_t *strides)`; args are inputs then outputs."""
 
     def __init__(self, src: KernelSource, op: Op, sizes: Mapping[str, int]) -> None:
@@ -30,14 +30,6 @@ class CKernel:
         self._outputs = [(d.name, TORCH_DTYPES[d.dtype], shape_of(op, d.name, self.sizes))
                          for d in op.outputs]
         self._ptr_type = ctypes.c_void_p * len(self._args)
-
-    def launch_args(self) -> list[tuple[str, tuple, torch.dtype]]:
-        """Name, shape and dtype of every argument, in the order the entry takes them."""
-        return [(name, shape, dtype) for name, dtype, shape in self._args]
-
-    def outputs_like(self) -> dict[str, torch.Tensor]:
-        """Fresh output tensors of the declared shapes and dtypes."""
-        return {name: torch.empty(shape, dtype=dtype) for name, dtype, shape in self._outputs}
 
     def run(self, tensors: Mapping[str, torch.Tensor],
             out: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:

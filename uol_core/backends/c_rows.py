@@ -1,12 +1,7 @@
 """Row softmax and log-softmax template: three passes over a row that stays in L1/L2, explicit SIMD.
 
-Recognised statements (acg/plans/rows.py; any index names, any leading row indices P, f32):
-    softmax:      mx[P] = max[c](X[P, c])
-                  e[P, c] = exp(X[P, c] - mx[P])          (optionally * or / a constant or scalar)
-                  Y[P, c] = e[P, c] / sum[c](e[P, c])
-    log-softmax:  mx[P] = max[c](X[P, c])
-                  lse[P] = log(sum[c](exp(X[P, c] - mx[P])))
-                  Y[P, c] = X[P, c] - mx[P] - lse[P]
+The plan (`softmax_rows` in acg/plans/rows.py) recognises softmax and log-softmax over the
+trailing axis, optionally scaled by a constant or scalar input; this template takes it in f32.
 Pass 1 takes the row max with four accumulators; pass 2 computes exp and its sum in one loop
 (softmax keeps e in a per-thread row buffer); pass 3 writes Y. Each row is read from memory once:
 passes 2 and 3 hit the cache. When Y is larger than the last-level cache (an HFL fact), pass 3

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from uol_core.backends.base import KernelSource, into_given
+from uol_core.backends.base import DeclaredArgs, KernelSource, into_given
 from uol_core.odl.ir import Op
 from uol_core.odl.shapes import ShapeError, shape_of
 from uol_core.runtime.build import build_program
@@ -143,7 +143,7 @@ def run_program(program: Path, cross: dict, payload: bytes,
         return out_file.read_bytes()
 
 
-class EmulatedKernel:
+class EmulatedKernel(DeclaredArgs):
     """A C kernel built for another architecture, called like CKernel: each call runs the
     harness program under the emulator. `timing_note` tells callers not to time it."""
 
@@ -163,14 +163,6 @@ class EmulatedKernel:
                       for name in src.meta["args"]]
         outputs = set(src.meta.get("outputs") or [d.name for d in op.outputs])
         self._outputs = [a for a in self._args if a[0] in outputs]
-
-    def launch_args(self) -> list[tuple[str, tuple, torch.dtype]]:
-        """Name, shape and dtype of every argument, in the order the entry takes them."""
-        return [(name, shape, dtype) for name, dtype, shape in self._args]
-
-    def outputs_like(self) -> dict[str, torch.Tensor]:
-        """Fresh output tensors of the declared shapes and dtypes."""
-        return {name: torch.empty(shape, dtype=dtype) for name, dtype, shape in self._outputs}
 
     def run(self, tensors: Mapping[str, torch.Tensor],
             out: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
