@@ -26,6 +26,7 @@ from uol_core.backends.base import KernelSource
 from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_attention_tiles import Tiles, choose_tiles, score_kernel, value_kernel
 from uol_core.backends.c_expr import PRELUDE, ExprContext, render
+from uol_core.backends.c_frame import includes, open_entry
 from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, DType, Op
@@ -75,7 +76,7 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
            "   Scores, mx, p, l stay in per-thread tiles: the S x T matrix is never stored."
            + (" The row statistics " + ", ".join(filter(None, plan.saves)) + " are written too,"
               " for the flash backward." if any(plan.saves) else "") + " */")
-    w.emit("#include <stdint.h>\n#include <math.h>\n#include <omp.h>" + PRELUDE)
+    w.emit(includes("stdint.h", "math.h", "omp.h") + PRELUDE)
     w.emit(tiles.prelude())
     for name in op.dims:
         w.emit(f"#define {size_id(name)} {int(sizes[name])}")
@@ -84,10 +85,7 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
     for rows in sorted({min(E, tiles.mr), E % tiles.mr} - {0}, reverse=True):
         w.emit(value_kernel(tiles, rows, bq, E), op.stmts[4].line)
     line = op.stmts[0].line
-    w.emit(f"void {entry}(void **args, const int64_t *strides)\n{{\n    (void)strides;")
-    for n, name in enumerate(args):
-        qual = "const " if n < len(op.inputs) else ""
-        w.emit(f"    {qual}float *restrict {tensor_id(name)} = ({qual}float *)args[{n}];")
+    open_entry(w, entry, args, len(op.inputs))
     batch = [free[x] for x in plan.prefix]
     loops = [*batch, -(-S // bq)]
     w.emit(f"    #pragma omp parallel for collapse({len(loops)}) schedule(dynamic) "

@@ -28,7 +28,8 @@ from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_attention import MAX_HEAD, _addr, flash_plan
 from uol_core.backends.c_attention_tiles import Tiles, acc_kernel, choose_tiles, score_kernel
 from uol_core.backends.c_expr import PRELUDE, ExprContext, render
-from uol_core.backends.c_names import index_id, size_id, tensor_id
+from uol_core.backends.c_frame import includes, open_entry
+from uol_core.backends.c_names import index_id, size_id
 from uol_core.odl.ir import (
     Access,
     Affine,
@@ -182,8 +183,7 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
    end, in thread order). Q^T, dO^T (query on the lanes), padded Q, dO, K rows (head dimension
    on the lanes, padded to whole tiles) and Di are packed once in a first pass.
    Left out: d_mx and z_mx (the gradient through the row max is exactly zero). */""")
-    w.emit("#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <math.h>\n"
-           "#include <omp.h>" + PRELUDE)
+    w.emit(includes("stdint.h", "stdlib.h", "string.h", "math.h", "omp.h") + PRELUDE)
     w.emit(t.prelude())
     for name in op.dims:
         w.emit(f"#define {size_id(name)} {int(sizes[name])}")
@@ -195,10 +195,7 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
         w.emit(acc_kernel(t, "uol_dq_tile", rows, 1, n["BQ"], n["DP"], n["DP"]), line)
     w.emit(acc_kernel(t, "uol_dk_tile", t.mr, n["BQ"], 1, n["DP"], n["DP"]), line)
     w.emit(acc_kernel(t, "uol_dv_tile", t.mr, n["BQ"], 1, n["EP"], n["EP"]), line)
-    w.emit(f"void {entry}(void **args, const int64_t *strides)\n{{\n    (void)strides;")
-    for k, name in enumerate(args):
-        qual = "const " if k < len(op.inputs) else ""
-        w.emit(f"    {qual}float *restrict {tensor_id(name)} = ({qual}float *)args[{k}];")
+    open_entry(w, entry, args, len(op.inputs))
     from uol_core.backends.c_attention_bwd_body import body
 
     body(w, op, plan, dict(n, S=S, T=T, D=D, E=E, NB=NB, THREADS=threads), t,

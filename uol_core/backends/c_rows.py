@@ -18,6 +18,7 @@ from uol_core.acg.plans.rows import SoftmaxRows, softmax_rows
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c import CodeWriter, render_const
 from uol_core.backends.c_expr import PRELUDE
+from uol_core.backends.c_frame import includes, open_entry
 from uol_core.backends.c_names import size_id, tensor_id
 from uol_core.backends.c_platforms import has_vector_math, platform
 from uol_core.odl.check import stmt_extents
@@ -74,14 +75,10 @@ def emit(op: Op, plan: RowPlan, sizes: Mapping[str, int], target=None,
            f"{lines[1] if plan.kind == 'log_softmax' else f'{lines[1]}, sum of line {lines[2]}'}), pass 3 "
            f"{'Y = e / sum' if plan.kind == 'softmax' else 'Y = X - mx - lse'} (line {lines[2]}) "
            f"with {store_note}. */")
-    w.emit("#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n#include <omp.h>\n"
-           + platform(isa).include + PRELUDE + platform(isa).vector_math(lane))
+    w.emit(includes("stdint.h", "stdlib.h", "math.h", "omp.h") + "\n" + platform(isa).include + PRELUDE + platform(isa).vector_math(lane))
     for name in op.dims:
         w.emit(f"#define {size_id(name)} {int(sizes[name])}")
-    w.emit(f"\nvoid {entry}(void **args, const int64_t *strides)\n{{\n    (void)strides;")
-    for n, name in enumerate(args):
-        qual = "const " if n < len(op.inputs) else ""
-        w.emit(f"    {qual}float *restrict {tensor_id(name)} = ({qual}float *)args[{n}];")
+    open_entry(w, entry, args, len(op.inputs), blank_before=True)
     _body(w, plan, isa, lane, n_rows, n_cols, stream, int(cfg["threads"]), lines)
     w.emit("}")
     meta = {"isa": isa, "args": args, "outputs": [d.name for d in op.outputs],
