@@ -180,6 +180,7 @@ def _run_here(op, k, given: dict, check: bool) -> tuple[dict, dict]:
 
 
 def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
+             backend: BackendOpt = "c",
              budget: Annotated[int, typer.Option("--budget", help="max measurements")] = 12,
              seconds: Annotated[float | None, typer.Option("--seconds", help="time budget")]
              = None,
@@ -204,7 +205,7 @@ def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
         tune_on_workers(op, sizes, [t for t in targets.split(",") if t], broker, budget, db,
                         as_json)
         return
-    session = _session(op, sizes, target, TuningDB(db) if db else None, replay)
+    session = _session(op, sizes, target, backend, TuningDB(db) if db else None, replay)
     try:
         with Progress(transient=True, disable=as_json or not sys.stderr.isatty()) as bar:
             task = bar.add_task(f"tuning {op.name}", total=budget)
@@ -225,15 +226,21 @@ def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
     for t in trials:
         print(f"  {t['status']:>11}  {t['gflops'] or 0:7.1f} GF/s  (model #{t['model_rank']}, "
               f"{t['predicted_gflops']:.1f})  {t['config']}")
+    if result.best is None:
+        print(f"no timed config after {result.measurements} measurements ({result.stopped})")
+        return
     print(f"best: {report['best_gflops']:.1f} GFLOP/s after {result.measurements} measurements "
           f"({result.stopped})")
 
 
-def _session(op, sizes, target, db, replay):
-    """The GEMM tuner for contractions it lowers, the pattern tuner for everything else."""
+def _session(op, sizes, target, backend, db, replay):
+    """The backend's tuning session (C: GEMM or pattern tuner; others: their own space)."""
     from uol_core.acg.tuner import open_session
 
-    return open_session(op, sizes, target, db=db, replay=replay)
+    try:
+        return open_session(op, sizes, target, backend, db=db, replay=replay)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def explain_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",

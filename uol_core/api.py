@@ -215,13 +215,15 @@ def explain(op_or_path, shapes: Mapping, target="host", backend: str = "c", conf
 
 
 def tune(op_or_path, shapes: Mapping, target="host", budget: int = 12,
-         seconds: float | None = None, db=None, replay: bool = False):
-    """Tune the C kernel of an op at `shapes`: the GEMM tuner for contractions it lowers, the
-    pattern tuner for the rest; every measurement lands in the tuning database."""
+         seconds: float | None = None, db=None, replay: bool = False, backend: str = "c"):
+    """Tune an op's kernel at `shapes` on `backend` (C: the GEMM tuner for contractions it
+    lowers, the pattern tuner for the rest; Triton: its own space, verified and, on a GPU,
+    timed); every measurement lands in the tuning database."""
     from uol_core.acg.tuner import open_session
 
     op = load_any(op_or_path)
-    session = open_session(op, bind_sizes(op, dict(shapes)), target, db=db, replay=replay)
+    session = open_session(op, bind_sizes(op, dict(shapes)), target, backend, db=db,
+                           replay=replay)
     try:
         return session.tune(budget=budget, seconds=seconds)
     finally:

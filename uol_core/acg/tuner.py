@@ -159,12 +159,21 @@ def tuning_key(op, sizes: dict, target, generator: str | None = None) -> TuningK
                      generator or generator_id())
 
 
-def open_session(op, sizes: dict, target="host", **options):
-    """The tuning session of a C kernel: the GEMM tuner for contractions it lowers, the
-    pattern tuner for every other op (same search, same database)."""
+def open_session(op, sizes: dict, target="host", backend: str = "c", **options):
+    """The tuning session of a kernel: for C the GEMM tuner for contractions it lowers and the
+    pattern tuner for every other op; for any other kernel backend a session over its own
+    space (same search, same database)."""
     from uol_core.acg.lower import UnsupportedOp
     from uol_core.acg.pattern_tuner import PatternTuningSession
+    from uol_core.backends import get_backend, kernel_backend_names
 
+    chosen = get_backend(backend, resolve_target(target))
+    if chosen.name not in kernel_backend_names():
+        raise ValueError(f"the {chosen.name} backend evaluates the IR and has no knobs to tune")
+    if chosen.lang != "c":
+        from uol_core.acg.backend_session import BackendSession
+
+        return BackendSession(op, sizes, target, chosen.name, **options)
     try:
         return TuningSession(op, sizes, target, **options)
     except UnsupportedOp:
