@@ -196,5 +196,14 @@ def selfcheck(world: int = 2) -> dict:
     """On `world` gloo processes: our ring all-reduce equals gloo's, and the int8 DDP hook averages gradients."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "check.json")
-        mp.start_processes(_selfcheck_worker, args=(world, free_port(), out), nprocs=world, start_method="spawn")
+        for attempt in range(2):
+            try:
+                mp.start_processes(_selfcheck_worker, args=(world, free_port(), out), nprocs=world,
+                                   start_method="spawn")
+                break
+            except mp.ProcessExitedException:
+                # gloo aborts a rank whose rendezvous port was taken between free_port() and
+                # bind, or that timed out connecting on a busy host: once more on a new port
+                if attempt:
+                    raise
         return json.loads(Path(out).read_text())

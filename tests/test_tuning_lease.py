@@ -86,6 +86,7 @@ def test_two_tuners_on_one_key_never_measure_a_config_twice(tmp_path):
                 session.close()
         except BaseException as err:  # surfaced by the assertion below
             errors.append(err)
+            started.abort()  # the other tuner must not wait for this one at the barrier
 
     threads = [threading.Thread(target=tune, args=(n,)) for n in ("a", "b")]
     for t in threads:

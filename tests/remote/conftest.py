@@ -17,9 +17,10 @@ from uol_remote.local_cluster import (
 WORKERS = ("host", "host", "avx2-desktop")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """(broker, secret file, coordinator, {node: process}) for every test of this folder."""
+    """(broker, secret file, coordinator, {node: process}) for every test of the module; the
+    workers and the broker stop after it, not at the end of the whole suite."""
     from uol_remote.client import Coordinator
     from uol_remote.hostfacts import host_facts
 

@@ -85,16 +85,34 @@ def default_path() -> Path:
     return private_dir() / "tuning.sqlite"
 
 
+def _while_locked(step, limit_s: float = 30.0):
+    """Run `step` again while SQLite says the database is locked. Switching a new database to
+    WAL and creating its tables take an exclusive lock that SQLite's busy timeout does not
+    wait for: two tuners opening a fresh database at once would otherwise fail."""
+    import time
+
+    deadline = time.monotonic() + limit_s
+    delay = 0.005
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(0.2, delay * 2)
+
+
 class TuningDB:
     """Append-only store of measurements; every `record` is committed before it returns."""
 
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else default_path()
         self.conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")
+        _while_locked(lambda: self.conn.execute("PRAGMA journal_mode=WAL"))
         self.conn.execute("PRAGMA synchronous=NORMAL")  # durable against a killed process
-        self.conn.executescript(SCHEMA)
-        self._add_columns()
+        _while_locked(lambda: self.conn.executescript(SCHEMA))
+        _while_locked(self._add_columns)
         self.conn.row_factory = sqlite3.Row
         self.lease_holder: str | None = None  # set by a TuningLease while it holds a key
 
