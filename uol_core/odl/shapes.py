@@ -146,16 +146,46 @@ def shape_of(op: Op, name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
 SMALL_DIMS = {"R": 3, "S": 3, "KH": 3, "KW": 3, "P": 2}
 
 
+# Elements of all tensors together that default sizes may reach (256 MiB in f32): a 4-D or 5-D
+# op at 256 per dimension would need tens of GB before anything runs.
+DEFAULT_ELEMENTS_LIMIT = 1 << 26
+
+
 def runnable_sizes(op: Op, given: Mapping[str, int] | None = None) -> dict[str, int]:
     """Sizes that make `op` runnable at once, with `given` on top: 256 per dimension, or 32
     with small filter dimensions when the op has spatial axes (a conv at 256 everywhere needs
-    hundreds of GB). R and S are filter sizes only beside spatial dims; in softmax R is rows."""
+    hundreds of GB). R and S are filter sizes only beside spatial dims; in softmax R is rows.
+    Dimensions not given are halved until the tensors fit DEFAULT_ELEMENTS_LIMIT together."""
     given = dict(given or {})
     spatial = bool({"H", "W", "L"} & set(op.dims))
     sizes = {d: SMALL_DIMS.get(d, 32) if spatial else 256 for d in op.dims}
-    for fallback in (sizes, {d: SMALL_DIMS.get(d, 32) for d in op.dims}):
+    bound = _bind_first(op, given, sizes, {d: SMALL_DIMS.get(d, 32) for d in op.dims})
+    while tensor_elements(op, bound) > DEFAULT_ELEMENTS_LIMIT:
+        halved = {d: v // 2 if v >= 16 and d not in given else v for d, v in bound.items()}
+        if halved == bound:
+            break
+        try:
+            bound = bind_sizes(op, {**halved, **given})
+        except ValueError:
+            break
+    return bound
+
+
+def _bind_first(op: Op, given: dict[str, int], *candidates: dict[str, int]) -> dict[str, int]:
+    for fallback in candidates:
         try:
             return bind_sizes(op, {**fallback, **given})
         except ValueError:
             continue
-    return bind_sizes(op, {**sizes, **given})
+    return bind_sizes(op, {**candidates[0], **given})
+
+
+def tensor_elements(op: Op, sizes: Mapping[str, int]) -> int:
+    """Elements of all the op's tensors together at `sizes`."""
+    total = 0
+    for name in op.tensors:
+        count = 1
+        for extent in shape_of(op, name, sizes):
+            count *= max(extent, 0)
+        total += count
+    return total
