@@ -24,6 +24,52 @@ WAIT_IDLE_JS = """() => {
     return Object.values(cbs).every(a => a.length === 0);
 }"""
 
+# elements that overflow their .panel (plots, tables, code, headings), unless a scroll box inside
+# the panel holds them; and the status bar covering the first or last panel
+OVERFLOW_JS = """() => {
+    const bad = [];
+    const clipped = (el, panel) => {
+        for (let a = el.parentElement; a && a !== panel; a = a.parentElement) {
+            const s = getComputedStyle(a);
+            if (s.overflowX !== 'visible' && s.overflowY !== 'visible') {
+                const r = a.getBoundingClientRect(), p = panel.getBoundingClientRect();
+                return r.right <= p.right + 1 && r.bottom <= p.bottom + 1;
+            }
+        }
+        return false;
+    };
+    for (const panel of document.querySelectorAll('.panel')) {
+        const p = panel.getBoundingClientRect();
+        for (const el of panel.querySelectorAll('.js-plotly-plot, .main-svg, table, pre, h3')) {
+            const r = el.getBoundingClientRect();
+            if (r.width === 0 && r.height === 0) continue;
+            if (clipped(el, panel)) continue;  // inside a scroll box of the panel: it scrolls
+            if (r.right > p.right + 1 || r.bottom > p.bottom + 1 || r.left < p.left - 1)
+                bad.push(`${el.id || el.className.baseVal || el.className || el.tagName} in `
+                         + `${panel.querySelector('h3') ? panel.querySelector('h3').innerText : '?'}`);
+        }
+    }
+    // at each end of the page, the first and the last panel's edges show, not the status bar
+    const bar = document.querySelector('.statusbar');
+    const panels = Array.from(document.querySelectorAll('.panel'));
+    const shown = (panel, y) => {
+        const r = panel.getBoundingClientRect();
+        const hit = document.elementFromPoint(r.left + r.width / 2, y);
+        return hit && panel.contains(hit) || !(bar && bar.contains(hit));
+    };
+    window.scrollTo(0, 0);
+    const top = panels[0].getBoundingClientRect().top;
+    if (!shown(panels[0], top + 2)) bad.push('status bar covers the first panel');
+    window.scrollTo(0, document.documentElement.scrollHeight);
+    const last = panels.reduce((a, p) => p.getBoundingClientRect().bottom
+                                        > a.getBoundingClientRect().bottom ? p : a);
+    if (!shown(last, last.getBoundingClientRect().bottom - 2))
+        bad.push('status bar covers the last panel');
+    return bad;
+}"""
+
+WIDTHS = (1280, 1500, 1920)
+
 
 @pytest.fixture(scope="session")
 def live_app(tmp_path_factory):
@@ -33,6 +79,8 @@ def live_app(tmp_path_factory):
     """
     runs = tmp_path_factory.mktemp("runs")
     os.environ["UOL_IDE_RUNS_DB"] = str(runs / "ide_runs.sqlite")  # history isolated per session
+    # and the compiler's private caches (tuning database, builds): the Reports page shows them
+    os.environ.setdefault("UOL_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     from app.main import create_app
     from app.security import app_token
 
@@ -106,3 +154,16 @@ def pick(page: Page, dropdown_id: str, value: str) -> None:
     if search.count():
         search.last.fill(value)
     page.get_by_role("option", name=value, exact=True).click()
+
+
+def check_layout_at_widths(page: Page, name: str) -> None:
+    """The page as the journey left it, at each width: a screenshot per width (CI artefacts)
+    and no element overflowing its panel."""
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 1000})
+        wait_idle(page)
+        page.wait_for_timeout(500)  # plotly's resize after the layout settles
+        page.screenshot(path=str(ARTIFACTS / f"{name}_{width}.png"), full_page=True)
+        overflowing = page.evaluate(OVERFLOW_JS)
+        assert overflowing == [], (width, overflowing)
+    page.set_viewport_size({"width": 1500, "height": 1000})

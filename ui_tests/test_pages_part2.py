@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import ARTIFACTS, pick, wait_idle
+from conftest import ARTIFACTS, check_layout_at_widths, pick, wait_idle
 from playwright.sync_api import expect
 
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
@@ -64,6 +64,7 @@ def test_debugger_finds_missing_mask_in_user_kernel(page, live_server):
     pick(page, "debug-program", "(3, 0, 0)")
     expect(page.locator("#debug-heatmap .gtitle")).to_contain_text("program (3, 0, 0)")
     shot(page, "debugger.png")
+    check_layout_at_widths(page, "journey_f_debugger")
     assert page.js_errors == []
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import time
 
-from conftest import ARTIFACTS, wait_idle
+from conftest import ARTIFACTS, OVERFLOW_JS, wait_idle
 from playwright.sync_api import expect
 
 UPDATE_URL = "/_dash-update-component"
@@ -147,49 +147,6 @@ def test_tune_reports_counts_and_apply_loads_the_best(page, live_server):
             assert re.search(rf"\n{re.escape(value)}\b", knob.inner_text()), (name, value)
     page.screenshot(path=str(ARTIFACTS / "studio_tune_apply.png"), full_page=True)
     assert page.js_errors == []
-
-
-OVERFLOW_JS = """() => {
-    const bad = [];
-    const clipped = (el, panel) => {
-        for (let a = el.parentElement; a && a !== panel; a = a.parentElement) {
-            const s = getComputedStyle(a);
-            if (s.overflowX !== 'visible' && s.overflowY !== 'visible') {
-                const r = a.getBoundingClientRect(), p = panel.getBoundingClientRect();
-                return r.right <= p.right + 1 && r.bottom <= p.bottom + 1;
-            }
-        }
-        return false;
-    };
-    for (const panel of document.querySelectorAll('.panel')) {
-        const p = panel.getBoundingClientRect();
-        for (const el of panel.querySelectorAll('.js-plotly-plot, .main-svg, table, pre, h3')) {
-            const r = el.getBoundingClientRect();
-            if (r.width === 0 && r.height === 0) continue;
-            if (clipped(el, panel)) continue;  // inside a scroll box of the panel: it scrolls
-            if (r.right > p.right + 1 || r.bottom > p.bottom + 1 || r.left < p.left - 1)
-                bad.push(`${el.id || el.className.baseVal || el.className || el.tagName} in `
-                         + `${panel.querySelector('h3') ? panel.querySelector('h3').innerText : '?'}`);
-        }
-    }
-    // at each end of the page, the first and the last panel's edges show, not the status bar
-    const bar = document.querySelector('.statusbar');
-    const panels = Array.from(document.querySelectorAll('.panel'));
-    const shown = (panel, y) => {
-        const r = panel.getBoundingClientRect();
-        const hit = document.elementFromPoint(r.left + r.width / 2, y);
-        return hit && panel.contains(hit) || !(bar && bar.contains(hit));
-    };
-    window.scrollTo(0, 0);
-    const top = panels[0].getBoundingClientRect().top;
-    if (!shown(panels[0], top + 2)) bad.push('status bar covers the first panel');
-    window.scrollTo(0, document.documentElement.scrollHeight);
-    const last = panels.reduce((a, p) => p.getBoundingClientRect().bottom
-                                        > a.getBoundingClientRect().bottom ? p : a);
-    if (!shown(last, last.getBoundingClientRect().bottom - 2))
-        bad.push('status bar covers the last panel');
-    return bad;
-}"""
 
 
 def test_layout_has_no_overflow_at_1500px(page, live_server):

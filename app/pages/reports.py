@@ -33,6 +33,30 @@ def _rows(op=None, backend=None, target=None, ok=None) -> list[dict]:
     return out
 
 
+TUNING_COLUMNS = [("id", "#"), ("when", "when"), ("op", "op"), ("sizes", "sizes"),
+                  ("target", "target"), ("config", "config"), ("status", "status"),
+                  ("reason", "reason"), ("time_ms", "time (ms)"), ("gflops", "GFLOP/s")]
+
+
+def _tuning_rows(rows: list[dict]) -> list[dict]:
+    """The tuning database's rows as people read them: a date, sizes as M=..,N=.., a time in ms
+    and GFLOP/s to four significant digits (the raw row has epoch seconds and JSON)."""
+    import json
+    import time
+
+    def sizes(text: str) -> str:
+        try:
+            return ",".join(f"{k}={v}" for k, v in json.loads(text).items())
+        except (TypeError, ValueError, AttributeError):
+            return str(text)
+
+    return [{"id": r["id"], "when": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["ts"])),
+             "op": r["op_name"], "sizes": sizes(r["shapes"]), "target": r["target"],
+             "config": r["config"], "status": r["status"], "reason": r["reason"],
+             "time_ms": float(f"{r['median_s'] * 1e3:.4g}") if r["median_s"] else None,
+             "gflops": float(f"{r['gflops']:.4g}") if r["gflops"] else None} for r in rows]
+
+
 def layout(**_query) -> html.Div:
     """Filters, the runs table, export controls, and the tuning database's rows."""
     from app.services import history
@@ -86,10 +110,11 @@ def layout(**_query) -> html.Div:
             style_data={"whiteSpace": "normal"}), className="panel"),
         html.H3("Tuning database (every tuner measurement)"),
         html.Div(dash_table.DataTable(
-            id="tuning-table", data=tuning, page_size=10, sort_action="native",
-            columns=[{"name": c, "id": c} for c in (list(tuning[0]) if tuning else ["id"])],
-            style_cell={"fontSize": 12, "padding": "3px 6px", "textAlign": "left"}),
-            className="panel"),
+            id="tuning-table", data=_tuning_rows(tuning), page_size=10, sort_action="native",
+            columns=[{"name": label, "id": key} for key, label in TUNING_COLUMNS],
+            style_table={"overflowX": "auto"},
+            style_cell={"fontSize": 12, "padding": "3px 6px", "textAlign": "left"},
+            style_data={"whiteSpace": "normal"}), className="panel"),
     ])
 
 
