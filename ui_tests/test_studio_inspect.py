@@ -129,6 +129,19 @@ def test_profiler_imports_and_exports_speedscope(page, live_server, tmp_path):
 
     tree = from_speedscope(exported)
     assert round(tree.total) == 100 and round(tree.total_of("matmul_kernel")) == 75
+    # the sandwich view: functions by self cost, cut at the heaviest one (its callers above,
+    # its callees below); another function chosen in the dropdown re-cuts it
+    page.get_by_label("sandwich").check()
+    expect(page.locator("#flame-graph")).to_contain_text("sandwich of matmul_kernel",
+                                                         timeout=30_000)
+    expect(page.locator("#flame-function")).to_be_visible()
+    kinds = page.evaluate("() => document.querySelector('#flame-graph .js-plotly-plot')"
+                          ".data.map(t => t.type)")
+    assert kinds == ["table", "icicle", "icicle"], kinds
+    page.click("#flame-function")
+    page.get_by_role("option", name="forward", exact=True).click()
+    expect(page.locator("#flame-graph")).to_contain_text("sandwich of forward", timeout=30_000)
+    shot(page, "profiler_sandwich.png", docs=True)
     overflowing = page.evaluate(OVERFLOW_JS)
     assert overflowing == [], overflowing
     assert page.js_errors == []

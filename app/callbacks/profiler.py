@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from dash import Input, Output, State, callback, no_update
 
 from app.components.source_view import annotated_html, register_painter
@@ -65,29 +67,40 @@ def _report(current: dict | None) -> dict | None:
 
 
 @callback(Output("flame-graph", "figure"), Output("flame-matches", "children"),
+          Output("flame-function", "options"), Output("flame-function", "value"),
+          Output("flame-function", "style"),
           Input("profile-current", "data"), Input("flame-source", "value"),
           Input("flame-search", "value"), Input("flame-view", "value"),
-          Input("speedscope-import", "data"), Input("import-profile", "value"))
-def draw_flame(current, source, search, view, imported, profile_index):
+          Input("speedscope-import", "data"), Input("import-profile", "value"),
+          Input("flame-function", "value"), State("flame-function", "style"))
+def draw_flame(current, source, search, view, imported, profile_index, function, style):
     """Icicle of compile + run, of the kernel's lines or of an imported speedscope file, in
-    time order or left heavy; frames matching the search in red."""
-    from app.callbacks.profiler_flame import shown_tree
+    time order, left heavy, or as a sandwich cut at one function (its callers above, its
+    callees below); frames matching the search in red."""
+    from app.callbacks.profiler_flame import sandwich_choices, shown_tree
     from profilers.figures.charts import flame_icicle
+    from profilers.figures.sandwich_chart import sandwich_figure
 
+    style = {**(style or {}), "display": "block" if view == "sandwich" else "none"}
     tree, title = shown_tree(_report(current), source, imported, profile_index)
     if tree is None:
-        return empty_figure(title), ""
+        return empty_figure(title), "", [], None, style
+    options, function = sandwich_choices(tree, function)
+    if view == "sandwich" and function:
+        fig = sandwich_figure(tree, tuple(json.loads(function)), title=title)
+        fig.update_layout(width=None)
+        return fig, "", options, function, style
     if view == "left-heavy":
         tree.sort()
         title += " · left heavy"
     fig = flame_icicle(tree, title=title)
     fig.update_layout(width=None)
     if not search:
-        return fig, ""
+        return fig, "", options, function, style
     labels = list(fig.data[0].labels)
     hit = [search.lower() in (lab or "").lower() for lab in labels]
     fig.data[0].marker.colors = ["#d62728" if h else "#c7d4e8" for h in hit]
-    return fig, f"{sum(hit)} frame(s) match '{search}'"
+    return fig, f"{sum(hit)} frame(s) match '{search}'", options, function, style
 
 
 @callback(Output("line-hotspots-html", "data"), Output("odl-hotspots-html", "data"),

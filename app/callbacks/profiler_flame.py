@@ -90,6 +90,21 @@ def shown_tree(report: dict | None, source: str, imported: dict | None, index: i
             f"{report['op']['name']}: compile + first run (pyinstrument)")
 
 
+def sandwich_choices(tree, chosen: str | None) -> tuple[list[dict], str | None]:
+    """The sandwich view's function dropdown (every function, heaviest self cost first) and
+    the function to show: the chosen one while the tree still has it, else the heaviest."""
+    import json
+
+    from profilers.sandwich import function_table
+
+    rows = function_table(tree)
+    options = [{"label": r.label, "value": json.dumps(list(r.key))} for r in rows]
+    values = {o["value"] for o in options}
+    if chosen in values:
+        return options, chosen
+    return options, options[0]["value"] if options else None
+
+
 @callback(Output("speedscope-download", "data"), Output("import-status", "children",
                                                         allow_duplicate=True),
           Input("speedscope-export", "n_clicks"), State("profile-current", "data"),

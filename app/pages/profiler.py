@@ -39,7 +39,12 @@ def layout(**_query) -> html.Div:
                            options=_flame_callbacks.SOURCES),
             dcc.RadioItems(id="flame-view", value="time", inline=True, options=[
                 {"label": " time order", "value": "time"},
-                {"label": " left heavy", "value": "left-heavy"}]),
+                {"label": " left heavy", "value": "left-heavy"},
+                {"label": " sandwich", "value": "sandwich"}]),
+            # the function the sandwich view is cut at (shown in that view only)
+            dcc.Dropdown(id="flame-function", options=[], placeholder="function",
+                         clearable=False, className="dropdown",
+                         style={"minWidth": "260px", "display": "none"}),
         ], className="toolbar"),
         html.Div([
             dcc.Input(id="flame-search", placeholder="search frames", debounce=True,

@@ -56,6 +56,12 @@ def roofline_chart(curves: Sequence[RoofCurve], points: Sequence[RooflinePoint] 
 
 def flame_icicle(tree: FlameNode, title: str = "Flame graph", max_nodes: int = 2000) -> go.Figure:
     """Icicle of a flame tree (root at the bottom, as a flame graph); hover shows self and total."""
+    return _layout(go.Figure(icicle_trace(tree, max_nodes)), title, height=520)
+
+
+def icicle_trace(tree: FlameNode, max_nodes: int = 2000, root_at_bottom: bool = True,
+                 domain: dict | None = None) -> go.Icicle:
+    """The icicle of a flame tree: boxes as wide as their total; hover shows self and total."""
     ids: list[str] = []
     labels: list[str] = []
     parents: list[str] = []
@@ -80,13 +86,14 @@ def flame_icicle(tree: FlameNode, title: str = "Flame graph", max_nodes: int = 2
     visit(tree, "")
     unit = "s" if tree.unit == "seconds" else f" {tree.unit}"
     fmt = ".4f" if tree.unit == "seconds" else ",.0f"
-    fig = go.Figure(go.Icicle(
+    return go.Icicle(
         ids=ids, labels=labels, parents=parents, values=values, customdata=custom,
-        branchvalues="total", tiling=dict(orientation="v", flip="y"),
+        branchvalues="total", domain=domain or {},
+        root=dict(color="#fbb4ae"),  # plotly leaves the root box blank; it is a frame here
+        tiling=dict(orientation="v", **({"flip": "y"} if root_at_bottom else {})),
         hovertemplate=(f"<b>%{{label}}</b><br>%{{customdata[0]}}<br>total %{{value:{fmt}}}{unit}"
                        f"<br>self %{{customdata[1]:{fmt}}}{unit}<br>%{{percentRoot:.1%}} of root"
-                       "<extra></extra>")))
-    return _layout(fig, title, height=520)
+                       "<extra></extra>"))
 
 
 def hotspot_table(rows: Sequence[dict], total: dict, event: str = "Ir",
