@@ -8,6 +8,7 @@ whole model's: checkpoints and layer moves need no renaming.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -178,6 +179,7 @@ class RankClock:
         self.recv_asked: dict[tuple[str, int, int], float] = {}
         self.open_send: tuple[float, int, int] | None = None
         self.busy: dict[int, float] = {}  # step -> forward + backward seconds of this rank
+        self.step_cpu: dict[int, float] = {}  # step -> CPU seconds of the rank's thread in schedule.step()
 
     def close_send(self, t: float) -> None:
         if self.open_send is not None:
@@ -227,9 +229,12 @@ def timed_stage(module: nn.Module, virtual: int, num_virtual: int, clock: RankCl
             asked = clock.recv_asked.pop((kind, mb, chunk), None)
             if asked is not None:
                 clock.writer.record("recv", asked, t0, step=clock.step, mb=mb, chunk=chunk, stage=virtual, of=kind)
+            cpu0 = time.thread_time()
             out = run()
             t1 = now()
-            clock.writer.record(kind, t0, t1, step=clock.step, mb=mb, chunk=chunk, stage=virtual)
+            # the thread's own CPU time: wall time beyond it is time the rank waited for a core
+            clock.writer.record(kind, t0, t1, step=clock.step, mb=mb, chunk=chunk, stage=virtual,
+                                cpu=time.thread_time() - cpu0)
             clock.busy[clock.step] = clock.busy.get(clock.step, 0.0) + t1 - t0
             return out
 
@@ -271,13 +276,12 @@ def run_schedule(schedule, cfg: PipeConfig, rank: int, step: int) -> float | Non
 def train_step(pipe, cfg: PipeConfig, rank: int, step: int, clock) -> tuple[float, float, float | None]:
     """One optimiser step of this rank's stage: (start, end of the schedule, loss). The end is
     taken before the optimiser, so a rank's step time is its share of the pipeline."""
-    from hcf_sim.rank_events import now
-
     clock.step = step
     pipe.optimizer.zero_grad()
-    t0 = now()
+    t0, cpu0 = now(), time.thread_time()
     loss = run_schedule(pipe.schedule, cfg, rank, step)
     t1 = now()
+    clock.step_cpu[step] = time.thread_time() - cpu0
     clock.close_send(t1)
     pipe.optimizer.step()
     return t0, t1, loss

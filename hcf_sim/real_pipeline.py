@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from hcf_sim.errors import HcfError
 from hcf_sim.pipeline import rebalance, simulate_pipeline
+from hcf_sim.pipeline_host import HostCalibration, calibrate, simulate_host
 from hcf_sim.pipeline_model import (
     PipeConfig,
     RankClock,
@@ -123,7 +124,8 @@ def _worker(rank: int, cfg_dict: dict, port: int, folder: str) -> None:
             if cfg.rebalance_at and step == cfg.rebalance_at:
                 split, pipe = _rebalanced(cfg, rank, split, pipe, clock, writer, step)
             t0, t1, loss = train_step(pipe, cfg, rank, step, clock)
-            writer.record("step", t0, t1, step=step, loss=loss, split=split, opt_s=now() - t1)
+            writer.record("step", t0, t1, step=step, loss=loss, split=split, opt_s=now() - t1,
+                          cpu=clock.step_cpu[step])
             writer.flush()  # the live stream: readers see each step as it ends
     finally:
         writer.close()
@@ -134,29 +136,44 @@ def run_pipeline(cfg: PipeConfig, folder: str | os.PathLike | None = None, timeo
                  progress: Callable[[int, int], None] | None = None) -> dict:
     """Run `cfg` on `cfg.stages` gloo processes; events go to `folder` (a temporary one if None).
     Returns `analyse`'s report; progress(steps done, steps) is called while it runs."""
-    import torch.multiprocessing as mp
-
     cfg.check()
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="uol-pipe-") as tmp:
             return run_pipeline(cfg, tmp, timeout_s, progress)
+    out = fresh_folder(folder)
+    launch_ranks(_worker, (cfg.to_dict(), free_port(), str(out)), cfg.stages, [out], cfg.steps, timeout_s, progress)
+    report = analyse(cfg, read_events(out))
+    report["events_folder"] = str(out)
+    return report
+
+
+def fresh_folder(folder: str | os.PathLike) -> Path:
+    """`folder`, created, without the rank files of an earlier run."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("rank*.jsonl"):
         old.unlink()
+    return out
+
+
+def launch_ranks(worker: Callable, args: tuple, stages: int, folders: list[Path], steps: int, timeout_s: float,
+                 progress: Callable[[int, int], None] | None) -> None:
+    """Run worker(rank, *args) on `stages` processes until they end, tailing the event `folders`
+    for progress (steps every rank finished, summed over the folders, of `steps`)."""
     # fork: the ranks inherit the imported torch instead of importing it again (seconds each); the
     # parent has run no torch op yet, so no thread pool is copied half-initialised
     import torch.distributed.pipelining  # noqa: F401  (seconds to import: once, before the fork)
+    import torch.multiprocessing as mp
 
     method = "fork" if "fork" in mp.get_all_start_methods() and not _torch_threads_started() else "spawn"
-    ctx = mp.start_processes(_worker, args=(cfg.to_dict(), free_port(), str(out)), nprocs=cfg.stages,
-                             start_method=method, join=False)
-    tail, deadline = RankEventTail(out), time.monotonic() + timeout_s
+    ctx = mp.start_processes(worker, args=args, nprocs=stages, start_method=method, join=False)
+    tails, deadline = [RankEventTail(f) for f in folders], time.monotonic() + timeout_s
     try:
         while not ctx.join(timeout=0.2):
-            tail.poll()
+            for tail in tails:
+                tail.poll()
             if progress:
-                progress(len(completed_steps(tail.events, cfg.stages)), cfg.steps)
+                progress(sum(len(completed_steps(t.events, stages)) for t in tails), steps)
             if time.monotonic() > deadline:
                 raise HcfError(f"the pipeline run did not finish within {timeout_s:.0f} s; try fewer steps or layers")
     except mp.ProcessRaisedException as exc:
@@ -168,9 +185,6 @@ def run_pipeline(cfg: PipeConfig, folder: str | os.PathLike | None = None, timeo
         for proc in ctx.processes:
             if proc.is_alive():
                 proc.kill()
-    report = analyse(cfg, read_events(out))
-    report["events_folder"] = str(out)
-    return report
 
 
 def _torch_threads_started() -> bool:
@@ -196,6 +210,18 @@ def predict(cfg: PipeConfig, per_rank: dict[int, dict[str, float]], p2p_s: float
                              p2p_s=p2p_s, chunks=cfg.chunks, bwd_s=bwd)
 
 
+def predict_held_out(calibration: dict, cfg: PipeConfig, measured: dict) -> dict:
+    """A run held out from the calibration: its step predicted by the host model calibrated on
+    another run (`calibration`, a phase's "host_calibration"), against its measured step."""
+    cal = HostCalibration(**calibration)
+    sim = simulate_host(cal, cfg.stages, cfg.microbatches, cfg.schedule, cfg.chunks)
+    step = measured["phases"][-1]["step_mean_s"]  # the calibration's statistic: see pipeline_paired
+    return {"schedule": cfg.schedule, "microbatches": cfg.microbatches, "step_s": step,
+            "sim_step_s": sim.makespan, "error": (sim.makespan - step) / step,
+            "calibrated_on": f"{cal.schedule} x {cal.microbatches}",
+            "host_speed": measured["phases"][-1]["host_calibration"]["speed"]}
+
+
 def transfer_s(events: list[dict], steps: list[int], ping_s: float) -> float:
     """The stage-to-stage delay the simulator is given: the mean observed in the run's own steps
     (it includes waking the waiting process), else the idle ping's."""
@@ -214,8 +240,11 @@ def _phase(cfg: PipeConfig, events: list[dict], steps: list[int], ping_s: float)
     view = step_view(events, typical)
     busy = [cfg.microbatches * (per_rank[r]["F"] + per_rank[r]["B"]) for r in range(cfg.stages)]
     split = next(e["split"] for e in events if e["kind"] == "step" and e["step"] == typical)
+    host = calibrate(events, steps, cfg.stages, cfg.schedule, cfg.microbatches, cfg.chunks)
     return {
+        "host_calibration": host.to_dict(),
         "steps": steps, "split": split, "step_s": measured, "sim_step_s": sim.makespan,
+        "step_mean_s": statistics.fmean(step_times(events, steps)),
         "sim_error": (sim.makespan - measured) / measured,
         "bubble_fraction": 1 - sum(busy) / (cfg.stages * measured),
         "sim_bubble_fraction": 1 - sim.utilisation, "ideal_bubble_fraction": sim.ideal_bubble_fraction,

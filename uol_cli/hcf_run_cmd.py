@@ -20,6 +20,10 @@ def _ms(t: float) -> str:
     return f"{t * 1e3:.2f}"
 
 
+def _msl(values: list[float]) -> str:
+    return "/".join(_ms(v) for v in values)
+
+
 def _phase_table(title: str, ph: dict, stages: int) -> Table:
     tab = Table("rank", "fwd ms/mb", "bwd ms/mb", "recv wait ms/mb", "busy ms/step", title=title)
     for r in range(stages):
@@ -39,6 +43,12 @@ def _print_report(rep: dict) -> None:
                       f"measured stage times ({ph['sim_error']:+.1%}); bubble fraction measured "
                       f"{ph['bubble_fraction']:.1%}, simulated {ph['sim_bubble_fraction']:.1%}; "
                       f"stage-to-stage delay {ph['p2p_s'] * 1e6:.0f} µs")
+    host = rep["phases"][-1].get("host_calibration")
+    if host and rep.get("held_out"):
+        console.print(f"host model from this run: CPU per micro-batch fwd {_msl(host['fwd_cpu_s'])} / bwd "
+                      f"{_msl(host['bwd_cpu_s'])} ms, framework {_msl(host['action_cpu_s'])} ms per action, share "
+                      f"of a core per computing rank {', '.join(f'{x:.2f}' for x in host['speed'])} (alone, both), "
+                      f"handover {_ms(host['handover_s'])} ms")
     if "rebalance" in rep:
         rb = rep["rebalance"]
         fastest = min(rb["slowdown"])
@@ -47,9 +57,10 @@ def _print_report(rep: dict) -> None:
                       f"{_ms(rb['step_s_before'])} -> {_ms(rb['step_s_after'])} ms: {rb['gain']:.1%} faster "
                       f"(re-partition took {_ms(rb['repartition_s'])} ms)")
     for held in rep.get("held_out", []):
-        console.print(f"held-out: {held['schedule']} x {held['microbatches']} predicted from the first run's "
-                      f"stage times {_ms(held['sim_step_s'])} ms, measured {_ms(held['step_s'])} ms "
-                      f"({held['error']:+.1%})")
+        console.print(f"held-out: {held['schedule']} x {held['microbatches']} predicted by the host model "
+                      f"calibrated on {held['calibrated_on']} {_ms(held['sim_step_s'])} ms, measured "
+                      f"{_ms(held['step_s'])} ms (mean step; {held['error']:+.1%}; share of a core per computing rank "
+                      f"{', '.join(f'{x:.2f}' for x in held['host_speed'])})")
     rec = rep.get("recovery")
     if rec:
         console.print(f"elastic: rank {rep['killed_rank']} SIGKILLed after step {rec['last_step_before_kill']}; "
@@ -64,8 +75,9 @@ def _print_report(rep: dict) -> None:
 def run_pipeline_command(
         stages: int = typer.Option(2, help="pipeline stages = gloo processes (2-4 on a small machine)"),
         microbatches: int = typer.Option(4, help="micro-batches per step"),
-        schedule: str = typer.Option("1f1b", help="gpipe | 1f1b | interleaved; a list (1f1b,gpipe) runs each and "
-                                                  "predicts the later ones from the first run's stage times"),
+        schedule: str = typer.Option("1f1b", help="gpipe | 1f1b | interleaved; a list (1f1b,gpipe,1f1b:8) runs each "
+                                                  "(name:M with M micro-batches) and predicts the later ones "
+                                                  "from the first run's calibration"),
         layers: int = typer.Option(8, help="transformer blocks"),
         d_model: int = typer.Option(64, help="model width"),
         batch: int = typer.Option(16, help="sequences per step"),
@@ -86,7 +98,10 @@ def run_pipeline_command(
     names = [s.strip() for s in schedule.split(",") if s.strip()]
     if not names:
         raise HcfError("give a schedule: gpipe, 1f1b or interleaved")
-    cfg = PipeConfig(stages=stages, microbatches=microbatches, schedule=names[0], layers=layers, d_model=d_model,
+    first, _, count = names[0].partition(":")
+    if any(not n.partition(":")[2].isdigit() for n in names if ":" in n):
+        raise HcfError(f"write a schedule with its micro-batch count as name:M, e.g. gpipe:8, got {schedule!r}")
+    cfg = PipeConfig(stages=stages, microbatches=int(count or microbatches), schedule=first, layers=layers, d_model=d_model,
                      batch=batch, steps=steps, slow_rank=slow_rank, slow_factor=slow_factor if slow_rank >= 0 else 1,
                      rebalance_at=rebalance_at)
     cfg.check()
@@ -105,24 +120,24 @@ def _measure(cfg, names: list[str], folder: str, timeout: float, quiet: bool) ->
     import dataclasses
     import os
 
-    from hcf_sim.real_pipeline import predict, run_pipeline
+    from hcf_sim.pipeline_paired import run_paired, variant_name
+    from hcf_sim.real_pipeline import run_pipeline
 
     with Progress(console=Console(stderr=True), disable=quiet, transient=True) as prog:
-        task = prog.add_task(f"{cfg.schedule}: steps", total=cfg.steps)
-        rep = run_pipeline(cfg, os.path.join(folder, cfg.schedule), timeout,
-                           progress=lambda done, total: prog.update(task, completed=done))
-        first = rep["phases"][-1]
-        per_rank = {int(r): t for r, t in first["stage_times"].items()}
-        rep["held_out"] = []
+        if len(names) == 1:
+            task = prog.add_task(f"{cfg.schedule}: steps", total=cfg.steps)
+            return run_pipeline(cfg, os.path.join(folder, cfg.schedule), timeout,
+                                progress=lambda done, total: prog.update(task, completed=done))
+        # held-out schedules ("gpipe", or "gpipe:8" for another micro-batch count) run in the same
+        # processes, their steps taking turns with the calibration's, so they share the host's load
+        cfgs = [cfg]
         for name in names[1:]:
-            other = dataclasses.replace(cfg, schedule=name)
-            task = prog.add_task(f"{name}: steps", total=cfg.steps)
-            measured = run_pipeline(other, os.path.join(folder, name), timeout,
-                                    progress=lambda done, total, t=task: prog.update(t, completed=done))
-            sim = predict(other, per_rank, first["p2p_s"])
-            step = measured["phases"][-1]["step_s"]
-            rep["held_out"].append({"schedule": name, "microbatches": cfg.microbatches, "step_s": step,
-                                    "sim_step_s": sim.makespan, "error": (sim.makespan - step) / step})
+            sched, _, count = name.partition(":")
+            cfgs.append(dataclasses.replace(cfg, schedule=sched, microbatches=int(count or cfg.microbatches)))
+        task = prog.add_task(f"{', '.join(names)}: steps taking turns", total=cfg.steps * len(cfgs))
+        paired = run_paired(cfgs, folder, timeout, progress=lambda done, total: prog.update(task, completed=done))
+    rep = paired["runs"][variant_name(cfg)]
+    rep["held_out"] = paired["held_out"]
     return rep
 
 

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from hcf_sim.elastic import ElasticPlan, run_elastic
 from hcf_sim.pipeline import simulate_pipeline
 from hcf_sim.pipeline_model import PipeConfig
+from hcf_sim.pipeline_paired import run_paired
 from hcf_sim.rank_events import RankEventTail, RankEventWriter, read_events
 from hcf_sim.real_pipeline import run_pipeline
 from uol_cli.hcf_cmd import app
@@ -68,6 +69,30 @@ def test_two_stage_pipeline_streams_every_microbatch_and_meets_the_simulator(two
     assert abs(ph["sim_error"]) < 0.75, ph["sim_error"]
     assert {r["rank"] for r in ph["measured_timeline"]} == {"rank 0", "rank 1"}
     assert len(rep["losses"]) == TINY["steps"] and all(loss > 0 for loss in rep["losses"])
+
+
+def test_host_model_calibrated_on_1f1b_predicts_held_out_schedules(tmp_path):
+    # the steps of the three schedules take turns in one run, so all see the same host load
+    cfgs = [PipeConfig(**{**TINY, "steps": 10}, schedule=s) for s in ("1f1b", "gpipe", "interleaved")]
+    out = run_paired(cfgs, tmp_path, timeout_s=150)
+    cal = out["calibration"]
+    assert cal["schedule"] == "1f1b" and 0 < min(cal["speed"]) <= max(cal["speed"]) <= 1
+    for rank in (0, 1):  # CPU per micro-batch: the work of the rank's blocks, not its waits
+        assert 0 < cal["fwd_cpu_s"][rank] < out["runs"]["1f1b_4"]["phases"][0]["stage_times"][str(rank)]["F"] * 1.5
+    assert sorted(out["runs"]) == ["1f1b_4", "gpipe_4", "interleaved_4"]
+    # the losses of each configuration are its own training's (same seed, same data: equal start)
+    assert out["runs"]["gpipe_4"]["losses"][0] == pytest.approx(out["runs"]["1f1b_4"]["losses"][0], abs=1e-5)
+    # loose for shared cores (other jobs' bursts move single steps 3x); the 15% goal: UOL_LONG=1
+    errors = [abs(held["error"]) for held in out["held_out"]]
+    assert sum(errors) / len(errors) < 0.3 and max(errors) < 0.5, out["held_out"]
+
+
+@pytest.mark.skipif(not os.environ.get("UOL_LONG"), reason="the 15% goal needs steady cores; set UOL_LONG=1")
+def test_held_out_schedules_and_microbatch_counts_within_15_percent(tmp_path):
+    specs = [("1f1b", 4), ("gpipe", 4), ("interleaved", 4), ("1f1b", 8), ("gpipe", 8)]
+    out = run_paired([PipeConfig(schedule=s, microbatches=m, steps=10) for s, m in specs], tmp_path, 600)
+    errors = {f"{h['schedule']} x {h['microbatches']}": round(h["error"], 3) for h in out["held_out"]}
+    assert all(abs(e) <= 0.15 for e in errors.values()), errors
 
 
 WIDER = {**TINY, "layers": 12, "steps": 8, "d_model": 64, "seq": 16, "batch": 16}
