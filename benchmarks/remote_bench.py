@@ -3,14 +3,17 @@
 
     python benchmarks/remote_bench.py --out docs/benchmarks/remote.json
 
-Both workers share this machine's cores, so the tune ratio here is an upper bound of what two
-machines give.
+Each worker is kept to a core of its own (`--no-pin`: both share every core), as two
+one-core machines would be; the coordinator and whatever else runs here share them still, so
+the figures also carry the load average before and after, and the tune ratio here is an upper
+bound of what two machines give.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -33,7 +36,11 @@ def main() -> None:
     parser.add_argument("--configs", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--out", default="remote_bench.json")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="let both workers use every core (default: one core each)")
     args = parser.parse_args()
+    cores = sorted(os.sched_getaffinity(0))
+    pins = [None, None] if args.no_pin or len(cores) < 2 else [{cores[0]}, {cores[1]}]
 
     from uol_core.ops import load_op, op_text
     from uol_core.runtime.worker import Worker
@@ -51,12 +58,14 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="uol-remote-bench-"))
     broker = LocalBroker(folder / "redis").start()
     secret = write_secret(folder / "remote.secret")
-    procs = [start_worker("host", broker.url, secret, folder / "w0.log")]
+    procs = [start_worker("host", broker.url, secret, folder / "w0.log", cpus=pins[0])]
     coordinator = Coordinator(broker.url, secret)
     op = load_op(args.op)
     sizes = {d: 256 for d in op.dims}
     out: dict = {"op": args.op, "sizes": sizes, "machine": platform.processor() or
-                 platform.machine()}
+                 platform.machine(), "cores": len(cores),
+                 "worker_cores": [sorted(p) if p else "all" for p in pins],
+                 "load_average_before": os.getloadavg()}
     try:
         wait_for_workers(coordinator, {"host": 1}, procs)
         job, _ = kernel_job(op_text(args.op), "host", sizes, min_seconds=0.05)
@@ -74,7 +83,8 @@ def main() -> None:
         tunes = {}
         for width in (1, 2):
             if width == 2:
-                procs.append(start_worker("host", broker.url, secret, folder / "w1.log"))
+                procs.append(start_worker("host", broker.url, secret, folder / "w1.log",
+                                          cpus=pins[1]))
                 wait_for_workers(coordinator, {"host": 2}, procs)
             res = tune_target(broker.url, secret, op, sizes, "host", args.configs,
                               db_path=str(folder / f"tuning{width}.sqlite"))
@@ -86,6 +96,7 @@ def main() -> None:
         for proc in procs:
             stop_process(proc)
         broker.stop()
+    out["load_average_after"] = os.getloadavg()
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))
 

@@ -1,5 +1,5 @@
 """Child process of a worker for jobs that are not a built C kernel: a Triton (or reference)
-kernel run, and a profile. Runs as `python -m uol_remote.child` with one JSON request on
+kernel run, a profile and a gloo measurement. Runs as `python -m uol_remote.child` with one JSON request on
 stdin, so a kernel that crashes or hangs takes down this process only, as a local run does."""
 
 from __future__ import annotations
@@ -50,7 +50,15 @@ def run_profile(request: dict) -> dict:
                            repeats=int(request.get("repeats", 3)), hotspots=True)
 
 
-HANDLERS = {"request": run_request, "profile": run_profile}
+def run_gloo(request: dict) -> dict:
+    """The Communication page's real measurement: a collective on `ranks` gloo processes of
+    this machine (hcf_sim's benchmark task), its rows as measured."""
+    from hcf_sim.runtime import run_local
+
+    return run_local(request["task"], int(request["ranks"]))
+
+
+HANDLERS = {"request": run_request, "profile": run_profile, "gloo": run_gloo}
 
 
 def run_in_child(kind: str, request: dict, timeout: float) -> dict:

@@ -53,7 +53,7 @@ class Coordinator:
 
     def submit(self, kind: str, target: str, job: dict, *, isa: list[str] | None = None,
                timeout: float = DEFAULT_TIMEOUT_S, retries: int = 1) -> dict:
-        """Run `job` of `kind` (kernel | request | profile) on a live worker of `target`.
+        """Run `job` of `kind` (kernel | request | profile | gloo) on a live worker of `target`.
 
         Returns the worker's result with `worker` (its host facts) and `remote` (node,
         attempts, round trip) added. Raises JobLost when its worker died on every attempt,

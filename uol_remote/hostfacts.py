@@ -72,3 +72,37 @@ def job_refusal(isa: list[str], facts: dict) -> str | None:
 def worker_name(target: str) -> str:
     """The Celery node name of a worker: target, process and machine (unique per process)."""
     return f"{target}.{os.getpid()}@{socket.gethostname()}"
+
+
+NATIVE, EMULATED, NOT_HERE = "native", "emulated", "not here"
+
+
+def how_this_machine_runs(target, facts: dict | None = None) -> tuple[str, str]:
+    """(mode, why) for `target`'s kernels on this machine when no worker serves it: NATIVE
+    (built, verified and timed here), EMULATED (another CPU architecture, built by the cross
+    toolchain and verified under its emulator, never timed) or NOT_HERE (compile and explain
+    only: a GPU this machine lacks, ISA flags its CPU lacks, or a missing cross toolchain)."""
+    from uol_core.runtime.cross import (
+        EMULATED_NOTE,
+        needs_cross_build,
+        target_arch,
+        toolchain,
+    )
+
+    facts = host_facts() if facts is None else facts
+    if needs_cross_build(target):
+        try:
+            tools = toolchain(target_arch(target))
+        except ValueError as exc:  # an architecture with no cross toolchain known here
+            return NOT_HERE, str(exc)
+        gone = tools.missing()
+        if gone:
+            return NOT_HERE, (f"the {tools.arch} cross toolchain is missing "
+                              f"(apt-get install {' '.join(tools.packages)})")
+        return EMULATED, EMULATED_NOTE
+    if refusal(target, facts) is None:
+        return NATIVE, ""
+    if target.kind == "gpu":
+        return NOT_HERE, f"no {target.name} GPU on this machine"
+    missing = [f for f in target.isa if f not in facts.get("flags", [])]
+    return NOT_HERE, f"this CPU lacks {', '.join(missing)}"

@@ -4,6 +4,7 @@ port, with its files (append-only log included) in a folder of the caller's."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -78,14 +79,17 @@ def worker_env(secret_file: Path, extra: dict | None = None) -> dict:
 
 
 def start_worker(target: str, broker_url: str, secret_file: Path, log: Path,
-                 extra_env: dict | None = None) -> subprocess.Popen:
-    """`uol worker --target TARGET --broker URL` as a separate process (log to `log`)."""
+                 extra_env: dict | None = None, cpus: set[int] | None = None
+                 ) -> subprocess.Popen:
+    """`uol worker --target TARGET --broker URL` as a separate process (log to `log`); with
+    `cpus`, the worker and its kernels are kept to those cores, as a machine of its own."""
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     with open(log, "ab") as out:  # the child keeps its own handle
         return subprocess.Popen(
             [sys.executable, "-m", "uol_cli.worker_cmd", "--target", target, "--broker",
              broker_url, "--loglevel", "INFO"],
             env=worker_env(secret_file, extra_env), cwd=str(REPO_ROOT),
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=pin)
 
 
 def wait_for_workers(coordinator, want: dict[str, int], procs: list, wait_s: float = 60.0
@@ -115,6 +119,20 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    """`stop_process` on all of `procs` at once: each gets SIGTERM before any is waited for
+    (a worker's warm shutdown takes seconds; one after another they add up)."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            stop_process(proc, signal.SIGKILL)
 
 
 def write_secret(path: Path) -> Path:

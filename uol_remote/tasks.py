@@ -3,7 +3,8 @@ and seal the result with this worker's host facts.
 
 Kinds: `kernel` (a built C kernel job from `uol_core.runtime.worker.make_job`, run in the
 same long-lived sandbox worker process the IDE and the tuner use), `request` (a Triton or
-reference kernel, in a child process) and `profile` (the Profiler's report, in a child).
+reference kernel, in a child process), `profile` (the Profiler's report, in a child) and
+`gloo` (the Communication page's collective on gloo processes of the worker's machine).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def run_body(body: dict, ctx: WorkerContext) -> dict:
 
             ctx.sandbox = Worker(timeout)
         return ctx.sandbox.run(body["job"], timeout)
-    if kind in ("request", "profile"):
+    if kind in ("request", "profile", "gloo"):
         from uol_remote.child import run_in_child
 
         return run_in_child(kind, body["job"], timeout)

@@ -164,17 +164,18 @@ def draw_overlap(kind, p, custom):
 
 
 @callback(Output("comm-measure-graph", "figure"), Output("comm-measure-status", "children"),
-          Input("comm-measure", "n_clicks"),
+          Input("comm-measure", "n_clicks"), State("current-target", "data"),
           running=[(Output("comm-measure", "disabled"), True, False)],
           prevent_initial_call=True)
-def measure(_n):
-    """Real gloo all-reduce (2 processes, 3 sizes) in a worker; measured over the fitted model."""
+def measure(_n, target):
+    """Real gloo all-reduce (2 processes, 3 sizes) in a worker process, or on a live remote
+    worker of the Studio's target (`uol serve --broker`); measured over the fitted model."""
     from app.services.comm import measure_gloo
     from app.services.system import activity
     from profilers.figures.comm import measured_vs_predicted
 
     with activity("gloo measure"):
-        res = measure_gloo([1 << 12, 1 << 16, 1 << 20], ranks=2)
+        res = measure_gloo([1 << 12, 1 << 16, 1 << 20], ranks=2, target=target or "host")
     if not res.get("ok"):
         return empty_figure(res["error"]), f"✗ {res['error']}"
     held = [r for r in res["rows"] if r["held_out"]]
@@ -182,4 +183,4 @@ def measure(_n):
     fig = measured_vs_predicted(res["rows"], "gloo all-reduce, 2 processes: measured vs predicted")
     fig.update_layout(width=None)
     return fig, (f"✓ measured: alpha {res['alpha'] * 1e6:.1f} µs, "
-                 f"{1 / res['beta'] / 1e9:.2f} GB/s; held-out error {err}")
+                 f"{1 / res['beta'] / 1e9:.2f} GB/s; held-out error {err}; on {res['ran_on']}")

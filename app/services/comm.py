@@ -257,17 +257,22 @@ def overlap(topo, collective_algo: str, kind: str, stages: int = 4, microbatches
 
 
 def measure_gloo(sizes: list[int], ranks: int = 2, iters: int = 5,
-                 timeout: float = MEASURE_TIMEOUT_S) -> dict:
-    """Real all-reduce on `ranks` gloo processes (in a worker), fitted alpha-beta, predicted rows."""
+                 timeout: float = MEASURE_TIMEOUT_S, target: str = "host") -> dict:
+    """Real all-reduce on `ranks` gloo processes, fitted alpha-beta, predicted rows. With
+    `uol serve --broker` and a live worker of `target` it runs on that worker's machine,
+    else here in a child process; "ran_on" says which."""
+    from app.services import remote
     from hcf_sim.calibrate import fit_alpha_beta
 
-    code = ("import json, sys\nfrom hcf_sim.runtime import run_local\n"
-            "t = json.loads(sys.argv[1])\n"
-            f"print({MARK!r} + json.dumps(run_local(t, int(sys.argv[2]))))\n")
-    task = json.dumps({"kind": "allreduce", "sizes": sizes, "iters": iters, "warmup": 2})
-    res = run_json_child(["-c", code, task, str(ranks)], MARK, None, timeout,
-                         timed_out="the gloo run did not finish within {timeout:.0f} s",
-                         failed="gloo run failed (status {status}): ", tail=500)
+    task = {"kind": "allreduce", "sizes": sizes, "iters": iters, "warmup": 2}
+    res = remote.gloo_on_worker(task, ranks, target, timeout)
+    if res is None:
+        code = ("import json, sys\nfrom hcf_sim.runtime import run_local\n"
+                "t = json.loads(sys.argv[1])\n"
+                f"print({MARK!r} + json.dumps(run_local(t, int(sys.argv[2]))))\n")
+        res = run_json_child(["-c", code, json.dumps(task), str(ranks)], MARK, None, timeout,
+                             timed_out="the gloo run did not finish within {timeout:.0f} s",
+                             failed="gloo run failed (status {status}): ", tail=500)
     if "rows" not in res:
         return res
     rows = res["rows"]
@@ -280,4 +285,5 @@ def measure_gloo(sizes: list[int], ranks: int = 2, iters: int = 5,
         out.append({"size": r["size"], "measured": r["median"], "p10": r["p10"], "p90": r["p90"],
                     "predicted": pred, "error": abs(pred - r["median"]) / r["median"],
                     "held_out": r not in ends})
-    return {"ok": True, "rows": out, "alpha": a, "beta": b, "ranks": ranks}
+    return {"ok": True, "rows": out, "alpha": a, "beta": b, "ranks": ranks,
+            "ran_on": remote.ran_on(res) or "this machine", "worker": res.get("worker")}

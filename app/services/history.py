@@ -89,6 +89,13 @@ def this_machine() -> str:
     return f"{platform.node()} ({cpu})"
 
 
+def measured_on(result: dict) -> str:
+    """The machine a result was measured on: a remote worker's host (`uol serve --broker`),
+    else this one."""
+    worker = result.get("worker") or {}
+    return f"{worker['host']} ({worker['cpu']})" if worker.get("host") else this_machine()
+
+
 def record(kind: str, request: dict, result: dict, kernel: str = "") -> int:
     """Store one run (written at once, so a crash later loses nothing); returns its id.
     The run carries op, sizes, target, backend, config, mode and the machine it ran on."""
@@ -98,7 +105,7 @@ def record(kind: str, request: dict, result: dict, kernel: str = "") -> int:
            json.dumps(result.get("config") or request.get("config") or {}), request["odl"],
            int(bool(result.get("ok"))), result.get("median_s"), result.get("gflops"),
            result.get("gbs"), json.dumps(result), kernel, run_mode(kind, result),
-           this_machine())
+           measured_on(result))
     with _connect() as conn:
         cur = conn.execute(f"INSERT INTO runs ({', '.join(COLUMNS[1:])}) VALUES "
                            f"({', '.join('?' * (len(COLUMNS) - 1))})", row)

@@ -1,5 +1,5 @@
 """Remote targets in the IDE (`uol serve --broker redis://...`): which targets have a live
-worker, and the worker a Run, Tune or Profile on such a target goes to.
+worker, and the worker a Run, Tune, Profile or gloo measurement on such a target goes to.
 
 Without a broker every function here says "in-process" and nothing changes. With one, a job
 on a target that has a live worker is signed and sent to it (uol_remote); every other target
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import lru_cache
 
 _CACHE: dict = {"at": 0.0, "workers": []}
 FRESH_S = 1.0  # the status bar polls every 2 s; a second-old list of workers is fresh enough
@@ -76,6 +77,21 @@ def submit(kind: str, target: str, job: dict, timeout: float) -> dict:
     return coordinator().submit(kind, target, job, timeout=timeout)
 
 
+def gloo_on_worker(task: dict, ranks: int, target: str, timeout: float) -> dict | None:
+    """hcf_sim's gloo benchmark `task` on `ranks` processes of a live worker of `target`, its
+    result with the worker's host facts; None when no worker serves `target` (run it here).
+    A job that did not run (refused, lost) is an error result, never a measurement."""
+    if not workers_for(target):
+        return None
+    from uol_remote.client import RemoteError
+
+    try:
+        return submit("gloo", target, {"task": task, "ranks": ranks}, timeout)
+    except RemoteError as exc:
+        return {"ok": False, "error": f"the gloo measurement on a worker of {target} did not "
+                                      f"run: {exc}"}
+
+
 def target_options(names: list[str]) -> list[dict]:
     """Dropdown options: every HFL target, those with live workers marked and listed first."""
     live = {w["target"] for w in live_workers()}
@@ -84,12 +100,32 @@ def target_options(names: list[str]) -> list[dict]:
 
 
 def where(target: str) -> str:
-    """Status-bar text: the target and where its jobs run now."""
+    """Status-bar text: the target and where its jobs run now (a live worker, or this machine
+    natively, under emulation, or not at all)."""
     target = target or "host"
-    if broker() is None:
-        return f"target: {target} (runs here)"
-    workers = workers_for(target)
-    if not workers:
-        return f"target: {target} (runs here; no live worker)"
-    hosts = ", ".join(sorted({w["facts"]["host"] for w in workers}))
-    return f"target: {target} → {len(workers)} live worker(s) on {hosts}"
+    workers = workers_for(target) if broker() is not None else []
+    if workers:
+        hosts = ", ".join(sorted({w["facts"]["host"] for w in workers}))
+        return f"target: {target} → {len(workers)} live worker(s) on {hosts}"
+    no_worker = "; no live worker" if broker() is not None else ""
+    return f"target: {target} ({here(target)}{no_worker})"
+
+
+@lru_cache(maxsize=64)
+def here(target: str) -> str:
+    """How this machine runs `target` without a worker, in the words of the status bar (the
+    host's facts and tools do not change while the server runs)."""
+    from uol_core.hfl import load_target
+    from uol_remote.hostfacts import EMULATED, NATIVE, how_this_machine_runs
+
+    if target == "host":
+        return "runs here"
+    try:
+        mode, why = how_this_machine_runs(load_target(target))
+    except Exception as exc:  # an unreadable HFL file: say so rather than guess
+        return f"unknown target: {exc}"
+    if mode == NATIVE:
+        return "runs here"
+    if mode == EMULATED:
+        return "verified under emulation here; not timed"  # cross-built, run by qemu
+    return f"compile and explain only: {why}"

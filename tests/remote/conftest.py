@@ -9,7 +9,7 @@ import pytest
 from uol_remote.local_cluster import (
     LocalBroker,
     start_worker,
-    stop_process,
+    stop_processes,
     wait_for_workers,
     write_secret,
 )
@@ -40,8 +40,7 @@ def cluster(tmp_path_factory):
             by_node[worker["node"]] = next(p for p in procs if p.pid == pid)
         yield broker, secret, coordinator, by_node
     finally:
-        for proc in procs:
-            stop_process(proc)
+        stop_processes(procs)
         broker.stop()
         for i in range(len(WORKERS)):
             log = folder / f"worker{i}.log"

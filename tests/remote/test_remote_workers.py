@@ -203,12 +203,35 @@ def test_the_ide_runs_a_kernel_on_a_live_worker(cluster, monkeypatch):
     from app.services import remote, runner
 
     broker, secret, _, _ = cluster
-    monkeypatch.setenv("UOL_BROKER", broker.url)
-    monkeypatch.setenv("UOL_REMOTE_SECRET_FILE", str(secret))
-    monkeypatch.setattr(remote, "_COORDINATORS", {})
-    monkeypatch.setitem(remote._CACHE, "at", 0.0)
+    _use_broker(monkeypatch, broker, secret)
     assert "live worker" in remote.where("avx2-desktop")
     assert remote.target_options(["xeon-spr-8480", "avx2-desktop"])[0]["value"] == "avx2-desktop"
     res = runner.run_kernel(op_text(OP), "c", "avx2-desktop", SIZES, None)
     assert res["ok"], res
     assert res["worker"]["target"] == "avx2-desktop" and "measured on worker" in res["mode"]
+
+
+def _use_broker(monkeypatch, broker, secret) -> None:
+    """This process as `uol serve --broker URL --secret-file FILE` leaves it."""
+    from app.services import remote
+
+    monkeypatch.setenv("UOL_BROKER", broker.url)
+    monkeypatch.setenv("UOL_REMOTE_SECRET_FILE", str(secret))
+    monkeypatch.setattr(remote, "_COORDINATORS", {})
+    monkeypatch.setitem(remote._CACHE, "at", 0.0)
+
+
+def test_the_communication_pages_gloo_measurement_runs_on_a_live_worker(cluster, monkeypatch):
+    from app.services import comm
+
+    broker, secret, _, by_node = cluster
+    _use_broker(monkeypatch, broker, secret)
+    res = comm.measure_gloo([1 << 12, 1 << 16, 1 << 20], ranks=2, iters=3, target="avx2-desktop")
+    assert res["ok"], res
+    assert res["worker"]["node"] in by_node and res["worker"]["target"] == "avx2-desktop"
+    assert res["ran_on"].startswith("worker avx2-desktop.")
+    assert [r["size"] for r in res["rows"]] == [1 << 12, 1 << 16, 1 << 20]
+    assert all(r["measured"] > 0 for r in res["rows"]) and res["beta"] > 0
+    # a job the worker cannot run comes back as an error, never as measured rows
+    bad = comm.measure_gloo([1 << 12, 1 << 16], ranks=1, target="avx2-desktop")
+    assert not bad["ok"] and "2-16 processes" in bad["error"] and "rows" not in bad
