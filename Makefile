@@ -48,7 +48,7 @@ test: install lint
 # ARM kernels cross-built and verified under qemu-aarch64 for the whole library, and every case of
 # the optimisation guide (make test runs a sample of both).
 test-arm: install
-	UOL_LONG=1 $(VENV)/bin/python -m pytest tests/test_arm_emulation.py tests/test_guide.py -p no:cacheprovider
+	UOL_LONG=1 $(VENV)/bin/python -m pytest tests/test_arm_emulation.py tests/test_arm_sve.py tests/test_guide.py -p no:cacheprovider
 
 CPU_BENCHES := cpu_gemm cpu_ops graph_bench hcf_bench ide_latency
 

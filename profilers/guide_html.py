@@ -111,7 +111,8 @@ def render_guide_html(guide: Guide | dict[str, Any], studio_base: str = "") -> s
 the config the ACG picks for the family's typical sizes on that target, the constraints that
 stop its knobs growing, its place under the target's roofline, and what moving one knob one
 step would do. Times are <span class='pred'>model-predicted</span> unless marked
-<span class='meas'>measured on this host</span> ({measured} cases).</p>
+<span class='meas'>measured</span> ({measured} cases, each saying where: this
+host or a live worker of its target).</p>
 <div class="filters">Target <select id="f-target" onchange="applyFilters()">{_options(targets)}</select>
 Family <select id="f-family" onchange="applyFilters()">{_options(families)}</select>
 Bound <select id="f-bound" onchange="applyFilters()">{_options(bounds)}</select>

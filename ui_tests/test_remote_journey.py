@@ -180,3 +180,31 @@ def test_runs_and_a_tune_on_two_remote_workers_from_the_studio(remote_page, remo
     for _, _, extra in rows:
         worker = json.loads(extra)["worker"]
         assert worker["node"] == nodes["host"] and worker["fingerprint"]
+
+
+def test_the_guide_measures_cases_on_the_live_workers(remote_page, remote_ide):
+    """Guide page with a broker: a target's cases are measured on its live worker and say
+    which; a target no worker serves keeps its prediction and says why."""
+    page, nodes = remote_page, remote_ide["nodes"]
+    page.goto(remote_ide["url"] + f"/guide?targets=host,{SECOND},graviton3&families=softmax")
+    expect(page.locator("#guide-summary")).to_contain_text("3 cases", timeout=120_000)
+    status = page.locator("#guide-measure-status")
+    expect(status).to_contain_text(f"live workers of {SECOND}, host")
+    wait_idle(page)
+    page.fill("#guide-measure-limit", "1")
+    page.click("#guide-measure-button")
+    expect(status).to_contain_text("✓", timeout=60_000)
+    for target in ("host", SECOND):
+        expect(status).to_contain_text(f"{target}: 1 measured on worker {nodes[target]} (")
+    table = page.locator("#guide-table")
+    for target in ("host", SECOND):
+        expect(table).to_contain_text(f"(measured on worker {nodes[target]})")
+    page.screenshot(path=str(ARTIFACTS / "remote_guide_measured.png"), full_page=True)
+    page.locator("#guide-table tbody tr", has_text="graviton3").locator(
+        "input[type=radio]").check()
+    expect(page.locator("#guide-detail-measured")).to_have_text(
+        "not measured: no live worker of graviton3 on the broker; model-predicted only")
+    page.locator("#guide-table tbody tr", has_text=SECOND).locator("input[type=radio]").check()
+    expect(page.locator("#guide-detail-measured")).to_contain_text(
+        f"measured on worker {nodes[SECOND]} (")
+    assert page.js_errors == []

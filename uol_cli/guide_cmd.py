@@ -25,8 +25,19 @@ def guide_cmd(
                                                      "families (repeatable)")] = None,
     host: Annotated[bool, typer.Option("--host/--no-host", help="add the probed host as a "
                                        "target (its cases can be measured)")] = True,
-    measure: Annotated[bool, typer.Option("--measure", help="build, verify and time the host's "
-                                          "cases here (minutes)")] = False,
+    measure: Annotated[bool, typer.Option("--measure", help="build, verify and time cases: the "
+                                          "host's here, and with --broker every target's on "
+                                          "its live workers (seconds per case)")] = False,
+    broker: Annotated[str | None, typer.Option("--broker", help="Redis URL of remote workers "
+                                               "(`uol worker`): --measure times each target's "
+                                               "cases on a live worker of it")] = None,
+    secret_file: Annotated[Path | None, typer.Option("--secret-file", help="the workers' "
+                                                     "shared secret (mode 600); default "
+                                                     "$UOL_REMOTE_SECRET_FILE or "
+                                                     "$UOL_REMOTE_SECRET")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="with --measure: at most "
+                                              "this many cases per target (default: all)")]
+    = None,
     studio_url: Annotated[str, typer.Option("--studio-url", help="prefix of the Studio links in "
                                             "HTML (e.g. http://127.0.0.1:8050)")] = "",
 ) -> None:
@@ -34,15 +45,20 @@ def guide_cmd(
     from rich.progress import Progress
 
     from uol_core.guide.families import family as family_named
-    from uol_core.guide.generate import generate, measure_host_cases, shipped_targets
+    from uol_core.guide.generate import generate, measure_guide, shipped_targets
+    from uol_core.guide.measure import host_only
 
     if fmt not in FORMATS:
         raise UserError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
+    if (broker or limit) and not measure:
+        raise UserError("--broker and --limit say where and how much --measure times: add "
+                        "--measure")
     try:
         fams = [family_named(name) for name in family] if family else None
     except KeyError as err:
         raise UserError(err.args[0]) from None
     targets = list(target) if target else shipped_targets() + (["host"] if host else [])
+    measurer_for = _remote_measurers(broker, secret_file) if measure and broker else host_only()
     with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
         task = bar.add_task("building the guide", total=None)
 
@@ -51,7 +67,10 @@ def guide_cmd(
 
         guide = generate(targets, fams, progress=progress)
         if measure:
-            guide = measure_host_cases(guide, progress=progress)
+            bar.update(task, completed=0, total=None, description="measuring")
+            guide, reports = measure_guide(guide, measurer_for, limit, progress)
+    if measure:
+        _say_where(reports, bool(broker))
     if fmt == "json":
         import json
 
@@ -81,8 +100,45 @@ def _table(guide) -> str:
         cfg = ",".join(f"{k}={v}" for k, v in c.config.items())
         lines.append(f"{c.target:20} {c.family:20} {c.roofline.get('bound')!s:8} "
                      f"{predicted} {measured}  {cfg}")
-    lines.append(f"{len(guide.cases)} cases; times model-predicted unless measured here")
+    measured = sorted({c.measured_label for c in guide.cases if c.measured_s})
+    lines.append(f"{len(guide.cases)} cases; times model-predicted unless measured"
+                 + "".join(f"\n  {label}" for label in measured))
     return "\n".join(lines)
+
+
+def _remote_measurers(broker: str, secret_file: Path | None):
+    """Measurers on the broker's live workers (host without one: here), checked now."""
+    from uol_remote.celery_app import check_broker_url
+    from uol_remote.guide_measure import guide_measurers
+    from uol_remote.signing import SecretError
+
+    try:
+        check_broker_url(broker)
+        measurer_for, workers = guide_measurers(broker, secret_file)
+    except (ValueError, SecretError) as exc:
+        raise UserError(str(exc)) from None
+    except Exception as exc:  # redis unreachable: say where and how to fix it
+        raise UserError(f"cannot reach the broker at {broker}: {exc} (start redis-server there "
+                        "or open the ssh tunnel: docs/remote.md)") from None
+    live = ", ".join(sorted({w["target"] for w in workers})) or "none"
+    print(f"live workers on {broker}: {live}", file=sys.stderr)
+    return measurer_for
+
+
+def _say_where(reports, with_broker: bool) -> None:
+    """One line per target: measured where, how many, what failed; the predicted ones."""
+    predicted = [r.target for r in reports if not r.has_measurer]
+    for r in reports:
+        if not r.has_measurer:
+            continue
+        print(f"{r.target}: {r.measured} {r.where or 'measured'}"
+              + (f", {len(r.failed)} not measured" if r.failed else "")
+              + (f", {r.skipped} beyond --limit" if r.skipped else ""), file=sys.stderr)
+        for why in r.failed[:3]:
+            print(f"  {why}", file=sys.stderr)
+    if predicted:
+        why = "no live worker" if with_broker else "not this host; --broker measures on workers"
+        print(f"model-predicted ({why}): {', '.join(predicted)}", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,9 +1,13 @@
 """Callbacks of the Guide page: build (or read cached) cases for the chosen targets, filter
-them, show one case's constraints and knob moves, and export the shown cases as HTML."""
+them, show one case's constraints and knob moves, measure cases (this host's here, other
+targets' on their live workers when the IDE runs with a broker), and export the shown cases
+as HTML."""
 
 from __future__ import annotations
 
 from dash import Input, Output, State, callback, html, no_update
+
+from app.callbacks.guide_measure import not_measured
 
 
 def _seconds(value: float | None) -> str:
@@ -12,8 +16,16 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1e3:.3g} ms" if value >= 1e-3 else f"{value * 1e6:.3g} µs"
 
 
+def _where_short(label: str) -> str:
+    """'here' or 'on worker NODE' from a measured label (the full label is in the detail)."""
+    if label.startswith("measured on worker "):
+        return "on worker " + label.split()[3]
+    return "here" if label.startswith("measured on this host") else label
+
+
 def case_row(case: dict) -> dict:
-    """One table row of a case (the predicted time says it is a prediction)."""
+    """One table row of a case (the predicted time says it is a prediction, the measured one
+    where it was measured)."""
     roof = case.get("roofline", {})
     intensity = roof.get("intensity")
     return {"id": case["id"], "target": case["target"], "family": case["family"],
@@ -22,8 +34,9 @@ def case_row(case: dict) -> dict:
             "bound": str(roof.get("bound", "")),
             "intensity": f"{intensity:.3g}" if intensity is not None else "",
             "predicted": f"{_seconds(case['predicted_s'])} (predicted)",
-            "measured": (f"{_seconds(case['measured_s'])} (measured here)"
-                         if case.get("measured_s") else "not run here"),
+            "measured": (f"{_seconds(case['measured_s'])} "
+                         f"(measured {_where_short(case.get('measured_label', ''))})"
+                         if case.get("measured_s") else "not measured"),
             "kernel": f"[open in Studio]({case['studio_link']})"}
 
 
@@ -44,28 +57,36 @@ def load_cases(targets, families):
     cases = [c.to_dict() for c in guide.cases]
     measured = sum(1 for c in cases if c.get("measured_s"))
     illegal = sum(1 for c in cases if not c["legal"])
-    text = (f"{len(cases)} cases ({len(guide.targets)} targets); {measured} measured on this "
-            f"host, the rest model-predicted" + (f"; {illegal} NOT LEGAL" if illegal else "")
+    text = (f"{len(cases)} cases ({len(guide.targets)} targets); {measured} measured (tuning "
+            f"database), the rest model-predicted" + (f"; {illegal} NOT LEGAL" if illegal else "")
             + (f"; {len(guide.errors)} could not be planned" if guide.errors else ""))
     return cases, text
 
 
+def with_measured(cases: list[dict] | None, measured: dict | None) -> list[dict]:
+    """The cases with the times measured from this page (case id -> measured fields)."""
+    return [{**c, **(measured or {}).get(c["id"], {})} for c in cases or []]
+
+
 @callback(Output("guide-table", "data"), Output("guide-table", "selected_rows"),
-          Input("guide-cases", "data"), Input("guide-bound", "value"))
-def show_rows(cases, bound):
+          Input("guide-cases", "data"), Input("guide-bound", "value"),
+          Input("guide-measured", "data"))
+def show_rows(cases, bound, measured):
     """Rows of the cases that pass the bound filter."""
-    shown = [c for c in cases or [] if not bound or c["roofline"].get("bound") == bound]
+    shown = [c for c in with_measured(cases, measured)
+             if not bound or c["roofline"].get("bound") == bound]
     return [case_row(c) for c in shown], []
 
 
 @callback(Output("guide-detail", "children"), Input("guide-table", "selected_rows"),
-          State("guide-table", "data"), State("guide-cases", "data"))
-def show_case(selected, rows, cases):
+          State("guide-table", "data"), State("guide-cases", "data"),
+          State("guide-measured", "data"))
+def show_case(selected, rows, cases, measured):
     """The selected case: binding constraints, one-knob moves, roofline and time labels."""
     if not selected or not rows:
         return no_update
     case_id = rows[selected[0]]["id"]
-    case = next((c for c in cases or [] if c["id"] == case_id), None)
+    case = next((c for c in with_measured(cases, measured) if c["id"] == case_id), None)
     if case is None:
         return no_update
     roof = case["roofline"]
@@ -85,7 +106,8 @@ def show_case(selected, rows, cases):
                     f"{roof['ridge_intensity']:.3g}" if roof.get("intensity") is not None else "")),
         html.Div(f"predicted {_seconds(case['predicted_s'])}: {case['prediction_label']}"),
         html.Div(f"measured {_seconds(case['measured_s'])}: {case['measured_label']}"
-                 if case.get("measured_s") else "not measured: this target is not this host"),
+                 if case.get("measured_s") else not_measured(case),
+                 id="guide-detail-measured"),
         html.H4("Binding constraints"),
         html.Ul([html.Li(b) for b in case["binding"]] or [html.Li("none: every knob can grow")]),
         html.H4("One-knob moves"),
@@ -96,13 +118,15 @@ def show_case(selected, rows, cases):
 
 @callback(Output("guide-download", "data"), Input("guide-download-button", "n_clicks"),
           State("guide-cases", "data"), State("guide-targets", "value"),
-          State("guide-families", "value"), prevent_initial_call=True)
-def download_html(_clicks, cases, targets, families):
+          State("guide-families", "value"), State("guide-measured", "data"),
+          prevent_initial_call=True)
+def download_html(_clicks, cases, targets, families, measured):
     """The shown cases as the offline HTML guide."""
     from profilers.guide_html import render_guide_html
     from uol_core.guide.families import FAMILIES
 
     fams = [{"name": f.name, "op": f.op, "sizes": f.sizes, "why": f.why} for f in FAMILIES
             if not families or f.name in families]
-    text = render_guide_html({"cases": cases or [], "families": fams, "targets": targets or []})
+    text = render_guide_html({"cases": with_measured(cases, measured), "families": fams,
+                              "targets": targets or []})
     return {"content": text, "filename": "uol-guide.html"}

@@ -3,8 +3,10 @@
 Building the ACG spaces of the GEMM-like cases takes about a second each, so the whole guide
 (some 450 cases) takes minutes the first time; each target's cases are cached in the user
 cache under a key made of its HFL record, the generators' hashes and the families, and are
-rebuilt only when one of them changes. Times measured on this host (`measure_host_cases`, or recorded by the tuner)
-replace the prediction's place in the case, labelled; every other case stays model-predicted.
+rebuilt only when one of them changes. Measured times (this host's: `measure_host_cases` or
+the tuner's records; a live remote worker's: `measure_guide` with the caller's measurers, see
+`uol_core.guide.measure`) stand beside the prediction, labelled with where they were measured;
+every other case stays model-predicted.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from typing import Any
 
 from uol_core.guide.cases import MEASURED, GuideCase, build_case
 from uol_core.guide.families import FAMILIES, Family
+from uol_core.guide.measure import (
+    MeasurerFor,
+    TargetMeasurement,
+    host_only,
+    measure_cases,
+)
 
 GUIDE_VERSION = 1
 Progress = Callable[[int, int, str], None]  # done, total, what is being built
@@ -158,35 +166,15 @@ def _with_recorded_times(guide: Guide) -> Guide:
 
 
 def measure_host_cases(guide: Guide, progress: Progress | None = None,
-                       timeout_s: float = 60.0) -> Guide:
+                       timeout_s: float = 60.0, limit: int | None = None) -> Guide:
     """Build, verify and time (in a worker process) the chosen kernel of every case whose
     target is this host; a case that fails keeps its prediction and says why in `note`."""
-    from uol_core.backends import get_backend
-    from uol_core.ops import load_op, op_text
-    from uol_core.runtime.worker import Worker, make_job
+    return measure_guide(guide, host_only(timeout_s), limit, progress, timeout_s)[0]
 
-    host = [c for c in guide.cases if c.target == "host"]
-    with Worker(timeout_s=timeout_s) as worker:
-        for i, case in enumerate(host):
-            if progress:
-                progress(i, len(host), f"measuring {case.id}")
-            backend = get_backend(case.backend, "host")
-            if not getattr(backend, "worker_jobs", False):
-                continue
-            try:
-                op = load_op(case.op)
-                plan = backend.plan(op, case.sizes, "host")
-                source = backend.emit(plan, case.config)
-                job = make_job(source, op_text(case.op), f"{case.op}.odl", case.sizes,
-                               warmup=1, repeats=3, min_seconds=0.05)
-                result = worker.run(job)
-            except Exception as exc:  # too large for the memory budget, unsupported, ...
-                case.note = f"not measured: {exc}"
-                continue
-            if result.get("status") == "ok" and result.get("median_s"):
-                case.measured_s, case.measured_label = result["median_s"], MEASURED
-            else:
-                case.note = f"not measured: {result.get('status')}: {result.get('reason', '')}"
-    if progress:
-        progress(len(host), len(host), "done")
-    return guide
+
+def measure_guide(guide: Guide, measurer_for: MeasurerFor, limit: int | None = None,
+                  progress: Progress | None = None, timeout_s: float = 120.0
+                  ) -> tuple[Guide, list[TargetMeasurement]]:
+    """The guide with up to `limit` cases per target measured where `measurer_for` says (a
+    live remote worker of the target, this host, ...), and what was measured per target."""
+    return guide, measure_cases(guide.cases, measurer_for, limit, progress, timeout_s)

@@ -1,0 +1,58 @@
+"""Measured cases of the optimisation guide without remote workers: this host's cases are
+timed in the sandboxed worker process up to a per-target limit, other targets keep their
+labelled prediction, and `uol guide` says what it cannot do with its remote options."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from uol_core.guide.cases import MEASURED
+from uol_core.guide.families import family
+from uol_core.guide.generate import generate, measure_guide
+from uol_core.guide.measure import host_only, local_measurer, measure_case
+
+FAMILIES = [family("softmax"), family("elementwise-binary")]
+
+
+def test_host_cases_are_measured_up_to_the_limit_and_others_stay_predicted():
+    guide = generate(["host", "graviton3"], FAMILIES)
+    guide, reports = measure_guide(guide, host_only(), limit=1)
+    first, second = (c for c in guide.cases if c.target == "host")
+    assert first.measured_s > 0 and first.measured_label == MEASURED, first.note
+    assert second.measured_s is None and "beyond the limit of 1 cases per target" in second.note
+    for case in (c for c in guide.cases if c.target == "graviton3"):
+        assert case.measured_s is None and case.prediction_label.startswith("model-predicted")
+    host, graviton = reports
+    assert (host.target, host.measured, host.skipped, host.where) == ("host", 1, 1, MEASURED)
+    assert graviton.target == "graviton3" and not graviton.has_measurer
+
+
+def test_a_case_its_measurer_cannot_run_keeps_its_prediction_and_says_why():
+    (case,) = generate(["h100-sxm"], [family("softmax")]).cases
+    assert case.backend == "triton"
+    measurer = local_measurer()  # runs built C kernels only: no request runner
+    why = measure_case(case, measurer)
+    measurer.close()
+    assert "the triton backend's kernels run only on a worker of their target" in why
+    assert case.measured_s is None and why in case.note
+
+
+def test_uol_guide_remote_options_say_what_is_missing(tmp_path):
+    from uol_cli.main import app
+
+    runner = CliRunner()
+    no_measure = runner.invoke(app, ["guide", "--target", "host", "--broker",
+                                     "redis://127.0.0.1:6379/0"])
+    assert no_measure.exit_code == 2 and "add --measure" in no_measure.output
+    not_redis = runner.invoke(app, ["guide", "--target", "host", "--measure", "--broker",
+                                    "http://127.0.0.1:1"])
+    assert not_redis.exit_code == 2 and "must be a Redis URL" in not_redis.output
+    secret = tmp_path / "remote.secret"
+    secret.write_text("0123456789abcdef0123\n")
+    secret.chmod(0o600)
+    from uol_remote.local_cluster import free_port
+
+    down = runner.invoke(app, ["guide", "--target", "host", "--measure", "--broker",
+                               f"redis://127.0.0.1:{free_port()}/0", "--secret-file",
+                               str(secret)])
+    assert down.exit_code == 2 and "cannot reach the broker" in down.output
