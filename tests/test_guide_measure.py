@@ -56,3 +56,22 @@ def test_uol_guide_remote_options_say_what_is_missing(tmp_path):
                                f"redis://127.0.0.1:{free_port()}/0", "--secret-file",
                                str(secret)])
     assert down.exit_code == 2 and "cannot reach the broker" in down.output
+
+
+def test_a_measured_case_is_recorded_where_the_tuners_and_the_next_guide_find_it(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("UOL_CACHE_DIR", str(tmp_path))  # a tuning database of this test's own
+    from uol_core.guide.measure import case_key
+    from uol_core.runtime.tuningdb import TuningDB
+
+    guide = generate(["host"], [family("softmax")])
+    guide, _ = measure_guide(guide, host_only(), limit=1)
+    measured = next(c for c in guide.cases if c.measured_s)
+    db = TuningDB()
+    row = db.lookup(*case_key(measured))
+    db.close()
+    assert row and row["status"] == "ok" and row["median_s"] == measured.measured_s
+    # a fresh guide reads the time back from the database, labelled as such
+    again = next(c for c in generate(["host"], [family("softmax")]).cases if c.id == measured.id)
+    assert again.measured_s == measured.measured_s
+    assert again.measured_label == f"{MEASURED} (tuning database)"

@@ -23,6 +23,7 @@ from uol_core.guide.families import FAMILIES, Family
 from uol_core.guide.measure import (
     MeasurerFor,
     TargetMeasurement,
+    case_key,
     host_only,
     measure_cases,
 )
@@ -139,24 +140,12 @@ def _with_recorded_times(guide: Guide) -> Guide:
     host_cases = [c for c in guide.cases if c.target == "host" and c.measured_s is None]
     if not host_cases:
         return guide
-    from uol_core.acg.tuner import generator_id, tuning_key
-    from uol_core.backends import get_backend
-    from uol_core.hfl import load_target
-    from uol_core.ops import load_op
     from uol_core.runtime.tuningdb import TuningDB
 
-    target = load_target("host")
     db = TuningDB()
     try:
         for case in host_cases:
-            op = load_op(case.op)
-            generator = generator_id()  # the GEMM template's; other kernels name their own
-            backend = get_backend(case.backend, target)
-            if case.pattern != "gemm" and getattr(backend, "worker_jobs", False):
-                source = backend.emit(backend.plan(op, case.sizes, target), case.config)
-                generator = generator_id(str(source.meta.get("generator", "")))
-            config = ",".join(f"{k}={v}" for k, v in case.config.items())
-            row = db.lookup(tuning_key(op, case.sizes, target, generator), config)
+            row = db.lookup(*case_key(case))
             if row and row.get("status") == "ok" and row.get("median_s"):
                 case.measured_s = row["median_s"]
                 case.measured_label = f"{MEASURED} (tuning database)"

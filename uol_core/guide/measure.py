@@ -136,12 +136,51 @@ def measure_case(case: GuideCase, measurer: CaseMeasurer, timeout_s: float = DEF
         result = _run(case, measurer, timeout_s, min_seconds)
     except Exception as exc:  # no worker took it, too large for the memory budget, ...
         result = {"status": "not run", "reason": f"{type(exc).__name__}: {exc}"}
+    if result.get("status") not in ("not run", None):
+        record_case(case, result)
     if result.get("status") == "ok" and result.get("median_s"):
         case.measured_s, case.measured_label = float(result["median_s"]), measurer.label(result)
         return None
     why = f"{result.get('status')}: {result.get('reason') or result.get('mode') or ''}".strip()
     case.note = _joined(case.note, f"not measured: {why}")
     return why
+
+
+def case_key(case: GuideCase):
+    """(tuning key, config text) of a case's kernel: the key and config string the tuners
+    write, so the guide's measurements and the tuners' rows are one history."""
+    from uol_core.acg.config import resolve_target
+    from uol_core.acg.tuner import generator_id, tuning_key
+    from uol_core.backends import get_backend
+    from uol_core.ops import load_op
+
+    target = resolve_target(case.target)
+    op = load_op(case.op)
+    backend = get_backend(case.backend, target)
+    if case.pattern == "gemm" or not getattr(backend, "worker_jobs", False):
+        generator = generator_id(backend=backend.name)
+    else:  # other C kernels name their own template
+        source = backend.emit(backend.plan(op, case.sizes, target), case.config)
+        generator = generator_id(str(source.meta.get("generator", "")))
+    config = ",".join(f"{k}={v}" for k, v in case.config.items())
+    return tuning_key(op, case.sizes, target, generator), config
+
+
+def record_case(case: GuideCase, result: dict) -> None:
+    """Write a case's measurement (or its failure) to the tuning database at once, with the
+    result's host facts (a remote worker's) in its row; a database problem never loses the
+    measurement on the case itself."""
+    from uol_core.runtime.tuningdb import TuningDB
+
+    try:
+        key, config = case_key(case)
+        db = TuningDB()
+        try:
+            db.record(key, config, {**result, "source": "guide"})
+        finally:
+            db.close()
+    except Exception as exc:  # the case keeps its time; the note says it was not recorded
+        case.note = _joined(case.note, f"not recorded in the tuning database: {exc}")
 
 
 def _run(case: GuideCase, measurer: CaseMeasurer, timeout_s: float, min_seconds: float) -> dict:
