@@ -24,8 +24,9 @@ def pipeline_timeline(rows: list[dict], title: str, x_max_ms: float | None = Non
             hovertemplate="<b>%{text}</b> %{y}<br>start %{base:.2f} ms<br>%{x:.2f} ms<extra></extra>"))
     lanes = sorted({r["rank"] for r in rows})
     fig.update_layout(barmode="overlay", bargap=0.3, title=title, template="plotly_white",
-                      height=max(220, 90 + 45 * len(lanes)), margin={"l": 60, "r": 10, "t": 40, "b": 40},
-                      legend={"orientation": "h", "y": -0.25})
+                      height=max(250, 120 + 45 * len(lanes)), margin={"l": 60, "r": 10, "t": 40, "b": 75},
+                      # the legend at the foot of the figure, below the axis title (not over it)
+                      legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom"})
     fig.update_xaxes(title="time in the step (ms)", range=[0, x_max_ms] if x_max_ms else None)
     fig.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=lanes)
     return fig
