@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -155,6 +156,17 @@ def tuned_kernel(op, sizes, target, db, budget):
     return best, top1, result
 
 
+def best_packed_config(op, sizes, target):
+    """The cost model's best config on the packed (BLIS) path."""
+    from uol_core.acg.cost_model import CostModel
+    from uol_core.acg.lower import lower_contraction
+    from uol_core.acg.space import build_space
+
+    plan = lower_contraction(op, sizes)
+    ranked = CostModel(plan, target).rank(build_space(plan, target).configs)
+    return next(c for c, _ in ranked if c.path == "packed")
+
+
 def run_gemm(name, sizes, target, db, threads, budget, compile_torch=True):
     op = load_op(name)
     m, n, k = sizes["M"], sizes["N"], sizes["K"]
@@ -169,6 +181,11 @@ def run_gemm(name, sizes, target, db, threads, budget, compile_torch=True):
     row = {"op": name, "sizes": sizes, "flops": flops, "config": best.key(),
            "tune_measurements": tune.measurements}
     fns = {"ours": lambda: kern(out=out, **ins)}
+    if best.path == "direct":  # the packed path these shapes ran before, in the same run
+        packed = best_packed_config(op, sizes, target)
+        packed_kern = uol_compile(op, shapes=sizes, target=target, config=packed.to_dict())
+        row["packed_config"] = packed.key()
+        fns["ours_packed"] = lambda: packed_kern(out=out, **ins)
     if name == "bmm":
         a, w = ins["A"], ins["W"]
         fns["torch"] = lambda: torch.bmm(a, w)
@@ -274,6 +291,14 @@ def write_docs(report: dict, cmd: str, section_name: str = "CPU GEMM") -> None:
             f"{f'{comp:.0f}' if comp else '-'} | {ours / tor:.2f} | "
             f"{f'{vs_np:.2f}' if npy else '-'} | {f'{ours / comp:.2f}' if comp else '-'} | "
             f"{100 * ours / report['fma_peak_gflops']:.0f}% |")
+    packed = [r for r in report["cases"] if "ours_packed" in r]
+    if packed:
+        lines += ["", "Packed path in the same run (the model's best packed config, the path "
+                      "these shapes took before the direct path existed), ours/torch: "
+                  + "; ".join(f"{r['op']} " + "x".join(str(r['sizes'][k]) for k in
+                                                      ("B", "M", "N", "K") if k in r['sizes'])
+                              + f" {r['ours_packed']['gflops'] / r['torch']['gflops']:.2f}"
+                              for r in packed) + "."]
     numpy_kernel = next((r["numpy_openblas"]["kernel"] for r in report["cases"]
                          if "numpy_openblas" in r), "-")
     lines += ["", f"numpy BLAS kernel (threadpoolctl): {numpy_kernel}. Each row alternates the "
@@ -300,6 +325,9 @@ def write_docs(report: dict, cmd: str, section_name: str = "CPU GEMM") -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, no torch.compile")
+    parser.add_argument("--small", action="store_true",
+                        help="only the small and skinny rows (M or N <= 128, batched small "
+                             "products); no bf16 rows, no tuner check")
     parser.add_argument("--budget", type=int, default=10, help="tuner measurements per case")
     parser.add_argument("--exhaustive", type=int, default=0,
                         help="cap on the configs of the exhaustive run (0: every config with "
@@ -324,10 +352,11 @@ def main() -> None:
               ("bmm", {"B": 8, "M": 256, "N": 256, "K": 256})]
     # small and skinny: the SiLU MLP's fc1 (64 rows, 256 -> 1024), a decode step's 8 rows, a
     # 128 x 128 output over a deep k, many small batched products
-    cases += [("matmul", {"M": 64, "N": 1024, "K": 256}),
-              ("matmul", {"M": 8, "N": 4096, "K": 4096}),
-              ("matmul", {"M": 128, "N": 128, "K": 8192}),
-              ("bmm", {"B": 32, "M": 64, "N": 64, "K": 64})]
+    small = [("matmul", {"M": 64, "N": 1024, "K": 256}),
+             ("matmul", {"M": 8, "N": 4096, "K": 4096}),
+             ("matmul", {"M": 128, "N": 128, "K": 8192}),
+             ("bmm", {"B": 32, "M": 64, "N": 64, "K": 64})]
+    cases = small if args.small else cases + small
     if args.quick:
         cases = [("matmul", {"M": 256, "N": 256, "K": 256}),
                  ("linear_bias_gelu", {"M": 128, "N": 128, "K": 128})]
@@ -346,17 +375,17 @@ def main() -> None:
         print(json.dumps({k: row[k] for k in ("op", "sizes", "ours", "torch")}
                          | {k: row[k]["gflops"] for k in ("numpy_openblas", "torch_compile")
                             if k in row}), flush=True)
-    if {"amx_bf16", "avx512_bf16"} & set(target.isa) and not args.quick:
+    if {"amx_bf16", "avx512_bf16"} & set(target.isa) and not (args.quick or args.small):
         # bf16 rows only where the host has bf16 hardware (a widened-f32 kernel elsewhere)
         report["bf16"] = bf16_rows(target, threads, interleaved)
         for row in report["bf16"]:
             print(json.dumps({k: row[k] for k in ("sizes", "bf16_isa", "ours", "torch")}),
                   flush=True)
-    if not args.quick and not args.no_tuner_check:
+    if not (args.quick or args.small or args.no_tuner_check):
         report["tuner"] = tuner_efficiency(target, threads, args.exhaustive)
         print(json.dumps(report["tuner"]), flush=True)
     report["load_average_end"] = os.getloadavg()[0]
-    cmd = "python " + " ".join(["benchmarks/cpu_gemm.py", *sys.argv[1:]])
+    cmd = "python " + shlex.join(["benchmarks/cpu_gemm.py", *sys.argv[1:]])
     write_docs(report, cmd, args.section)
 
 

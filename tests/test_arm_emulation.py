@@ -13,15 +13,17 @@ import os
 
 import pytest
 import torch
-from test_scenarios import scenario_sizes  # tests/ is on sys.path (pytest prepend mode)
+from test_scenarios import SCENARIOS, scenario_sizes  # tests/ is on sys.path (pytest prepend mode)
 
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c_native import compile_c
 from uol_core.hfl import load_target
+from uol_core.odl.ir import DType, retyped
 from uol_core.ops import list_ops, load_op
 from uol_core.runtime.build import BuildError, build
 from uol_core.runtime.cross import (
     EMULATED_NOTE,
+    SVE_AUTOVEC_FLAGS,
     cross_meta,
     needs_cross_build,
     target_arch,
@@ -47,8 +49,8 @@ needs_tools = pytest.mark.skipif(
 def test_arm_targets_build_with_their_hfl_flags():
     g3, a78 = cross_meta(load_target("graviton3")), cross_meta(load_target("mobile-a78"))
     assert g3["arch"] == a78["arch"] == "aarch64"
-    assert "-mcpu=neoverse-v1" in g3["flags"] and "-msve-vector-bits=256" in g3["flags"]
-    assert g3["sve_bits"] == 256
+    # length-agnostic builds: no -msve-vector-bits; the emulator runs at the HFL's length
+    assert g3["flags"] == ["-mcpu=neoverse-v1", *SVE_AUTOVEC_FLAGS] and g3["sve_bits"] == 256
     assert a78["flags"] == ["-mcpu=cortex-a78"] and a78["sve_bits"] == 0
     assert target_arch(load_target("xeon-spr-8480")) == "x86_64"
     assert needs_cross_build(load_target("graviton3")) != (g3["arch"] == toolchain("aarch64").arch
@@ -63,11 +65,14 @@ TEMPLATE_SIZES = {"matmul": {"M": 37, "N": 45, "K": 29}, "softmax": {"R": 7, "C"
 
 # the templates written with platform operations (layernorm takes the generic loop nests)
 NEON_TEMPLATES = {"matmul", "softmax", "attention", "conv2d"}
+# length-agnostic SVE on an SVE target; GEMM keeps NEON's fixed-width tiles there
+# (c_platforms/sve.py says why)
+SVE_TEMPLATES = {"softmax", "attention", "conv2d"}
 
 
 @pytest.mark.parametrize("target", ARM_TARGETS)
 @pytest.mark.parametrize("name", sorted(TEMPLATE_SIZES))
-def test_arm_kernels_take_the_neon_path(name, target):
+def test_arm_kernels_take_the_isa_of_their_target(name, target):
     op = load_op(name)
     sizes = TEMPLATE_SIZES[name]
     from uol_core.backends import get_backend
@@ -77,8 +82,13 @@ def test_arm_kernels_take_the_neon_path(name, target):
     src = backend.emit(plan, backend.choose(plan).config)
     assert "immintrin" not in src.text and "_mm256_" not in src.text and "_mm512_" not in src.text
     assert src.meta["cross"]["target"] == target
-    if name in NEON_TEMPLATES:
-        assert (src.config.get("isa") or src.meta.get("isa")) == "neon"
+    isa = src.config.get("isa") or src.meta.get("isa")
+    if name in SVE_TEMPLATES and "sve" in load_target(target).isa:
+        assert isa == "sve"
+        assert "#include <arm_sve.h>" in src.text and "svwhilelt_b32" in src.text
+        assert "arm_neon.h" not in src.text
+    elif name in NEON_TEMPLATES:
+        assert isa == "neon"
         assert "#include <arm_neon.h>" in src.text and "vfmaq_f32" in src.text
 
 
@@ -116,9 +126,9 @@ def test_library_op_verified_under_qemu(name, target):
 @needs_tools
 @pytest.mark.parametrize("target", ARM_TARGETS)
 @pytest.mark.parametrize("name", sorted(NEON_TEMPLATES))
-def test_neon_templates_verified_under_qemu(name, target):
+def test_arm_templates_verified_under_qemu(name, target):
     """The GEMM, rows, flash and conv templates at sizes where they (not the generic loop
-    nests) are chosen: their NEON intrinsics run under qemu and match the reference."""
+    nests) are chosen: their NEON / SVE intrinsics run under qemu and match the reference."""
     _verify(name, target, TEMPLATE_SIZES[name])
 
 
@@ -198,3 +208,40 @@ int main(void)
     # uol_expf's documented error is ~1e-7; the two may round n differently at exact ties
     assert worst < 2e-7, f"NEON uol_vexp relative error {worst:.3e} against exp"
     assert worst_scalar < 2e-7, f"NEON uol_vexp differs from uol_expf by {worst_scalar:.3e}"
+
+
+# The scenario matrix (tests/test_scenarios.py: every library op x shape class x dtype) on one
+# NEON and one SVE target. `make test-arm` (UOL_LONG=1) runs all of it; the default run takes a
+# fixed sample spread over the matrix (every dtype and shape class appear in the whole).
+C_SCENARIOS = [p.values[:3] for p in SCENARIOS if p.values[3] == "c"]
+# one scenario of each dtype, from the middle of its share of the matrix
+SCENARIO_SAMPLE = [cases[len(cases) // 2] for cases in (
+    [c for c in C_SCENARIOS if c[2] == dtype] for dtype in ("f32", "f64", "f16", "bf16"))]
+
+
+@needs_tools
+@pytest.mark.parametrize("target", ARM_TARGETS)
+@pytest.mark.parametrize(("name", "shape", "dtype"),
+                         [pytest.param(*case, id="-".join(case))
+                          for case in (C_SCENARIOS if LONG else SCENARIO_SAMPLE)])
+def test_scenario_verified_under_qemu(name, shape, dtype, target):
+    op = load_op(name)
+    if dtype != "f32":
+        op = retyped(op, DType(dtype))
+    sizes = scenario_sizes(op, shape)
+    inputs = random_inputs(op, sizes, seed=7)
+    if dtype == "f64":
+        inputs = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
+    reference = evaluate_all(op, inputs)
+    if not all(torch.isfinite(v).all() for v in reference.values() if v.is_floating_point()):
+        inputs = {k: v.abs() + 0.1 if v.is_floating_point() else v for k, v in inputs.items()}
+        reference = evaluate_all(op, inputs)
+    kernel = compile_c(op, sizes, target)
+    assert isinstance(kernel, EmulatedKernel), type(kernel)
+    verdict = compare(kernel.run(inputs), reference, kernel.src.meta["reduction_length"])
+    assert verdict.ok, f"{name} {shape} {dtype} on {target} {sizes}: {verdict}"
+
+
+def test_the_scenario_sample_spans_the_matrix():
+    assert len(C_SCENARIOS) >= 200
+    assert len({dtype for _, _, dtype in SCENARIO_SAMPLE}) == len(SCENARIO_SAMPLE) == 4

@@ -117,8 +117,9 @@ def test_compile_error_quotes_the_generated_line():
         build(src)
 
 
-@pytest.mark.parametrize("config", ["mr=6,mc=256", "mr=4,kc=130,ku=4"])
+@pytest.mark.parametrize("config", ["mr=6,mc=256,path=packed,par=jr", "mr=4,kc=130,ku=4"])
 def test_overrides_that_break_packing_are_refused_with_the_constraint_named(config):
-    # mc=256 with mr=6 once overran the packed A panel (heap corruption, then a crash).
+    # mc=256 with mr=6 once overran the packed A panel (heap corruption, then a crash); the
+    # direct path (the model's choice at N=64) packs no A, so the packed path is asked for.
     with pytest.raises(ValueError, match="divisibility"):
         uol_core.compile("matmul", shapes={"A": (512, 512), "B": (512, 64)}, config=config)

@@ -117,6 +117,25 @@ def test_c_backend_routes_bf16_gemms_to_the_template():
                                rtol=2 ** -7, atol=1e-2)
 
 
+def test_default_dispatch_runs_bf16_gemms_in_c_and_declines_other_bf16_ops():
+    from uol_core.runtime.dispatch import OpRunner
+
+    x, w = torch.randn(16, 32).bfloat16(), torch.randn(24, 32).bfloat16()
+    runner = OpRunner(parse(LINEAR))  # backend "auto": C on a CPU target
+    got = runner({"X": x, "W": w})["Y"]
+    assert runner.backend_for({"X": x, "W": w}) == "c" and got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), (x.float() @ w.float().T).bfloat16().float(),
+                               rtol=2 ** -7, atol=1e-2)
+    relu = OpRunner(parse("op relu_bf16(X: bf16[R, C]) -> Y: bf16[R, C]:\n"
+                          "    Y[r, c] = max(X[r, c], 0.0)\n"))
+    out = relu({"X": x})["Y"]
+    assert relu.backend_for({"X": x}) != "c" and torch.equal(out.float(), x.float().clamp(min=0))
+    assert "only as a GEMM" in next(iter(relu.reason.values()))
+    f32_op = OpRunner(parse(MATMUL.replace("bf16", "f32")))  # bf16 data for f32 declarations
+    f32_op({"A": x, "B": w.T.contiguous()})
+    assert "declare them bf16" in next(iter(f32_op.reason.values()))
+
+
 def test_amx_source_builds_on_any_x86_host():
     """The target pragma enables AMX intrinsics without -march support, so the kernel of an AMX
     target builds (not runs) on an AVX2 build machine too."""

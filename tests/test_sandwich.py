@@ -33,7 +33,7 @@ def test_function_table_sums_self_everywhere_and_total_once_under_recursion(tree
     assert table["work"].occurrences == 3
     assert table["b"].total == 3.5 and table["b"].self_cost == 0.5
     assert table["main"].total == 6.75
-    assert [r.name for r in function_table(tree)][0] == "work"  # heaviest self first
+    assert function_table(tree)[0].name == "work"  # heaviest self first
 
 
 def test_callers_are_the_stacks_reversed_weighted_by_the_calls(tree):

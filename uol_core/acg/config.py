@@ -29,8 +29,11 @@ class TileConfig:
     nc: int = 2048  # columns of the packed B block (a multiple of nr)
     ku: int = 4  # k-loop unroll of the micro-kernel
     pf: int = 0  # software prefetch distance in k steps (0: off)
-    par: str = "jr"  # the OpenMP loop: jr (N micro-panels), ir (M micro-panels), batch
+    par: str = "jr"  # the OpenMP loop: jr (N micro-panels), ir (M micro-panels), batch, k (depth)
     threads: int = 1
+    # packed: BLIS, A and B packed into panels; direct: A read in place, B packed only where a
+    # panel is reused by several row strips or cannot be loaded as whole vectors (c_gemm_direct)
+    path: str = "packed"
 
     def to_dict(self) -> dict:
         return {f: getattr(self, f) for f in FIELD_NAMES}
@@ -56,6 +59,8 @@ class TileConfig:
         return parse_config(dict(cfg), cls())
 
 
+PARALLEL_LOOPS = ("jr", "ir", "batch", "k")
+GEMM_PATHS = ("packed", "direct")
 FIELD_NAMES = tuple(f.name for f in fields(TileConfig))
 FIELD_TYPES = {f.name: (str if f.type in ("str", str) else int) for f in fields(TileConfig)}
 
@@ -83,8 +88,12 @@ def parse_config(text: str | dict, base: TileConfig) -> TileConfig:
             raise ValueError(f"config {key} must be a positive integer, got {value}")
     if cfg.isa not in ISA_ORDER:
         raise ValueError(f"config isa must be one of {', '.join(ISA_ORDER)}, got '{cfg.isa}'")
-    if cfg.par not in ("jr", "ir", "batch"):
-        raise ValueError(f"config par must be jr, ir or batch, got '{cfg.par}'")
+    if cfg.par not in PARALLEL_LOOPS:
+        raise ValueError(f"config par must be one of {', '.join(PARALLEL_LOOPS)}, got '{cfg.par}'")
+    if cfg.path not in GEMM_PATHS:
+        raise ValueError(f"config path must be one of {', '.join(GEMM_PATHS)}, got '{cfg.path}'")
+    if cfg.par == "k" and cfg.path != "direct":
+        raise ValueError("config par=k (depth split with a reduction) needs path=direct")
     return cfg
 
 
@@ -96,10 +105,14 @@ def resolve_target(target):
     return target
 
 
-def target_isas(target) -> list[str]:
-    """The C backend's instruction sets usable on `target`, best first (from the HFL ISA list)."""
+def target_isas(target, vla: bool = False) -> list[str]:
+    """The C backend's instruction sets usable on `target`, best first (from the HFL ISA list).
+
+    Vector-length-agnostic ISAs (SVE) are listed only with `vla`: for the templates that step
+    by a run-time lane count; register-tiled templates need a lane count fixed at generation."""
     isa = {name.lower() for name in (target.isa or [])}
-    return [name for name, needs in ISA_REQUIRES.items() if set(needs) <= isa] + PORTABLE_ISAS
+    return [name for name, needs in ISA_REQUIRES.items()
+            if set(needs) <= isa and (vla or not PLATFORMS[name].vla)] + PORTABLE_ISAS
 
 
 @cache
@@ -113,8 +126,9 @@ def _vector_isa(isa: str) -> dict:
 
 def lanes(isa: str, target) -> int:
     """f32 lanes of one vector register for `isa` (isa.toml); vecext uses the target's vector
-    width (NEON stays 4 lanes on a core whose SVE vectors are wider)."""
-    if isa not in ISA_REQUIRES:
+    width (NEON stays 4 lanes on a core whose SVE vectors are wider), and so does a
+    length-agnostic ISA: the lanes it meets on that target's cores."""
+    if isa not in ISA_REQUIRES or PLATFORMS[isa].vla:
         return (target.vector_bits or 128) // 32
     return int(_vector_isa(isa)["vector_bits"]) // 32
 

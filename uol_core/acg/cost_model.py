@@ -16,6 +16,16 @@ F32 = 4
 LOOP_OVERHEAD_CYCLES = 1.0  # pointer bumps and branch per (unrolled) k step
 L1_SHARE = 0.75  # A+B micro-panels may fill this share of L1 (BLIS Zen: 6x16, kc=256 = 69%)
 BARRIER_CYCLES = 3000.0  # one OpenMP fork/join, order of magnitude
+# A B panel streamed from memory row by row (direct path, M <= MR) touches a new page every k
+# step, where the hardware prefetchers stop; without software prefetch each row waits for
+# memory, and this share of the bandwidth is what is left (order of magnitude; the
+# calibration learns the rest).
+UNPREFETCHED_STREAM_SHARE = 0.5
+# The direct path broadcasts A from MR unpacked rows, often from L2 (an M x KC block that L1
+# does not hold), so each FMA chain also waits on a load: it needs this many times the
+# units x latency chains of the packed path to stay busy (measured on an AVX-512 host: 6 x 4
+# and 8 x 2 vector tiles beat 4 x 2 by 5-10% on one thread).
+DIRECT_CHAIN_SLACK = 1.5
 
 
 def roofline_gflops(flops: float, bytes_moved: float, target) -> tuple[float, str]:
@@ -60,12 +70,18 @@ class CostModel:
         fma_units, latency = t.fma_units or 1, t.fma_latency_cycles or 1
         # Micro-kernel: FMA cycles per k step vs. accumulators needed to hide FMA latency.
         fma_cycles = cfg.mr * nv / fma_units
-        latency_eff = min(1.0, cfg.mr * nv / (fma_units * latency))
+        chains = fma_units * latency * (DIRECT_CHAIN_SLACK if cfg.path == "direct" else 1.0)
+        latency_eff = min(1.0, cfg.mr * nv / chains)
         loop_eff = fma_cycles / (fma_cycles + LOOP_OVERHEAD_CYCLES / cfg.ku)
         load_eff = min(1.0, 2.0 * cfg.mr * nv / (cfg.mr + nv) / fma_units)  # broadcast + loads
-        # The HFL peak is for the widest vector ISA; a narrower one reaches its share of it.
-        widest = max(lanes(isa, t) for isa in target_isas(t))
-        width = lanes(cfg.isa, t) / widest
+        # The HFL peak is for the widest vector ISA a GEMM is emitted with; a narrower one
+        # reaches its share of it. Only explicit ISAs count: the portable path's lanes are the
+        # target's vector width (SVE's 256 bits on Neoverse V1), which no GEMM is emitted at;
+        # counting it halved every NEON prediction there, where four 128-bit NEON FMA pipes
+        # reach the same peak as two 256-bit SVE ones.
+        isas = target_isas(t)
+        widest = max(lanes(isa, t) for isa in (isas[:-1] or isas))
+        width = min(1.0, lanes(cfg.isa, t) / widest)
         micro = latency_eff * loop_eff * load_eff * width
         # Edge waste: padded tiles compute zeros.
         edge = (M * N) / (math.ceil(M / cfg.mr) * cfg.mr * math.ceil(N / cfg.nr) * cfg.nr)
@@ -73,22 +89,32 @@ class CostModel:
         l1_use = (cfg.mr + cfg.nr) * cfg.kc * F32 / t.l1d_bytes
         l2_use = cfg.mc * cfg.kc * F32 / t.l2_bytes
         l1_fit = 1.0 / (1.0 + max(0.0, l1_use - L1_SHARE))
-        l2_fit = 1.0 / (1.0 + max(0.0, l2_use - 0.6)) * min(1.0, 0.25 + l2_use / 0.25 * 0.75)
+        l2_fit = 1.0 / (1.0 + max(0.0, l2_use - 0.6))
+        if cfg.path == "packed":  # a small packed A block pays its packing and loop start often
+            l2_fit *= min(1.0, 0.25 + l2_use / 0.25 * 0.75)
         # Parallel balance: each thread owns a contiguous share of the split loop's panels.
         threads = cfg.threads
-        units = {"batch": B, "ir": math.ceil(M / cfg.mr)}.get(cfg.par, math.ceil(N / cfg.nc))
+        direct = cfg.path == "direct"
+        units = {"batch": B, "ir": math.ceil(M / cfg.mr), "k": math.ceil(K / cfg.kc)}.get(
+            cfg.par, math.ceil(N / (cfg.nr if direct else cfg.nc)))
         balance = (units / threads) / math.ceil(units / threads)
         compute_s = flops / (per_thread * threads * 1e9 * micro * edge * l1_fit * l2_fit
                              * balance)
         # Packing and C traffic at memory bandwidth. Threads pack privately (no barriers), so
         # the operand they share is packed once per thread: B for an ir split, A for jr.
-        a_packs = math.ceil(N / cfg.nc)  # A is packed once per NC chunk
-        b_packs = threads if cfg.par == "ir" else 1
         bw = t.mem_bandwidth_gbps * 1e9
-        pack_bytes = 2 * F32 * B * (M * K * a_packs + K * N * b_packs)
         c_bytes = 2 * F32 * B * M * N * math.ceil(K / cfg.kc)
-        memory_s = (pack_bytes + c_bytes) / bw / threads
-        sync_s = (BARRIER_CYCLES if threads > 1 else 0.0) / ((t.clock_ghz or 1.0) * 1e9)
+        barriers = 1 if threads > 1 else 0
+        if direct:
+            memory_s, extra_barriers = self._direct_memory(cfg, bw)
+            barriers += extra_barriers
+            memory_s += c_bytes / bw / threads
+        else:
+            a_packs = math.ceil(N / cfg.nc)  # A is packed once per NC chunk
+            b_packs = threads if cfg.par == "ir" else 1
+            pack_bytes = 2 * F32 * B * (M * K * a_packs + K * N * b_packs)
+            memory_s = (pack_bytes + c_bytes) / bw / threads
+        sync_s = barriers * BARRIER_CYCLES / ((t.clock_ghz or 1.0) * 1e9)
         seconds = compute_s + memory_s + sync_s
         gflops = flops / seconds / 1e9 * self.correction.get(_group(cfg),
                                                              self.correction.get("*", 1.0))
@@ -97,6 +123,22 @@ class CostModel:
                  "balance": balance, "compute_s": compute_s, "memory_s": memory_s,
                  "sync_s": sync_s}
         return Estimate(gflops, seconds, terms)
+
+    def _direct_memory(self, cfg: TileConfig, bw: float) -> tuple[float, int]:
+        """Seconds of memory traffic beyond the roofline's minimum on the direct path, and the
+        barriers it adds: B panels packed where reused by several row strips (M > MR), else
+        streamed (at a share of the bandwidth without prefetch); a depth split writes and
+        reads one M x N partial sum per thread around two barriers."""
+        p = self.plan
+        M, N, K, B = p.M, p.N, p.K, p.batch_count
+        if cfg.mr < M:
+            seconds = 2 * F32 * B * K * N / bw / cfg.threads
+        else:
+            share = 1.0 if cfg.pf else UNPREFETCHED_STREAM_SHARE
+            seconds = F32 * B * K * N * (1 / share - 1) / bw / cfg.threads
+        if cfg.par == "k" and cfg.threads > 1:
+            return seconds + 2 * F32 * B * M * N * cfg.threads / bw / cfg.threads, 2
+        return seconds, 0
 
     def rank(self, configs: list[TileConfig]) -> list[tuple[TileConfig, float]]:
         """Configs with predicted GFLOP/s, best first."""

@@ -75,6 +75,25 @@ def _latency_line(space: Space, cfg: TileConfig, nv: int) -> str:
     return line
 
 
+def _path_line(cfg: TileConfig, plan) -> str:
+    """Which operands are packed, and the rule ('direct path', DIRECT_MAX_EXTENT) behind it."""
+    from uol_core.acg.space import DIRECT_MAX_EXTENT
+
+    if cfg.path == "packed":
+        return ("path packed: A blocks MC x KC and B blocks KC x NC are packed (BLIS); the direct "
+                f"path is searched only where min(M, N) <= {DIRECT_MAX_EXTENT}")
+    strips = -(-plan.M // cfg.mr)
+    b_rule = (f"B panels KC x NR packed, each reused by {strips} row strips of MR" if strips > 1
+              else "B streamed from memory (M <= MR: each element used once), software "
+                   f"prefetch {cfg.pf} rows ahead" if cfg.pf else
+              "B streamed from memory (M <= MR) without prefetch")
+    depth = (f"; depth split: one {plan.M} x {plan.N} partial sum per thread "
+             f"({plan.M * plan.N * F32 // 1024} KiB, must fit L2), added after a barrier"
+             if cfg.par == "k" and cfg.threads > 1 else "")
+    return (f"path direct (min(M, N) = {min(plan.M, plan.N)} <= {DIRECT_MAX_EXTENT}): A read in "
+            f"place, {b_rule}; edge and strided B panels packed{depth}")
+
+
 def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | None = None,
             measured_rank: int | None = None) -> Explanation:
     """The explanation of `cfg` in `space` under `model` (with a measurement when there is one)."""
@@ -95,6 +114,7 @@ def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | No
         f"{100 * cfg.kc * cfg.nc * F32 / (t.l3_bytes or t.l2_bytes):.0f}% of L3 (nc derived)",
         f"parallel split over {cfg.par} with {cfg.threads} threads: balance "
         f"{100 * est.terms['balance']:.0f}%",
+        _path_line(cfg, plan),
     ]
     rows = [c for c in space.constraints if c.applies({"isa": cfg.isa})]
     violated = [f"{c.name}: {c.formula}" for c in rows if not c.holds(cfg)]
@@ -128,6 +148,18 @@ def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | No
 
 def tile_picture(cfg: TileConfig, plan) -> str:
     """ASCII picture of the tile hierarchy: C blocks, the packed panels, the register tile."""
+    if cfg.path == "direct":
+        return "\n".join([
+            "tile hierarchy (C = A x B), direct path:",
+            f"  C {plan.M} x {plan.N}" + (f"  (x{plan.batch_count} batch)"
+                                          if plan.batch_count > 1 else ""),
+            f"  +-- pc: KC={cfg.kc} deep" + ("  (threads split the depth, then add)"
+                                            if cfg.par == "k" else ""),
+            f"      +-- jr: NR={cfg.nr} column panels   (B panel packed only if reused)",
+            f"          +-- ir: MR={cfg.mr} row strips  (A rows read in place)",
+            f"              +-- micro-tile {cfg.mr} x {cfg.nr}  (registers, {cfg.isa})",
+            f"  split over {cfg.par} across {cfg.threads} thread(s)",
+        ])
     return "\n".join([
         "tile hierarchy (C = A x B):",
         f"  C {plan.M} x {plan.N}" + (f"  (x{plan.batch_count} batch)" if plan.batch_count > 1

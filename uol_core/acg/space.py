@@ -26,11 +26,19 @@ F32 = 4  # bytes per element: the C GEMM path is f32 only (lower.py checks)
 PREFETCH_SHARE = 4  # at most 1/PREFETCH_SHARE of L1 holds data prefetched ahead (a policy, not hw)
 CHUNKS_PER_THREAD = 2  # NC chunks per thread for a jr split (dynamic balance vs. A re-packing)
 UNROLL_FMAS = 256  # FMAs in one unrolled k-loop body: keeps the loop in the uop cache (a policy)
+# The direct path (no A packing, B packed only where reused) is searched where a side of the
+# product is at most this: a packed A panel is reused by N / NR column panels and a packed B
+# panel by M / MR row strips, so with a side this small one of the two copies is reused by at
+# most a handful of tiles and costs a pass over memory it never pays back (a policy).
+DIRECT_MAX_EXTENT = 128
+# The direct micro-kernel keeps one pointer per A row in a general-purpose register, next to
+# the B pointer, strides and loop counters (x86-64 has 16): at most this many rows (a policy).
+DIRECT_ROWS_MAX = 8
 
 
 MR_MAX, NV_MAX = 16, 4  # the largest register tile searched (domains_for), in rows and vectors
 MC_CANDIDATES = [24, 48, 72, 96, 120, 144, 192, 240, 288, 384]
-VARIABLES = ("mr", "nr", "kc", "mc", "ku", "pf", "par", "threads")
+VARIABLES = ("mr", "nr", "kc", "mc", "ku", "pf", "par", "threads", "path")
 
 
 # HFL fields each GEMM rule reads (its provenance in explanations and the knob panel).
@@ -39,7 +47,7 @@ RULE_FACTS = {
     "latency hiding": ("fma_units", "fma_latency_cycles"),
     "L1 capacity": ("l1d_bytes",),
     "L2 capacity": ("l2_bytes",),
-    "parallel split": ("cores",),
+    "parallel split": ("cores", "l2_bytes"),
     "prefetch budget": ("l1d_bytes",),
 }
 
@@ -90,7 +98,8 @@ def _upto_first_cover(values: list[int], extent: int) -> list[int]:
 def domains_for(plan: GemmPlan, target) -> dict[str, list]:
     """Candidate values per variable (the ISA is solved one problem per usable ISA)."""
     threads = target.cores or 1
-    pars = ["jr", "ir"] + (["batch"] if plan.batch_count > 1 else [])
+    direct = direct_in_scope(plan)
+    pars = ["jr", "ir"] + (["batch"] if plan.batch_count > 1 else []) + (["k"] if direct else [])
     return {
         "mr": list(range(1, MR_MAX + 1)),
         "nr": list(range(1, NV_MAX + 1)),  # in vectors; scaled by the ISA's lanes
@@ -101,7 +110,13 @@ def domains_for(plan: GemmPlan, target) -> dict[str, list]:
         "pf": [0, 8],
         "par": pars if threads > 1 else ["jr"],
         "threads": sorted({1, threads}),
+        "path": ["packed", "direct"] if direct else ["packed"],
     }
+
+
+def direct_in_scope(plan: GemmPlan) -> bool:
+    """Whether the direct path is searched: a side of each product within DIRECT_MAX_EXTENT."""
+    return min(plan.M, plan.N) <= DIRECT_MAX_EXTENT
 
 
 def usable_isas(target) -> list[str]:
@@ -129,13 +144,21 @@ def gemm_constraints(plan: GemmPlan, target, isa: str,
         ("register file", f"mr * {nv} + {nv} + 1 <= {regs}"),
         ("latency hiding", f"mr * {nv} >= {hide}"),
         ("problem fit", f"mr <= {mr_fit} and nr <= {nr_fit}"),
-        ("divisibility", "mc % mr == 0 and kc % ku == 0"),
-        ("L1 capacity", f"(mr + nr) * kc * {F32} <= {l1}"),
+        ("divisibility", "(path == 'direct' or mc % mr == 0) and kc % ku == 0"),
+        # a B panel streamed once (M <= MR on the direct path) is never re-read from L1
+        ("L1 capacity", f"(path == 'direct' and mr >= {M}) or (mr + nr) * kc * {F32} <= {l1}"),
         ("L2 capacity", f"mc * kc * {F32} <= {l2}"),
+        # direct: A is read in place, so its block is all M rows (mc == M); the split is over
+        # batch slices, column panels or the depth; a depth split keeps one M x N partial sum
+        # per thread, which must stay in L2 for the reduction
+        ("direct path", f"path == 'packed' or (mc == {M} and mr <= {DIRECT_ROWS_MAX} and "
+                        f"par != 'ir' and {min(M, N)} <= {DIRECT_MAX_EXTENT})"),
         ("parallel split", f"(threads == 1 and par == 'jr') or (threads > 1 and ("
                            f"(par == 'jr' and ({N} + nr - 1) // nr >= 2 * threads) or "
                            f"(par == 'ir' and {M} // mr >= 2 * threads) or "
-                           f"(par == 'batch' and {batch} >= threads)))"),
+                           f"(par == 'batch' and {batch} >= threads) or "
+                           f"(par == 'k' and path == 'direct' and ({K} + kc - 1) // kc >= "
+                           f"threads and {M * N * F32} <= {l2})))"),
         ("prefetch budget", f"pf * (mr + nr) * {F32} <= {l1 // PREFETCH_SHARE}"),
         ("unroll", f"ku <= {max(K, 1)} and ku * mr * {nv} <= {UNROLL_FMAS}"),
     ]
@@ -187,7 +210,8 @@ def build_space(plan: GemmPlan, target) -> Space:
         configs += [TileConfig(isa=isa, nc=block_nc(plan, target, s["kc"], s["nr"], s["par"],
                                                     s["threads"]), **s)
                     for s in solutions if s["mr"] * (s["nr"] // lane) >= hide]
-    configs.sort(key=lambda c: (c.isa, c.mr, c.nr, c.kc, c.mc, c.ku, c.pf, c.par, c.threads))
+    configs.sort(key=lambda c: (c.isa, c.mr, c.nr, c.kc, c.mc, c.ku, c.pf, c.par, c.threads,
+                                c.path))
     domains["isa"] = usable_isas(target)
     derived = {"nc": sorted({c.nc for c in configs})}
 

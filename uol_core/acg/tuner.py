@@ -23,7 +23,7 @@ from uol_core.runtime.tuningdb import TuningDB, TuningKey, op_hash, target_finge
 from uol_core.runtime.tuninglease import LEASE_WAIT_S, TuningLease
 from uol_core.runtime.worker import Worker, make_job
 
-SEARCH_VARS = ("mr", "nr", "kc", "mc", "ku", "pf", "par", "threads", "isa")
+SEARCH_VARS = ("mr", "nr", "kc", "mc", "ku", "pf", "par", "threads", "isa", "path")
 LEASE_MIN_TTL_S = 60.0  # a key's lease outlives twice the worker's timeout, at least this
 
 
@@ -193,7 +193,8 @@ def recorded(op, sizes: dict, target, cfg: TileConfig, db: TuningDB | None = Non
 
 
 def _shape_key(cfg: TileConfig) -> tuple:
-    return (cfg.isa, cfg.mr, cfg.nr, cfg.kc, cfg.mc, cfg.ku, cfg.pf, cfg.par, cfg.threads)
+    return (cfg.isa, cfg.mr, cfg.nr, cfg.kc, cfg.mc, cfg.ku, cfg.pf, cfg.par, cfg.threads,
+            cfg.path)
 
 
 def search(session, budget: int | None, seconds: float | None, top: int, patience: int,

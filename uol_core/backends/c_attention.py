@@ -14,6 +14,8 @@ The forward that training runs (grad's forward_with_saves) splits O into z = sum
 O = z / l and returns mx, l and z too: the same kernel then also writes those row statistics
 (m and l are final after the last key block) and z = O^T before the division, for the flash
 backward (c_attention_bwd) to recompute p = exp(s - mx) from.
+On a target with a length-agnostic ISA (SVE) c_attention_sve emits the same computation with
+the head dimension on the lanes instead (block sizes of whole vectors need a fixed lane count).
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def flash_plan(op: Op) -> FlashPlan | None:
 
 def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
          config: Mapping | None = None) -> KernelSource | None:
-    """The flash kernel, or None when head sizes exceed the stack tiles (the generic path runs)."""
+    """The flash kernel, or None when head sizes exceed the stack tiles (the generic path runs).
+    A target with a length-agnostic ISA (SVE) gets c_attention_sve's form."""
     cfg = {"bq": 64, "bk": 96, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
     ext = stmt_extents(op, 0)
     free = {n: f.evaluate(dict(sizes)) for n, f in ext.free.items()}
@@ -60,6 +63,11 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
     E = stmt_extents(op, 4).free[op.stmts[4].indices[-1]].evaluate(dict(sizes))
     if D > MAX_HEAD or E > MAX_HEAD:
         return None
+    from uol_core.backends import c_attention_sve
+
+    vla = c_attention_sve.vla_isa(target)
+    if vla is not None:
+        return c_attention_sve.emit(op, plan, sizes, target, config, vla)
     tiles = choose_tiles(target)
     # A query block is whole micro-tiles of queries, a key block whole micro-tiles of keys,
     # never larger than the (rounded-up) sequence lengths, so short ones keep small stack tiles.

@@ -168,6 +168,11 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
     NB = math.prod(shape[plan.q][:n_pre])
     if D > MAX_HEAD or E > MAX_HEAD:
         return None
+    from uol_core.backends import c_attention_bwd_sve, c_attention_sve
+
+    vla = c_attention_sve.vla_isa(target)
+    if vla is not None:  # a length-agnostic ISA (SVE): the head dimension on the lanes
+        return c_attention_bwd_sve.emit(op, plan, sizes, target, config, vla)
     t = choose_tiles(target)
     n = _blocks(t, S, T, D, E, cfg, int(getattr(target, "l2_bytes", 0) or 1 << 20))
     threads = int(cfg["threads"])

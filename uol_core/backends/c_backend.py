@@ -19,10 +19,37 @@ class CBackend:
     lang = "c"
     label = "C (gcc, CPU)"  # how user interfaces name it
     # What the runtime asks of a backend beyond the contract (others leave these out):
-    float_dtypes = ("f32",)  # float inputs of another dtype are run by another backend
+    # float inputs of another dtype are run by another backend; bf16 only where `declines`
+    # finds the bf16 GEMM template (AMX, AVX512-BF16 or widened f32) takes the op
+    float_dtypes = ("f32", "bf16")
     splits_contractions = True  # an op with several contractions runs one kernel per group
     native_steps = True  # a call's kernels can be listed (profilers, memory planning)
     worker_jobs = True  # runtime.worker builds, verifies and times its sources in isolation
+
+    def declines(self, op: Any, tensors: Mapping[str, Any]) -> str | None:
+        """Why this backend cannot run `op` on these tensors' dtypes (None: it can). bf16 data
+        runs only where the op declares it bf16 and the bf16 GEMM template recognises the op;
+        every other bf16 op goes to another backend, with this as the reason."""
+        import torch
+
+        from uol_core.backends import c_gemm_bf16
+        from uol_core.odl.ir import DType
+        from uol_core.odl.shapes import bind_sizes
+
+        bf16 = sorted(n for n, t in tensors.items() if t.dtype == torch.bfloat16)
+        if not bf16:
+            return None
+        declared = {d.name: d.dtype for d in op.inputs}
+        wrong = [n for n in bf16 if declared.get(n) != DType.bf16]
+        if wrong:
+            return (f"bf16 data for {', '.join(wrong)}, which {op.name} declares "
+                    f"{', '.join(declared[n].value for n in wrong if n in declared)}: "
+                    "declare them bf16 in the ODL signature")
+        sizes = bind_sizes(op, {n: tuple(t.shape) for n, t in tensors.items()})
+        if c_gemm_bf16.match(op, sizes) is None:
+            return (f"the C backend runs bf16 only as a GEMM (bf16 inputs, f32 accumulation, "
+                    f"one contraction); {op.name} is not one, so it runs on another backend")
+        return None
 
     def whole_op(self, op: Any) -> bool:
         """Whether a template takes `op` as a whole (flash attention), which beats splitting it
@@ -119,10 +146,11 @@ def _choose_tile(plan: Plan, request: Any) -> Choice:
     # The space's other constraints only cost speed, so overrides may break them to explore;
     # these two are what the packing and the unrolled k loop rely on (an mc that is not a
     # multiple of mr overran the A panel).
-    if cfg.mc % cfg.mr or cfg.kc % cfg.ku:
+    if (cfg.path == "packed" and cfg.mc % cfg.mr) or cfg.kc % cfg.ku:
         raise ValueError(f"mc={cfg.mc} must be a multiple of mr={cfg.mr} and kc={cfg.kc} of "
                          f"ku={cfg.ku} (constraint 'divisibility': A is packed in whole "
-                         "mr-row strips, the k loop is unrolled ku times)")
+                         "mr-row strips, the k loop is unrolled ku times; the direct path "
+                         "packs no A and needs only the second)")
     if cfg.nr % lanes(cfg.isa, target):
         raise ValueError(f"nr={cfg.nr} must be a multiple of the {cfg.isa} vector "
                          f"({lanes(cfg.isa, target)} lanes)")

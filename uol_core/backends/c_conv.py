@@ -11,7 +11,9 @@ Narrow outputs: each thread takes (image, pixel block) work items, packs the im2
 (KC x NCB, in NR-column micro-panels, pad values filled in while packing) and runs the c_gemm
 micro-kernel, accumulating in a private M x NCB buffer. Both apply the epilogue while the tile
 is stored. A padded X must stay inside its batch and channel axes at the bound sizes (only the
-spatial axes are tested). Anything else (depthwise: the channel is not reduced; strided or dilated
+spatial axes are tested). On a target with a length-agnostic ISA (SVE) the direct path's
+c_conv_sve form runs at every width, its vectors of the length the core reads at run time.
+Anything else (depthwise: the channel is not reduced; strided or dilated
 windows; several statements) returns None and takes the generic path.
 """
 
@@ -166,6 +168,11 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
         return None
     if not _pads_honoured(op, plan, sizes):
         return None
+    from uol_core.backends import c_attention_sve, c_conv_sve
+
+    vla = c_attention_sve.vla_isa(target)
+    if vla is not None:  # a length-agnostic ISA (SVE): pixels on lanes of a run-time count
+        return c_conv_sve.emit(op, plan, sizes, target, cfg, vla, threads)
     isa = target_isas(target)[0]
     lane = lanes(isa, target)
     kdim, pix = cdim * rdim * sdim, oh * ow

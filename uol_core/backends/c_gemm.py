@@ -20,7 +20,11 @@ from uol_core.odl.ir import Access, Affine
 
 
 def emit_gemm(plan: GemmPlan, cfg: TileConfig, target) -> KernelSource:
-    """The complete C source of one GEMM-family kernel."""
+    """The complete C source of one GEMM-family kernel (the direct path: c_gemm_direct)."""
+    if cfg.path == "direct":
+        from uol_core.backends.c_gemm_direct import emit_gemm_direct
+
+        return emit_gemm_direct(plan, cfg, target)
     stmt_line = plan.stmts[0].line
     w = CodeWriter(default_line=plan.op.line)
     tensors = [d.name for d in plan.op.inputs] + list(plan.stores)
@@ -107,8 +111,15 @@ def emit_tile_store(w: CodeWriter, ops: Platform, acc: list[list[str]], offset, 
                                  for v, c in enumerate(row)), line)
 
 
-def _packing(w: CodeWriter, line: int) -> None:
-    w.emit("""\
+def _packing(w: CodeWriter, line: int, operands: str = "ab") -> None:
+    """The packing routines of `operands` ('ab'; the direct path packs only B)."""
+    if "a" in operands:
+        w.emit(PACK_A, line)
+    if "b" in operands:
+        w.emit(PACK_B, line)
+
+
+PACK_A = """\
 /* Pack an MR-row micro-panel of A (mr <= MR rows, kc deep) as kc x MR, zero-padding short edges. */
 static void uol_pack_a(const float *restrict A, int64_t rs, int64_t cs, int64_t mr, int64_t kc,
                        float *restrict out)
@@ -127,7 +138,9 @@ static void uol_pack_a(const float *restrict A, int64_t rs, int64_t cs, int64_t 
         }
     }
 }
+"""
 
+PACK_B = """\
 /* Pack an NR-column micro-panel of B (kc deep, nr <= NR columns) as kc x NR, zero-padded. */
 static void uol_pack_b(const float *restrict B, int64_t rs, int64_t cs, int64_t nr, int64_t kc,
                        float *restrict out)
@@ -140,7 +153,7 @@ static void uol_pack_b(const float *restrict B, int64_t rs, int64_t cs, int64_t 
     for (int64_t p = 0; p < kc; ++p)
         for (int64_t j = 0; j < NR; ++j) out[p * NR + j] = j < nr ? B[p * rs + j * cs] : 0.0f;
 }
-""", line)
+"""
 
 
 def _operand_strides(plan: GemmPlan, acc: Access, row: str, col: str) -> tuple[str, str, str]:

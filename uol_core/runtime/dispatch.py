@@ -84,6 +84,9 @@ class OpRunner:
         floats = {d.name for d in self.op.inputs if d.dtype.is_float}
         if dtypes and any(tensors[n].dtype not in allowed for n in floats):
             raise ValueError(f"the {backend.name} backend computes {', '.join(dtypes)} floats only")
+        declined = backend.declines(self.op, tensors) if hasattr(backend, "declines") else None
+        if declined:  # a dtype the backend takes only for some ops (C: bf16 GEMMs)
+            raise ValueError(declined)
         kernel = compile_op(self.op, shapes={n: tuple(t.shape) for n, t in tensors.items()},
                             target=self.target, backend=backend.name)
         _ = kernel.source  # builds now, so an unsupported op is found here, not mid-run

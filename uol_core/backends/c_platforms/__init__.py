@@ -4,8 +4,13 @@ A `Platform` names the vector operations the hand-written templates (GEMM, rows,
 attention, convolution) are built from: load, store, broadcast, fma, arithmetic, horizontal
 reductions, a vector exp, and the register tiles each named template was tuned with. The
 templates format these C snippets ({0}, {1}, {2}: operands) and never spell an intrinsic, so an
-ISA is one file here (`avx512.py`, `avx2.py`, `neon.py`, `vecext.py`) plus its name in
-`_registry`.
+ISA is one file here (`avx512.py`, `avx2.py`, `sve.py`, `neon.py`, `vecext.py`) plus its name
+in `_registry`.
+A vector-length-agnostic ISA (SVE) sets `vla_step`: its lane count is known only at run time,
+so it has no register tiles fixed in lanes; templates that strip-mine a loop (rows, the generic
+loop nests) step by `vla_step` under the predicate `vla_pred`, flash attention and convolution
+count their tiles in vectors and use `vla_prelude`, and GEMM takes the target's first
+fixed-width ISA (acg.config.target_isas).
 Lane counts and register counts are not platform constants: they come from the HFL (the
 isa.toml entry `requires` names, or the target's vector width for the portable path). The
 registry's order is the order of preference: the ACG uses the first ISA a target has.
@@ -50,6 +55,20 @@ class Platform:
     typedefs: Callable[[int], str] = lambda lanes: ""  # C types the templates use, per lane count
     flash_prelude: Callable[[int], str] = lambda lanes: ""  # uol_v and its inline operations
     vector_math: Callable[[int], str] | None = None  # uol_vexp and horizontal helpers
+    # Vector-length-agnostic ISAs only: the C expression of the lanes per vector at run time,
+    # the predicate of the lanes [{0}, {1}) of a loop and its C type. Every operation reads the
+    # predicate from `uol_pg` in the loop's scope.
+    vla_step: str = ""
+    vla_pred: str = ""
+    vla_pred_type: str = ""
+    # ... and the predicated vocabulary (uol_v, uol_p, uol_pwhile, uol_vld(pg, p), uol_vfmas,
+    # uol_vsum, ...) the length-agnostic flash and conv templates are written in.
+    vla_prelude: str = ""
+
+    @property
+    def vla(self) -> bool:
+        """Whether the lane count is read at run time (no tiles fixed at generation)."""
+        return bool(self.vla_step)
 
     @property
     def has_vector_math(self) -> bool:
@@ -58,9 +77,10 @@ class Platform:
 
 
 def _registry() -> dict[str, Platform]:
-    from uol_core.backends.c_platforms import avx2, avx512, neon, vecext
+    from uol_core.backends.c_platforms import avx2, avx512, neon, sve, vecext
 
-    return {p.name: p for p in (avx512.PLATFORM, avx2.PLATFORM, neon.PLATFORM, vecext.PLATFORM)}
+    return {p.name: p for p in (avx512.PLATFORM, avx2.PLATFORM, sve.PLATFORM, neon.PLATFORM,
+                                vecext.PLATFORM)}
 
 
 PLATFORMS: dict[str, Platform] = _registry()
