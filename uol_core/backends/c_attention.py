@@ -94,15 +94,7 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
         w.emit(value_kernel(tiles, rows, bq, E), op.stmts[4].line)
     line = op.stmts[0].line
     open_entry(w, entry, args, len(op.inputs))
-    batch = [free[x] for x in plan.prefix]
-    loops = [*batch, -(-S // bq)]
-    w.emit(f"    #pragma omp parallel for collapse({len(loops)}) schedule(dynamic) "
-           f"num_threads({int(cfg['threads'])})", line)
-    for n, extent in enumerate(loops):
-        w.emit(f"    {'    ' * n}for (int64_t o{n} = 0; o{n} < {extent}; ++o{n})", line)
-    w.emit("    {", line)
-    for n, name in enumerate(plan.prefix):
-        w.emit(f"        const int64_t {index_id(name)} = o{n};", line)
+    open_query_blocks(w, plan.prefix, free, -(-S // bq), int(cfg["threads"]), line)
     base = {t: _base(plan.prefix, shapes[t]) for t in shapes}
     _body(w, op, plan, dict(S=S, T=T, D=D, E=E, bq=bq, bk=bk), base, sizes, tiles)
     meta = {"isa": tiles.isa, "args": args, "outputs": [d.name for d in op.outputs],
@@ -110,6 +102,20 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
             "generator": GENERATOR, "groups": 1, "reduction_length": max(T, D),
             "fusion": "flash: s, mx, p, l fused into O with an online softmax (never stored)"}
     return w.source(entry, op.name, dict(cfg), meta)
+
+
+def open_query_blocks(w: CodeWriter, prefix: tuple[str, ...], free: Mapping[str, int],
+                      query_blocks: int, threads: int, line: int) -> None:
+    """The task grid: every slice of the prefix dims x every block of query rows, handed to
+    the threads dynamically (causal blocks differ in cost); names each prefix index."""
+    loops = [*(free[x] for x in prefix), query_blocks]
+    w.emit(f"    #pragma omp parallel for collapse({len(loops)}) schedule(dynamic) "
+           f"num_threads({threads})", line)
+    for n, extent in enumerate(loops):
+        w.emit(f"    {'    ' * n}for (int64_t o{n} = 0; o{n} < {extent}; ++o{n})", line)
+    w.emit("    {", line)
+    for n, name in enumerate(prefix):
+        w.emit(f"        const int64_t {index_id(name)} = o{n};", line)
 
 
 def _base(prefix: tuple[str, ...], shape: list[int]) -> str:

@@ -142,7 +142,7 @@ static inline void {name}(int64_t nk, const float *restrict a, const float *rest
 def emit(op: Op, plan, sizes: Mapping[str, int], target, config: Mapping | None,
          isa: str) -> KernelSource:
     """The length-agnostic flash kernel of a recognised attention (c_attention.flash_plan)."""
-    from uol_core.backends.c_attention import _addr, _base
+    from uol_core.backends.c_attention import _addr, _base, open_query_blocks
 
     t = choose_vla_tiles(isa, target)
     cfg = {"bq": 64, "bk": 96, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
@@ -176,14 +176,7 @@ def emit(op: Op, plan, sizes: Mapping[str, int], target, config: Mapping | None,
     w.emit(acc_kernel(t, "uol_pv_tile", t.mq, E, bk, 1, E, E, scaled=True), op.stmts[4].line)
     line = op.stmts[0].line
     open_entry(w, entry, args, len(op.inputs))
-    loops = [*(free[x] for x in plan.prefix), -(-S // bq)]
-    w.emit(f"    #pragma omp parallel for collapse({len(loops)}) schedule(dynamic) "
-           f"num_threads({int(cfg['threads'])})", line)
-    for n, extent in enumerate(loops):
-        w.emit(f"    {'    ' * n}for (int64_t o{n} = 0; o{n} < {extent}; ++o{n})", line)
-    w.emit("    {", line)
-    for n, name in enumerate(plan.prefix):
-        w.emit(f"        const int64_t {index_id(name)} = o{n};", line)
+    open_query_blocks(w, plan.prefix, free, -(-S // bq), int(cfg["threads"]), line)
     _body(w, op, plan, dict(S=S, T=T, D=D, E=E, bq=bq, bk=bk), base, _addr(op, sizes), t)
     meta = {"isa": isa, "args": args, "outputs": [d.name for d in op.outputs],
             "threads": cfg["threads"], "generator": GENERATOR, "groups": 1,

@@ -37,6 +37,21 @@ def row_plan(op: Op) -> RowPlan | None:
     return plan if plan is not None and plan.dtypes == {DType.f32} else None
 
 
+def _open_rows(w: CodeWriter, threads: int, softmax: bool, n_rows: int, n_cols: int, x: str,
+               y: str, line: int, buffer_line: int) -> str:
+    """Open the thread team (with softmax's per-thread row buffer e) and return the head of
+    the row loop the passes go inside: the rows split statically, xr and yr the row's start."""
+    w.emit(f"    #pragma omp parallel num_threads({threads})\n    {{", line)
+    if softmax:
+        buf_bytes = -(-n_cols * 4 // 64) * 64
+        w.emit(f"        float *restrict e = aligned_alloc(64, {buf_bytes});  /* this thread's row of e */",
+               buffer_line)
+    return (f"        #pragma omp for schedule(static)\n"
+            f"        for (int64_t row = 0; row < {n_rows}; ++row) {{\n"
+            f"            const float *restrict xr = {x} + row * {n_cols};\n"
+            f"            float *restrict yr = {y} + row * {n_cols};")
+
+
 def _factor(plan: RowPlan) -> str:
     """C text of the plan's scale factor: a constant, or a scalar input's only element."""
     f = plan.scale[1]
@@ -107,15 +122,8 @@ def _body(w: CodeWriter, plan: RowPlan, isa: str, lane: int, n_rows: int, n_cols
         arg_s = f"({arg_s} {'*' if how == 'mul' else '/'} {factor})"
     L1, L2, L3 = lines
     ld, mx_, add = P.loadu.format, P.max.format, P.add.format
-    w.emit(f"    #pragma omp parallel num_threads({threads})\n    {{", L1)
-    if softmax:
-        buf_bytes = -(-n_cols * 4 // 64) * 64
-        w.emit(f"        float *restrict e = aligned_alloc(64, {buf_bytes});  /* this thread's row of e */",
-               L2)
-    w.emit(f"""        #pragma omp for schedule(static)
-        for (int64_t row = 0; row < {n_rows}; ++row) {{
-            const float *restrict xr = {x} + row * {n_cols};
-            float *restrict yr = {y} + row * {n_cols};
+    rows = _open_rows(w, threads, softmax, n_rows, n_cols, x, y, L1, L2)
+    w.emit(f"""{rows}
             {vec} m0 = {P.bcast.format('-INFINITY')}, m1 = m0, m2 = m0, m3 = m0;
             int64_t c = 0;
             for (; c + {4 * lane} <= {n_cols}; c += {4 * lane}) {{
@@ -184,15 +192,8 @@ def _vla_body(w: CodeWriter, plan: RowPlan, isa: str, lane: int, n_rows: int, n_
     L1, L2, L3 = lines
     loop = (f"for (int64_t c = 0; c < {n_cols}; c += {P.vla_step}) {{\n"
             f"                const {P.vla_pred_type} uol_pg = {P.vla_pred.format('c', n_cols)};")
-    w.emit(f"    #pragma omp parallel num_threads({threads})\n    {{", L1)
-    if softmax:
-        buf_bytes = -(-n_cols * 4 // 64) * 64
-        w.emit(f"        float *restrict e = aligned_alloc(64, {buf_bytes});  /* this thread's row of e */",
-               L2)
-    w.emit(f"""        #pragma omp for schedule(static)
-        for (int64_t row = 0; row < {n_rows}; ++row) {{
-            const float *restrict xr = {x} + row * {n_cols};
-            float *restrict yr = {y} + row * {n_cols};
+    rows = _open_rows(w, threads, softmax, n_rows, n_cols, x, y, L1, L2)
+    w.emit(f"""{rows}
             {vec} m0 = {P.bcast.format('-INFINITY')};
             {loop}
                 m0 = {P.max.format('m0', P.loadu.format('xr + c'))};
