@@ -65,9 +65,8 @@ TEMPLATE_SIZES = {"matmul": {"M": 37, "N": 45, "K": 29}, "softmax": {"R": 7, "C"
 
 # the templates written with platform operations (layernorm takes the generic loop nests)
 NEON_TEMPLATES = {"matmul", "softmax", "attention", "conv2d"}
-# length-agnostic SVE on an SVE target; GEMM keeps NEON's fixed-width tiles there
-# (c_platforms/sve.py says why)
-SVE_TEMPLATES = {"softmax", "attention", "conv2d"}
+# length-agnostic SVE on an SVE target (the GEMM's form: c_gemm_sve)
+SVE_TEMPLATES = {"matmul", "softmax", "attention", "conv2d"}
 
 
 @pytest.mark.parametrize("target", ARM_TARGETS)

@@ -1,7 +1,7 @@
 """SVE: the length-agnostic platform file (c_platforms/sve.py) on the HFL's SVE targets.
 
 Every C template's text for an SVE target matches its golden file (tests/golden/c/isa/*_sve.c;
-the GEMM templates spell NEON there, rows, flash attention, convolution and the loop nests SVE);
+the GEMM, rows, flash attention, convolution and the loop nests spell SVE, counting vectors);
 the same binaries run under qemu-user at several SVE vector lengths and match the reference each
 time, which is what length-agnostic means. The HFL decides the ISA: targets whose record lists
 SVE take it, the others keep NEON. UOL_LONG=1 adds 1024- and 2048-bit runs.
@@ -20,7 +20,9 @@ from test_c_isa_matrix import ATTENTION_GRAD, CASES  # tests/ is on sys.path (py
 from uol_core.acg.config import TileConfig, lanes, target_isas
 from uol_core.acg.cost_model import CostModel
 from uol_core.acg.fixtures import fixed_target
+from uol_core.api import choose_config
 from uol_core.backends import get_backend
+from uol_core.backends.c import emit
 from uol_core.backends.c_native import compile_c
 from uol_core.backends.c_route import emit_any
 from uol_core.hfl import list_targets, load_target
@@ -39,10 +41,10 @@ SVE_TARGET = replace(fixed_target("test-sve", isa=("sve", "neon", "asimdhp"), ve
 # bits: the architectural minimum, Neoverse V1's, and wider (UOL_LONG: up to the maximum)
 VECTOR_LENGTHS = (128, 256, 512) + ((1024, 2048) if os.environ.get("UOL_LONG") else ())
 # templates whose binaries run at every length here
-RUN_CASES = ("rows", "generic", "gemm_epilogue", "flash", "flash_causal", "flash_backward",
+RUN_CASES = ("rows", "generic", "gemm", "gemm_epilogue", "flash", "flash_causal", "flash_backward",
              "conv", "scan")
 # templates written in SVE's length-agnostic form (no NEON in their text)
-SVE_TEMPLATES = {"rows", "flash", "flash_causal", "flash_backward", "conv"}
+SVE_TEMPLATES = {"gemm", "gemm_epilogue", "rows", "flash", "flash_causal", "flash_backward", "conv"}
 MISSING = toolchain("aarch64").missing()
 needs_tools = pytest.mark.skipif(
     bool(MISSING), reason=f"cross toolchain missing ({', '.join(MISSING)}): apt-get install "
@@ -55,13 +57,24 @@ def _case(case: str):
     return op, dict(sizes or {d: 13 for d in op.dims})
 
 
+def _gemm_template(op, sizes, target, config=None):
+    """The GEMM template at the model's config (overrides on top), as `uol run` builds it;
+    emit_any would give a lone matmul the generic loop nest."""
+    cfg, _, _ = choose_config(op, sizes, target, config or None)
+    return emit(op, cfg, target, sizes)
+
+
+def _emitter(case: str):
+    return _gemm_template if case.startswith("gemm") else emit_any
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_sve_text_matches_golden(case, golden):
     op, sizes = _case(case)
-    src = emit_any(op, sizes, SVE_TARGET, None)
+    src = _emitter(case)(op, sizes, SVE_TARGET, None)
     assert "immintrin" not in src.text
     if case in SVE_TEMPLATES:
-        assert src.meta["isa"] == "sve"
+        assert (src.config if case.startswith("gemm") else src.meta)["isa"] == "sve"
         assert "#include <arm_sve.h>" in src.text and "svwhilelt_b32" in src.text
         assert "svcntw()" in src.text and "arm_neon.h" not in src.text
     if case.startswith("flash"):  # dot products along the head dimension, the vector exp
@@ -76,12 +89,17 @@ def test_arm_targets_choose_sve_where_their_record_has_it():
     for target in arm:
         has_sve = "sve" in target.isa
         assert target_isas(target, vla=True)[0] == ("sve" if has_sve else "neon"), target.name
-        # the GEMM templates keep a fixed-width ISA on every ARM target
+        # the fixed-width ISA of every ARM target: what the GEMM's direct path and a user's
+        # isa=neon override take
         assert target_isas(target)[0] == "neon", target.name
-        for name, sizes in (("softmax", {"R": 3, "C": 40}), ("attention", {"S": 9, "T": 11, "D": 8, "E": 6}),
+        for name, sizes in (("matmul", {"M": 5, "N": 20, "K": 7}), ("softmax", {"R": 3, "C": 40}),
+                            ("attention", {"S": 9, "T": 11, "D": 8, "E": 6}),
                             ("conv2d_pad1", {"N": 1, "C": 2, "K": 3, "H": 6, "W": 7})):
-            src = emit_any(load_op(name), sizes, target, None)
-            assert src.meta["isa"] == ("sve" if has_sve else "neon"), (target.name, name)
+            if name == "matmul":  # the GEMM template's config
+                isa = _gemm_template(load_op(name), sizes, target).config["isa"]
+            else:
+                isa = emit_any(load_op(name), sizes, target, None).meta["isa"]
+            assert isa == ("sve" if has_sve else "neon"), (target.name, name)
         if has_sve:  # the lanes the template states are those the HFL gives the cores
             assert lanes("sve", target) == target.vector_bits // 32
 
@@ -96,7 +114,7 @@ def _run_at(kernel: EmulatedKernel, bits: int, inputs: dict) -> dict:
 @pytest.mark.parametrize("case", RUN_CASES)
 def test_one_binary_is_right_at_every_vector_length(case):
     op, sizes = _case(case)
-    kernel = compile_c(op, sizes, SVE_TARGET)
+    kernel = compile_c(op, sizes, SVE_TARGET, emitter=_emitter(case))
     assert isinstance(kernel, EmulatedKernel)
     assert not any(f.startswith("-msve-vector-bits") for f in kernel.cross["flags"])
     torch.manual_seed(0)
@@ -240,3 +258,37 @@ def test_conv_forms_are_right_at_two_lengths(name, sizes):
     for bits in (128, 512):
         for tensor_name, tensor in _run_at(kernel, bits, inputs).items():
             torch.testing.assert_close(tensor, want[tensor_name], rtol=2e-4, atol=2e-4)
+
+
+@needs_tools
+@pytest.mark.parametrize(("name", "config"), [
+    # several k blocks (partial sums kept in C), 2 threads over column panels, a short last panel
+    ("matmul", {"mr": 4, "nr": 16, "kc": 8, "mc": 8, "nc": 32, "threads": 2}),
+    # B read transposed (strided columns: the scalar packing), 2 threads over row panels
+    ("matmul_nt", {"mr": 3, "nr": 24, "kc": 16, "mc": 9, "nc": 48, "par": "ir",
+                    "threads": 2}),
+    # the fused bias + GELU epilogue on the last k block
+    ("linear_bias_gelu", {"mr": 5, "nr": 8, "kc": 16, "mc": 10, "nc": 40}),
+])
+def test_length_agnostic_gemm_is_right_at_three_lengths(name, config):
+    """The SVE GEMM (c_gemm_sve): NR = NV * svcntw() columns at run time, so at 128 bits a
+    config tuned for 256 has half-width panels and at 512 double, and every size here leaves
+    a short edge in M, N and K."""
+    op = load_op(name)
+    sizes = {d: {"M": 37, "N": 53, "K": 29}.get(d, 37) for d in op.dims}
+    kernel = compile_c(op, sizes, SVE_TARGET, config, emitter=_gemm_template)
+    assert kernel.src.config["isa"] == "sve" and "svwhilelt_b32" in kernel.src.text
+    inputs = random_inputs(op, sizes, seed=7)
+    want = evaluate_all(op, inputs)
+    for bits in (128, 256, 512):
+        for tensor_name, tensor in _run_at(kernel, bits, inputs).items():
+            torch.testing.assert_close(tensor, want[tensor_name], rtol=2e-4, atol=2e-4,
+                                       msg=lambda m, b=bits: f"{name} at {b} bits: {m}")
+
+
+def test_sve_gemm_refuses_the_direct_path_and_keeps_neon_as_an_override():
+    op, sizes = load_op("matmul"), {"M": 9, "N": 20, "K": 7}
+    with pytest.raises(ValueError, match="path=direct has no sve form"):
+        _gemm_template(op, sizes, SVE_TARGET, {"path": "direct"})
+    neon = _gemm_template(op, sizes, SVE_TARGET, {"isa": "neon", "nr": 8})
+    assert "arm_neon.h" in neon.text and "arm_sve.h" not in neon.text

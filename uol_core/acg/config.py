@@ -135,8 +135,9 @@ def lanes(isa: str, target) -> int:
 
 def vector_registers(isa: str, target) -> int:
     """Architectural vector registers for `isa`: the target's, at most the ISA's (isa.toml), so
-    AVX2 sees the lower 16 even on AVX-512 parts."""
+    AVX2 sees the lower 16 even on AVX-512 parts; a length-agnostic ISA (no isa.toml entry)
+    has the target's own (SVE: 32 Z registers)."""
     regs = target.vector_registers
-    if isa not in ISA_REQUIRES:
+    if isa not in ISA_REQUIRES or PLATFORMS[isa].vla:
         return regs
     return min(regs or 1 << 30, int(_vector_isa(isa)["vector_registers"]))

@@ -21,6 +21,7 @@ from uol_core.acg.formula import compile_formula
 from uol_core.acg.lower import GemmPlan
 from uol_core.acg.space_core import Constraint, count_removed
 from uol_core.acg.space_core import Space as BaseSpace
+from uol_core.backends.c_platforms import PLATFORMS
 
 F32 = 4  # bytes per element: the C GEMM path is f32 only (lower.py checks)
 PREFETCH_SHARE = 4  # at most 1/PREFETCH_SHARE of L1 holds data prefetched ahead (a policy, not hw)
@@ -120,8 +121,12 @@ def direct_in_scope(plan: GemmPlan) -> bool:
 
 
 def usable_isas(target) -> list[str]:
-    """The ISAs searched: native vector ISAs of the target, else the portable path."""
-    isas = target_isas(target)
+    """The ISAs searched: native vector ISAs of the target, else the portable path. A target
+    with a length-agnostic ISA (SVE) searches it alone: its GEMM form (c_gemm_sve) reads the
+    lanes at run time; the fixed-width ISAs stay available as overrides (target_isas)."""
+    isas = target_isas(target, vla=True)
+    if PLATFORMS[isas[0]].vla:
+        return isas[:1]
     return isas[:-1] if len(isas) > 1 else isas
 
 
@@ -192,6 +197,8 @@ def build_space(plan: GemmPlan, target) -> Space:
     latency: dict[str, tuple[int, int]] = {}
     for isa in usable_isas(target):
         domains = domains_for(plan, target)
+        if PLATFORMS[isa].vla:  # the length-agnostic GEMM is the packed one
+            domains["path"] = ["packed"]
         lane = lanes(isa, target)
         domains["nr"] = [v * lane for v in domains["nr"]]
         rules = gemm_constraints(plan, target, isa)

@@ -126,7 +126,7 @@ class CBackend:
 
 
 def _choose_tile(plan: Plan, request: Any) -> Choice:
-    from uol_core.acg.config import lanes, parse_config
+    from uol_core.acg.config import lanes, parse_config, target_isas
     from uol_core.acg.cost_model import CostModel
     from uol_core.acg.space import build_space
     from uol_core.odl.shapes import ShapeError
@@ -154,9 +154,9 @@ def _choose_tile(plan: Plan, request: Any) -> Choice:
     if cfg.nr % lanes(cfg.isa, target):
         raise ValueError(f"nr={cfg.nr} must be a multiple of the {cfg.isa} vector "
                          f"({lanes(cfg.isa, target)} lanes)")
-    if cfg.isa not in space.domains["isa"] and cfg.isa != "vecext":
+    if cfg.isa not in space.domains["isa"] and cfg.isa not in target_isas(target):
         raise ValueError(f"isa={cfg.isa} is not available on target {target.name} "
-                         f"(usable: {', '.join(space.domains['isa'])}, vecext)")
+                         f"(usable: {', '.join(dict.fromkeys([*space.domains['isa'], *target_isas(target)]))})")
     return Choice(cfg, space, model)
 
 

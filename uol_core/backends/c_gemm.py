@@ -21,6 +21,10 @@ from uol_core.odl.ir import Access, Affine
 
 def emit_gemm(plan: GemmPlan, cfg: TileConfig, target) -> KernelSource:
     """The complete C source of one GEMM-family kernel (the direct path: c_gemm_direct)."""
+    if platform(cfg.isa).vla:  # the lane count is read at run time (SVE)
+        from uol_core.backends.c_gemm_sve import emit_gemm_sve
+
+        return emit_gemm_sve(plan, cfg, target)
     if cfg.path == "direct":
         from uol_core.backends.c_gemm_direct import emit_gemm_direct
 
@@ -167,10 +171,12 @@ def _operand_strides(plan: GemmPlan, acc: Access, row: str, col: str) -> tuple[s
     return offset, stride_of(row), stride_of(col)
 
 
-def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], entry: str) -> None:
+def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], entry: str,
+            store=None) -> None:
     """Each thread computes its own slice of C (columns for jr, rows for ir, whole GEMMs for
     batch) with private packed buffers: no barrier inside the GEMM, which keeps 2-core runs fast
-    even when the machine is shared. The price is packing the shared operand once per thread."""
+    even when the machine is shared. The price is packing the shared operand once per thread.
+    `store(w, plan, pad)` folds the tile into C (default: _store)."""
     line = plan.stmts[0].line
     a_off, a_rs, a_cs = _operand_strides(plan, plan.lhs, plan.m, plan.k)
     b_off, b_rs, b_cs = _operand_strides(plan, plan.rhs, plan.k, plan.n)
@@ -227,7 +233,7 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
     w.emit("                        const int64_t mr = mc - ir < MR ? mc - ir : MR;\n"
            "                        const int64_t nr = nc - jr < NR ? nc - jr : NR;\n"
            "                        uol_micro(kc, Ap + ir * kc, Bp + jr * kc, tile);", line)
-    _store(w, plan, "                        ")
+    (store or _store)(w, plan, "                        ")
     w.emit("                    }\n                }\n            }\n        }\n    }", line)
     w.emit("    free(Ap); free(Bp);\n    }\n}", line)
 

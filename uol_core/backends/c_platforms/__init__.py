@@ -9,8 +9,8 @@ in `_registry`.
 A vector-length-agnostic ISA (SVE) sets `vla_step`: its lane count is known only at run time,
 so it has no register tiles fixed in lanes; templates that strip-mine a loop (rows, the generic
 loop nests) step by `vla_step` under the predicate `vla_pred`, flash attention and convolution
-count their tiles in vectors and use `vla_prelude`, and GEMM takes the target's first
-fixed-width ISA (acg.config.target_isas).
+and the packed GEMM count their tiles in vectors and use `vla_prelude`; the templates whose
+tiles are fixed in lanes take the target's first fixed-width ISA (acg.config.target_isas).
 Lane counts and register counts are not platform constants: they come from the HFL (the
 isa.toml entry `requires` names, or the target's vector width for the portable path). The
 registry's order is the order of preference: the ACG uses the first ISA a target has.

@@ -7,13 +7,11 @@ a row's tail needs no scalar loop. Every operation below reads that predicate fr
 `uol_pg` in the loop's scope; merging forms (_m) leave inactive lanes of the first operand
 as they were, so an accumulator carries through a partial last step unchanged.
 
-Flash attention (forward and backward) and the convolution have length-agnostic forms
-(c_attention_sve, c_attention_bwd_sve, c_conv_sve): their register tiles count vectors, not
-lanes, and are written in the predicated vocabulary `_VLA` gives (one predicate per vector of a
-tile). The GEMM template still fixes its tile's lane count when it is generated and takes the
-target's fixed-width ISA (NEON); on the SVE cores of the HFL that costs no FMA throughput:
-Neoverse V1 issues four 128-bit NEON FMAs per cycle against two 256-bit SVE ones, and Neoverse
-V2 implements SVE2 at 128 bits (targets/*.toml).
+Flash attention (forward and backward), the convolution and the packed GEMM have
+length-agnostic forms (c_attention_sve, c_attention_bwd_sve, c_conv_sve, c_gemm_sve): their
+register tiles count vectors, not lanes, and are written in the predicated vocabulary `_VLA`
+gives (one predicate per vector of a tile). The GEMM's direct path and a user's isa=neon keep
+the target's fixed-width ISA (NEON).
 """
 
 from __future__ import annotations
