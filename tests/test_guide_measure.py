@@ -4,6 +4,7 @@ labelled prediction, and `uol guide` says what it cannot do with its remote opti
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from uol_core.guide.cases import MEASURED
@@ -12,6 +13,13 @@ from uol_core.guide.generate import generate, measure_guide
 from uol_core.guide.measure import host_only, local_measurer, measure_case
 
 FAMILIES = [family("softmax"), family("elementwise-binary")]
+
+
+@pytest.fixture(autouse=True)
+def own_tuning_database(tmp_path, monkeypatch):
+    """Measured cases are recorded in the tuning database, and a guide reads recorded times
+    back: each test starts from an empty one of its own."""
+    monkeypatch.setenv("UOL_CACHE_DIR", str(tmp_path / "cache"))
 
 
 def test_host_cases_are_measured_up_to_the_limit_and_others_stay_predicted():
@@ -58,9 +66,7 @@ def test_uol_guide_remote_options_say_what_is_missing(tmp_path):
     assert down.exit_code == 2 and "cannot reach the broker" in down.output
 
 
-def test_a_measured_case_is_recorded_where_the_tuners_and_the_next_guide_find_it(
-        tmp_path, monkeypatch):
-    monkeypatch.setenv("UOL_CACHE_DIR", str(tmp_path))  # a tuning database of this test's own
+def test_a_measured_case_is_recorded_where_the_tuners_and_the_next_guide_find_it():
     from uol_core.guide.measure import case_key
     from uol_core.runtime.tuningdb import TuningDB
 

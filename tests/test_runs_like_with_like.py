@@ -197,8 +197,14 @@ def test_the_flame_graph_names_its_hotspot_source(runs_db, user_op_report):
     from app.services.profiling import _root
 
     (_root() / "7.json").write_text(json.dumps(user_op_report, default=str))
-    fig, _ = draw_flame({"id": 7}, "kernel", None, "time", None, 0)
+    fig, *_ = draw_flame({"id": 7}, "kernel", None, "time", None, 0, None, {})
     title = fig.layout.title.text
+    # the same tree as a sandwich, cut at its heaviest function unless one is chosen
+    sandwich, _, options, chosen, style = draw_flame({"id": 7}, "kernel", None, "sandwich",
+                                                     None, 0, None, {})
+    if options:
+        assert chosen == options[0]["value"] and style["display"] == "block"
+        assert [t.type for t in sandwich.data] == ["table", "icicle", "icicle"]
     assert "valgrind installed" not in title
     hot = user_op_report["hotspots"]
     if hot is None:  # no profiler at all here: the figure says why, in the report's words
