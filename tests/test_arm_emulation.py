@@ -161,6 +161,7 @@ def test_uol_run_on_an_arm_target_verifies_under_emulation():
     assert report["ok"] and report["reason"] == EMULATED_NOTE and report["ms"] is None
     assert report["predicted"]["label"].startswith("model-predicted")
     assert report["predicted"]["ms"] > 0
+    assert report["isa"] == "sve"  # graviton3's HFL record has SVE: the report names it
 
 
 @needs_tools

@@ -102,7 +102,7 @@ def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
             result = worker.run(make_job(k.kernel_source, text, Path(name).name, sizes,
                                          check_only=check))
     ok = result.get("status") == "ok"
-    report = {"op": op.name, "sizes": sizes, "config": cfg, "ok": ok,
+    report = {"op": op.name, "sizes": sizes, "config": cfg, "ok": ok, "isa": _isa(k, cfg),
               "predicted": _prediction(k, target),
               "status": result.get("status"), "reason": result.get("reason", ""),
               "max_abs_err": result.get("max_abs_err"), "max_rel_err": result.get("max_rel_err"),
@@ -112,7 +112,7 @@ def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
     if as_json:
         print_json(report)
     else:
-        line = f"{op.name}: {report['status']}"
+        line = f"{op.name}: {report['status']}" + (f" [{report['isa']}]" if report["isa"] else "")
         if report["max_abs_err"] is not None:
             line += f", max abs err {report['max_abs_err']:.3g}"
         if report["gflops"]:
@@ -123,6 +123,16 @@ def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
             print(f"  {report['predicted']['label']}: {report['predicted']['ms']:.4g} ms")
     if not ok:
         raise typer.Exit(1)
+
+
+def _isa(k, cfg) -> str | None:
+    """The vector ISA the kernel was emitted for (its template says so, or its config)."""
+    try:
+        meta = k.kernel_source.meta
+    except Exception:  # a backend without a kernel source (the reference evaluator)
+        meta = {}
+    given = cfg.get("isa") if isinstance(cfg, dict) else getattr(cfg, "isa", None)
+    return meta.get("isa") or given
 
 
 def _prediction(k, target: str) -> dict | None:
