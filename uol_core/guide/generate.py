@@ -61,12 +61,13 @@ def shipped_targets() -> list[str]:
 
 
 def guide_key(targets: Iterable[Any], families: Iterable[Family]) -> str:
-    """Content key of a guide: the HFL records, the backends' generator hashes, the families
-    and this package's code."""
+    """Content key of a guide: the HFL records, the backends' generator hashes, the families,
+    this package's code and the ACG's (its space and cost model choose every case's config)."""
     from uol_core.backends import backend_names, get_backend
 
     digest = hashlib.sha256(f"guide-{GUIDE_VERSION}".encode())
-    for module in sorted(Path(__file__).parent.glob("*.py")):  # the guide's own code
+    code = Path(__file__).parent
+    for module in sorted([*code.glob("*.py"), *code.parent.joinpath("acg").rglob("*.py")]):
         digest.update(module.read_bytes())
     for target in targets:
         digest.update(json.dumps(target.to_dict(), sort_keys=True, default=str).encode())
