@@ -182,9 +182,14 @@ def main():
     from uol_core.ops import op_text
     from uol_core.runtime.tuningdb import TuningDB
 
+    built = []
+
     def emit(op, cfg, tgt, sizes, real_emit=tuner.emit):
         src = real_emit(op, cfg, tgt, sizes)
-        return plant(src, "wrong") if sum(cfg.key().encode()) % 3 == 0 else src
+        built.append(cfg.key())
+        # the first config each run builds, then every other one, gives wrong results: a run
+        # killed after its first row has left a failed row, whatever the model ranks first
+        return plant(src, "wrong") if len(built) % 2 == 1 else src
 
     tuner.emit = emit
     session = tuner.TuningSession(parse(op_text("matmul")), {"M": 16, "N": 16, "K": 16}, target,
