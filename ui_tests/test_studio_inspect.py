@@ -42,12 +42,16 @@ def test_assembly_rows_link_to_c_and_odl_lines(page, live_server):
     shot(page, "studio_assembly.png", docs=True)
     # a knob change recompiles: the listing follows the new kernel
     before = status.inner_text()
-    knob = page.locator('[data-knob="ku"]')
+    # mr (the register tile's rows) shapes the micro-kernel on every GEMM path; ku does not
+    # on the direct path, whose listing would rightly stay the same
+    knob = page.locator('[data-knob="mr"]')
     current = re.search(r"\n(\d+)", knob.inner_text()).group(1)
     knob.locator(".dash-dropdown, [role=combobox]").first.click()
-    other = "1" if current != "1" else "2"
+    legal = [o.inner_text().strip() for o in page.get_by_role("option").all()
+             if o.get_attribute("aria-disabled") != "true" and "✕" not in o.inner_text()]
+    other = next(v for v in legal if v != current)
     page.get_by_role("option", name=other, exact=True).click()
-    expect(page.locator("#kernel-source")).to_contain_text(f"ku={other}", timeout=60_000)
+    expect(page.locator("#kernel-source")).to_contain_text(f"mr={other}", timeout=60_000)
     wait_idle(page)
     expect(status).not_to_have_text(before, timeout=60_000)
     assert page.js_errors == []
