@@ -12,17 +12,21 @@ TARGET = runnable_target()
 ISA = TARGET and ("avx2" if "avx2" in TARGET.isa else "vecext")
 
 
-def _check(op, sizes, config=None, seed=0):
+def _check(op, sizes, config=None, seed=0, calls=1):
+    """Compile, then call `calls` times on fresh inputs, each result checked (a race between
+    threads shows on warm calls far more often than on the first)."""
     k = uol_core.compile(op, shapes=sizes, target=TARGET, config=config)
-    gen = torch.Generator().manual_seed(seed)
     from uol_core.odl.shapes import shape_of
-    ins = {d.name: torch.randn(shape_of(k.op, d.name, k.sizes), generator=gen) for d in k.op.inputs}
-    out = k(**ins)
-    ref = uol_core.evaluate(k.op, **ins)
-    outs = out if isinstance(out, dict) else {k.op.outputs[0].name: out}
-    refs = ref if isinstance(ref, dict) else {k.op.outputs[0].name: ref}
-    verdict = compare(outs, refs, k.kernel_source.meta["reduction_length"])
-    assert verdict.ok, (k.config, verdict)
+    for call in range(calls):
+        gen = torch.Generator().manual_seed(seed + call)
+        ins = {d.name: torch.randn(shape_of(k.op, d.name, k.sizes), generator=gen)
+               for d in k.op.inputs}
+        out = k(**ins)
+        ref = uol_core.evaluate(k.op, **ins)
+        outs = out if isinstance(out, dict) else {k.op.outputs[0].name: out}
+        refs = ref if isinstance(ref, dict) else {k.op.outputs[0].name: ref}
+        verdict = compare(outs, refs, k.kernel_source.meta["reduction_length"])
+        assert verdict.ok, (k.config, f"call {call + 1}", verdict)
     return k
 
 
@@ -55,7 +59,7 @@ def test_batched_matmul_splits_over_batch_or_panels():
 def test_configs_are_all_correct(config):
     if "isa=" not in config:
         config = f"isa={ISA}," + config
-    _check("linear_bias_gelu", {"M": 53, "N": 71, "K": 200}, config=config)
+    _check("linear_bias_gelu", {"M": 53, "N": 71, "K": 200}, config=config, calls=4)
 
 
 def test_residual_scaling_and_multi_statement_epilogue():
@@ -123,3 +127,20 @@ def test_overrides_that_break_packing_are_refused_with_the_constraint_named(conf
     # direct path (the model's choice at N=64) packs no A, so the packed path is asked for.
     with pytest.raises(ValueError, match="divisibility"):
         uol_core.compile("matmul", shapes={"A": (512, 512), "B": (512, 64)}, config=config)
+
+
+@pytest.mark.parametrize("path", ["packed", "direct"])
+@pytest.mark.parametrize("par", ["jr", "ir", "batch", "k"])
+def test_every_split_override_is_correct_on_both_paths(path, par):
+    """Overrides may leave the space (they explore); each path x split the config accepts must
+    still compute the right thing with two threads, on a batched product with edges in M, N, K
+    and several k blocks (a direct-path row split once ran every thread over every row)."""
+    if par == "k" and path == "packed":
+        with pytest.raises(ValueError, match="par=k"):
+            _check("bmm", {"B": 3, "M": 21, "N": 37, "K": 150},
+                   config=f"isa={ISA},path={path},par={par},threads=2")
+        return
+    for name, sizes in (("bmm", {"B": 3, "M": 21, "N": 37, "K": 150}),
+                        ("linear_bias_gelu", {"M": 53, "N": 71, "K": 200})):
+        _check(name, sizes, config=f"isa={ISA},path={path},par={par},threads=2,mr=4,kc=64,mc=24",
+               calls=8)

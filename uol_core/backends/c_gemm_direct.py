@@ -12,7 +12,7 @@ because the micro-kernel loads whole vectors.
 Loop nest: batch -> pc (KC depth) -> jr (NR panels) -> ir (MR strips). The OpenMP split is
 over batch slices (par=batch), NR panels (par=jr, contiguous shares) or the depth (par=k: each
 thread sums its share of K into a private M x N buffer, then the threads add the buffers row
-strip by row strip and run the epilogue). One thread emits no parallel region at all.
+strip by row strip and run the epilogue); a row split (par=ir) is emitted for overrides only. One thread emits no parallel region at all.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
                     uol_pack_b(bp, brs, bcs, nr, kc, Bp);
                     bp = Bp; bstride = NR;
                 }
-                for (int64_t ir = 0; ir < MDIM; ir += MR) {
+                for (int64_t ir = i_lo; ir < i_hi; ir += MR) {
                     const int64_t mr = MDIM - ir < MR ? MDIM - ir : MR;
                     uol_micro_direct(kc, mr, A + ir * ars + pc * acs, ars, acs, bp, bstride,
                                      tile, C_ARGS);""".replace("C_ARGS", c_args), line)
@@ -214,7 +214,16 @@ def _c_operand(w: CodeWriter, plan: GemmPlan, plain: bool, line: int) -> None:
 
 
 def _shares(w: CodeWriter, cfg: TileConfig, ksplit: bool, line: int) -> None:
-    """This thread's depth range [k_lo, k_hi) and panel range [j_lo, j_hi)."""
+    """This thread's depth range [k_lo, k_hi), panel range [j_lo, j_hi) and row-strip range
+    [i_lo, i_hi). A row split (par=ir) is legal here although the space never proposes it
+    (each thread packs the same B panels): an override may ask for it."""
+    if cfg.par == "ir" and cfg.threads > 1:
+        w.emit("        const int64_t strips = (MDIM + MR - 1) / MR;\n"
+               "        const int64_t i_lo = strips * tid / nth * MR;\n"
+               "        const int64_t i_hi_ = strips * (tid + 1) / nth * MR;\n"
+               "        const int64_t i_hi = i_hi_ < MDIM ? i_hi_ : MDIM;", line)
+    else:
+        w.emit("        const int64_t i_lo = 0, i_hi = MDIM;", line)
     if ksplit:  # whole KC blocks per thread, so partial sums line up with the k loop
         w.emit("        const int64_t kblocks = (KDIM + KC - 1) / KC;\n"
                "        const int64_t k_lo = kblocks * tid / nth * KC;\n"

@@ -159,6 +159,7 @@ void uol_bmm(void **args, const int64_t *strides)
         const float *A = t_A + i_b * (s0_A);
         const float *B = t_W + i_b * (s0_W);
         const int64_t ars = s1_A, acs = s2_A, brs = s1_W, bcs = s2_W;
+        const int64_t i_lo = 0, i_hi = MDIM;
         const int64_t k_lo = 0, k_hi = KDIM, j_lo = 0, j_hi = NDIM;
         float *Cb = t_C + i_b * (s0_C);
         const int64_t crs = s1_C, ccs = s2_C;
@@ -177,7 +178,7 @@ void uol_bmm(void **args, const int64_t *strides)
                     uol_pack_b(bp, brs, bcs, nr, kc, Bp);
                     bp = Bp; bstride = NR;
                 }
-                for (int64_t ir = 0; ir < MDIM; ir += MR) {
+                for (int64_t ir = i_lo; ir < i_hi; ir += MR) {
                     const int64_t mr = MDIM - ir < MR ? MDIM - ir : MR;
                     uol_micro_direct(kc, mr, A + ir * ars + pc * acs, ars, acs, bp, bstride,
                                      tile, Cb + ir * crs + jr, crs, mode);

@@ -142,6 +142,7 @@ void uol_linear_bias_gelu(void **args, const int64_t *strides)
         const float *A = t_X + 0;
         const float *B = t_W + 0;
         const int64_t ars = s0_X, acs = s1_X, brs = s0_W, bcs = s1_W;
+        const int64_t i_lo = 0, i_hi = MDIM;
         const int64_t kblocks = (KDIM + KC - 1) / KC;
         const int64_t k_lo = kblocks * tid / nth * KC;
         const int64_t k_hi_ = kblocks * (tid + 1) / nth * KC;
@@ -162,7 +163,7 @@ void uol_linear_bias_gelu(void **args, const int64_t *strides)
                     uol_pack_b(bp, brs, bcs, nr, kc, Bp);
                     bp = Bp; bstride = NR;
                 }
-                for (int64_t ir = 0; ir < MDIM; ir += MR) {
+                for (int64_t ir = i_lo; ir < i_hi; ir += MR) {
                     const int64_t mr = MDIM - ir < MR ? MDIM - ir : MR;
                     uol_micro_direct(kc, mr, A + ir * ars + pc * acs, ars, acs, bp, bstride,
                                      tile, tile, 0, 0);

@@ -189,6 +189,7 @@ void uol_matmul(void **args, const int64_t *strides)
         const float *A = t_A + 0;
         const float *B = t_B + 0;
         const int64_t ars = s0_A, acs = s1_A, brs = s0_B, bcs = s1_B;
+        const int64_t i_lo = 0, i_hi = MDIM;
         const int64_t k_lo = 0, k_hi = KDIM;
         const int64_t panels = (NDIM + NR - 1) / NR;
         const int64_t j_lo = panels * tid / nth * NR;
@@ -210,7 +211,7 @@ void uol_matmul(void **args, const int64_t *strides)
                     uol_pack_b(bp, brs, bcs, nr, kc, Bp);
                     bp = Bp; bstride = NR;
                 }
-                for (int64_t ir = 0; ir < MDIM; ir += MR) {
+                for (int64_t ir = i_lo; ir < i_hi; ir += MR) {
                     const int64_t mr = MDIM - ir < MR ? MDIM - ir : MR;
                     uol_micro_direct(kc, mr, A + ir * ars + pc * acs, ars, acs, bp, bstride,
                                      tile, Cb + ir * crs + jr, crs, mode);

@@ -171,6 +171,7 @@ void uol_matmul_nt(void **args, const int64_t *strides)
         const float *A = t_A + 0;
         const float *B = t_B + 0;
         const int64_t ars = s0_A, acs = s1_A, brs = s1_B, bcs = s0_B;
+        const int64_t i_lo = 0, i_hi = MDIM;
         const int64_t k_lo = 0, k_hi = KDIM, j_lo = 0, j_hi = NDIM;
         float *Cb = t_C + 0;
         const int64_t crs = s0_C, ccs = s1_C;
@@ -189,7 +190,7 @@ void uol_matmul_nt(void **args, const int64_t *strides)
                     uol_pack_b(bp, brs, bcs, nr, kc, Bp);
                     bp = Bp; bstride = NR;
                 }
-                for (int64_t ir = 0; ir < MDIM; ir += MR) {
+                for (int64_t ir = i_lo; ir < i_hi; ir += MR) {
                     const int64_t mr = MDIM - ir < MR ? MDIM - ir : MR;
                     uol_micro_direct(kc, mr, A + ir * ars + pc * acs, ars, acs, bp, bstride,
                                      tile, Cb + ir * crs + jr, crs, mode);

@@ -140,6 +140,7 @@ void uol_linear_bias_gelu(void **args, const int64_t *strides)
         const float *A = t_X + 0;
         const float *B = t_W + 0;
         const int64_t ars = s0_X, acs = s1_X, brs = s0_W, bcs = s1_W;
+        const int64_t i_lo = 0, i_hi = MDIM;
         const int64_t k_lo = 0, k_hi = KDIM, j_lo = 0, j_hi = NDIM;
 #define UOL_MODE 0
         for (int64_t pc = k_lo; pc < k_hi; pc += KC) {
@@ -156,7 +157,7 @@ void uol_linear_bias_gelu(void **args, const int64_t *strides)
                     uol_pack_b(bp, brs, bcs, nr, kc, Bp);
                     bp = Bp; bstride = NR;
                 }
-                for (int64_t ir = 0; ir < MDIM; ir += MR) {
+                for (int64_t ir = i_lo; ir < i_hi; ir += MR) {
                     const int64_t mr = MDIM - ir < MR ? MDIM - ir : MR;
                     uol_micro_direct(kc, mr, A + ir * ars + pc * acs, ars, acs, bp, bstride,
                                      tile, tile, 0, 0);
