@@ -14,18 +14,26 @@ from uol_core.acg.lower import GemmPlan
 F32 = 4
 # Modelling constants (not hardware facts): the calibration below learns what they miss.
 LOOP_OVERHEAD_CYCLES = 1.0  # pointer bumps and branch per (unrolled) k step
-L1_SHARE = 0.75  # A+B micro-panels may fill this share of L1 (BLIS Zen: 6x16, kc=256 = 69%)
+# The B micro-panel (kc x nr) stays in L1 across the ir loop while A's micro-panels stream
+# through; it may fill this share of L1 before the streaming A evicts it (BLIS's analytical
+# model keeps it in the ways that A's stream leaves alone; Zen's 6x16 at kc=256 uses 2/3).
+L1_SHARE = 0.75
 BARRIER_CYCLES = 3000.0  # one OpenMP fork/join, order of magnitude
+# Between two k loops a tile goes to C: each accumulator vector is stored to the tile buffer,
+# read back with C's vector, added and stored (about four memory operations on two or three
+# ports): cycles per accumulator vector, order of magnitude. It is what makes a short kc cost.
+TILE_UPDATE_CYCLES_PER_VECTOR = 2.0
 # A B panel streamed from memory row by row (direct path, M <= MR) touches a new page every k
 # step, where the hardware prefetchers stop; without software prefetch each row waits for
 # memory, and this share of the bandwidth is what is left (order of magnitude; the
 # calibration learns the rest).
 UNPREFETCHED_STREAM_SHARE = 0.5
-# The direct path broadcasts A from MR unpacked rows, often from L2 (an M x KC block that L1
-# does not hold), so each FMA chain also waits on a load: it needs this many times the
-# units x latency chains of the packed path to stay busy (measured on an AVX-512 host: 6 x 4
-# and 8 x 2 vector tiles beat 4 x 2 by 5-10% on one thread).
-DIRECT_CHAIN_SLACK = 1.5
+# Both paths broadcast A from beyond L1 (the packed path's loop order keeps B's micro-panel in
+# L1 and streams A's micro-panels from L2; the direct path reads A's rows in place), so each FMA chain also waits on a load: it takes this
+# many times the units x latency chains to keep the FMA units busy. Measured on an AVX-512 host (2 FMA units, latency 4): the 8-chain 8x16
+# tile ran 0.70-0.73x torch where the 12-chain 6x32 ran 0.81-0.98x (1024^3, 2048^3), and on
+# the direct path 6 x 4 and 8 x 2 vector tiles beat 4 x 2 by 5-10%.
+BROADCAST_CHAIN_SLACK = 1.5
 
 
 def roofline_gflops(flops: float, bytes_moved: float, target) -> tuple[float, str]:
@@ -70,10 +78,12 @@ class CostModel:
         fma_units, latency = t.fma_units or 1, t.fma_latency_cycles or 1
         # Micro-kernel: FMA cycles per k step vs. accumulators needed to hide FMA latency.
         fma_cycles = cfg.mr * nv / fma_units
-        chains = fma_units * latency * (DIRECT_CHAIN_SLACK if cfg.path == "direct" else 1.0)
+        chains = fma_units * latency * BROADCAST_CHAIN_SLACK
+        prefetches = 2 if cfg.pf else 0  # one line of A and one of B per k step (load slots)
         latency_eff = min(1.0, cfg.mr * nv / chains)
         loop_eff = fma_cycles / (fma_cycles + LOOP_OVERHEAD_CYCLES / cfg.ku)
-        load_eff = min(1.0, 2.0 * cfg.mr * nv / (cfg.mr + nv) / fma_units)  # broadcast + loads
+        call_eff = self._call_efficiency(cfg, nv, fma_cycles)
+        load_eff = min(1.0, 2.0 * cfg.mr * nv / (cfg.mr + nv + prefetches) / fma_units)
         # The HFL peak is for the widest vector ISA a GEMM is emitted with; a narrower one
         # reaches its share of it. Only explicit ISAs count: the portable path's lanes are the
         # target's vector width (SVE's 256 bits on Neoverse V1), which no GEMM is emitted at;
@@ -82,16 +92,16 @@ class CostModel:
         isas = target_isas(t)
         widest = max(lanes(isa, t) for isa in (isas[:-1] or isas))
         width = min(1.0, lanes(cfg.isa, t) / widest)
-        micro = latency_eff * loop_eff * load_eff * width
+        micro = latency_eff * loop_eff * load_eff * width * call_eff
         # Edge waste: padded tiles compute zeros.
         edge = (M * N) / (math.ceil(M / cfg.mr) * cfg.mr * math.ceil(N / cfg.nr) * cfg.nr)
-        # Cache fit (soft): the B micro-panel and A micro-panel stream through L1; A block in L2.
-        l1_use = (cfg.mr + cfg.nr) * cfg.kc * F32 / t.l1d_bytes
+        # Cache fit (soft): B's micro-panel resident in L1 (A's stream through it), A's block
+        # in L2. A small A block costs nothing here: packing is the same total work at any mc,
+        # and B's panel, re-read from L2/L3 once per block, brings mc/2 FLOPs per byte.
+        l1_use = cfg.nr * cfg.kc * F32 / t.l1d_bytes
         l2_use = cfg.mc * cfg.kc * F32 / t.l2_bytes
         l1_fit = 1.0 / (1.0 + max(0.0, l1_use - L1_SHARE))
         l2_fit = 1.0 / (1.0 + max(0.0, l2_use - 0.6))
-        if cfg.path == "packed":  # a small packed A block pays its packing and loop start often
-            l2_fit *= min(1.0, 0.25 + l2_use / 0.25 * 0.75)
         # Parallel balance: each thread owns a contiguous share of the split loop's panels.
         threads = cfg.threads
         direct = cfg.path == "direct"
@@ -100,29 +110,42 @@ class CostModel:
         balance = (units / threads) / math.ceil(units / threads)
         compute_s = flops / (per_thread * threads * 1e9 * micro * edge * l1_fit * l2_fit
                              * balance)
-        # Packing and C traffic at memory bandwidth. Threads pack privately (no barriers), so
-        # the operand they share is packed once per thread: B for an ir split, A for jr.
+        # Packing at memory bandwidth, before the FMAs that use it. Threads pack privately (no
+        # barriers), so the operand they share is packed once per thread: B for an ir split, A
+        # for jr. C is read and written once per kc pass, a tile at a time between k loops:
+        # the hardware overlaps that stream with the FMAs, so only what exceeds them costs.
         bw = t.mem_bandwidth_gbps * 1e9
-        c_bytes = 2 * F32 * B * M * N * math.ceil(K / cfg.kc)
+        c_s = 2 * F32 * B * M * N * math.ceil(K / cfg.kc) / bw / threads
         barriers = 1 if threads > 1 else 0
         if direct:
             memory_s, extra_barriers = self._direct_memory(cfg, bw)
             barriers += extra_barriers
-            memory_s += c_bytes / bw / threads
         else:
             a_packs = math.ceil(N / cfg.nc)  # A is packed once per NC chunk
             b_packs = threads if cfg.par == "ir" else 1
-            pack_bytes = 2 * F32 * B * (M * K * a_packs + K * N * b_packs)
-            memory_s = (pack_bytes + c_bytes) / bw / threads
+            memory_s = 2 * F32 * B * (M * K * a_packs + K * N * b_packs) / bw / threads
+        memory_s += max(0.0, c_s - compute_s)
         sync_s = barriers * BARRIER_CYCLES / ((t.clock_ghz or 1.0) * 1e9)
         seconds = compute_s + memory_s + sync_s
         gflops = flops / seconds / 1e9 * self.correction.get(_group(cfg),
                                                              self.correction.get("*", 1.0))
-        terms = {"roofline_gflops": bound, "micro_kernel": micro, "vector_width": width, "edge": edge,
+        terms = {"roofline_gflops": bound, "micro_kernel": micro, "call_overhead": call_eff, "vector_width": width, "edge": edge,
                  "l1_use": l1_use, "l2_use": l2_use, "l1_fit": l1_fit, "l2_fit": l2_fit,
                  "balance": balance, "compute_s": compute_s, "memory_s": memory_s,
                  "sync_s": sync_s}
         return Estimate(gflops, seconds, terms)
+
+    def _call_efficiency(self, cfg: TileConfig, nv: int, fma_cycles: float) -> float:
+        """Share of a micro-kernel call spent on FMAs: each call also sends its tile to C, and
+        each B micro-panel is refilled into L1 (a line per cycle from L2) once per A block,
+        shared by the block's mc/mr row strips (the direct path's block is all M rows; with one
+        strip there its B panel streams from memory, which _direct_memory charges)."""
+        direct = cfg.path == "direct"
+        strips = max(1, math.ceil((self.plan.M if direct else cfg.mc) / cfg.mr))
+        line = self.target.line_bytes or 64
+        refill = 0.0 if direct and strips == 1 else cfg.kc * cfg.nr * F32 / line / strips
+        k_loop = cfg.kc * fma_cycles
+        return k_loop / (k_loop + TILE_UPDATE_CYCLES_PER_VECTOR * cfg.mr * nv + refill)
 
     def _direct_memory(self, cfg: TileConfig, bw: float) -> tuple[float, int]:
         """Seconds of memory traffic beyond the roofline's minimum on the direct path, and the

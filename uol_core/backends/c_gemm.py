@@ -18,6 +18,8 @@ from uol_core.backends.c_names import fused_id, index_id, size_id, stride_id, te
 from uol_core.backends.c_platforms import Platform, platform
 from uol_core.odl.ir import Access, Affine
 
+F32_BYTES = 4
+
 
 def emit_gemm(plan: GemmPlan, cfg: TileConfig, target) -> KernelSource:
     """The complete C source of one GEMM-family kernel (the direct path: c_gemm_direct)."""
@@ -57,7 +59,8 @@ def _header(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, target, tensors: lis
     w.emit(f"#define BATCH ({batch})\n#define MDIM {plan.M}\n#define NDIM {plan.N}\n"
            f"#define KDIM {plan.K}")
     w.emit(f"#define MR {cfg.mr}\n#define NR {cfg.nr}\n#define KC {cfg.kc}\n#define MC {cfg.mc}\n"
-           f"#define NC {cfg.nc}\n#define PF {cfg.pf}\n#define THREADS {cfg.threads}\n")
+           f"#define NC {cfg.nc}\n#define PF {cfg.pf}\n#define THREADS {cfg.threads}\n"
+           f"#define LINE_FLOATS {line_floats(target)}\n")
     w.emit(PRELUDE + "\n")
 
 
@@ -231,11 +234,33 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
         "ars": a_rs, "acs": a_cs, "brs": b_rs, "bcs": b_cs, "nlo": n_lo, "nhi": n_hi,
         "mlo": m_lo, "mhi": m_hi}, line)
     w.emit("                        const int64_t mr = mc - ir < MR ? mc - ir : MR;\n"
-           "                        const int64_t nr = nc - jr < NR ? nc - jr : NR;\n"
-           "                        uol_micro(kc, Ap + ir * kc, Bp + jr * kc, tile);", line)
+           "                        const int64_t nr = nc - jr < NR ? nc - jr : NR;", line)
+    prefetch_c_tile(w, plan, "                        ")
+    w.emit("                        uol_micro(kc, Ap + ir * kc, Bp + jr * kc, tile);", line)
     (store or _store)(w, plan, "                        ")
     w.emit("                    }\n                }\n            }\n        }\n    }", line)
     w.emit("    free(Ap); free(Bp);\n    }\n}", line)
+
+
+def line_floats(target) -> int:
+    """Floats per cache line (HFL fact; 64 bytes where the record has none)."""
+    return (getattr(target, "line_bytes", None) or 64) // F32_BYTES
+
+
+def prefetch_c_tile(w: CodeWriter, plan: GemmPlan, pad: str) -> None:
+    """Fetch the lines of C's mr x nr tile for writing before the k loop: a whole kc pass has
+    gone by since C was last touched, so its rows are out of cache and the tile's update would
+    wait on each of them; fetched now, they arrive while the FMAs run."""
+    acc_name = plan.stores[0]
+    acc_stmt = next(s for s in plan.stmts if s.target == acc_name)
+    acc_c = _access_c(plan, Access(acc_name, tuple(_affine(i) for i in acc_stmt.indices)),
+                      set(), False)
+    w.emit(f"{pad}for (int64_t i = 0; i < mr; ++i) {{\n"
+           f"{pad}    const int64_t {index_id(plan.m)} = ic + ir + i;\n"
+           f"{pad}    for (int64_t j = 0; j < nr; j += LINE_FLOATS) {{\n"
+           f"{pad}        const int64_t {index_id(plan.n)} = jc + jr + j;\n"
+           f"{pad}        __builtin_prefetch(&{acc_c}, 1, 3);\n"
+           f"{pad}    }}\n{pad}}}", plan.stmts[0].line)
 
 
 def _access_c(plan: GemmPlan, acc: Access, fused: set[str], unit: bool = False) -> str:

@@ -28,6 +28,7 @@ from uol_core.backends.c_gemm import (
     _driver,
     _store,
     _unit_condition,
+    line_floats,
 )
 from uol_core.backends.c_names import index_id, size_id
 from uol_core.backends.c_platforms import platform
@@ -76,7 +77,7 @@ def _header(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, target) -> None:
     # NC is a multiple of the target's NR; at another vector length its last panel is short
     w.emit(f"#define MR {cfg.mr}\n#define NV {nv}\n#define NR (NV * uol_lanes())\n"
            f"#define KC {cfg.kc}\n#define MC {cfg.mc}\n#define NC {cfg.nc}\n#define PF {cfg.pf}\n"
-           f"#define THREADS {cfg.threads}\n")
+           f"#define THREADS {cfg.threads}\n#define LINE_FLOATS {line_floats(target)}\n")
     w.emit(PRELUDE + "\n")
 
 

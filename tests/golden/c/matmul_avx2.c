@@ -21,6 +21,7 @@
 #define NC 48
 #define PF 0
 #define THREADS 2
+#define LINE_FLOATS 16
 
 
 static inline float uol_expf(float x)
@@ -169,6 +170,13 @@ void uol_matmul(void **args, const int64_t *strides)
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         const int64_t mr = mc - ir < MR ? mc - ir : MR;
                         const int64_t nr = nc - jr < NR ? nc - jr : NR;
+                        for (int64_t i = 0; i < mr; ++i) {
+                            const int64_t i_m = ic + ir + i;
+                            for (int64_t j = 0; j < nr; j += LINE_FLOATS) {
+                                const int64_t i_n = jc + jr + j;
+                                __builtin_prefetch(&t_C[(i_m) * s0_C + (i_n) * s1_C], 1, 3);
+                            }
+                        }
                         uol_micro(kc, Ap + ir * kc, Bp + jr * kc, tile);
                         if (nr == NR && s1_C == 1) {
                             for (int64_t i = 0; i < mr; ++i) {

@@ -23,6 +23,7 @@ typedef float uol_vfu __attribute__((vector_size(16), aligned(4)));
 #define NC 64
 #define PF 0
 #define THREADS 2
+#define LINE_FLOATS 16
 
 
 static inline float uol_expf(float x)

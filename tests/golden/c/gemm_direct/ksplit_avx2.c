@@ -21,6 +21,7 @@
 #define NC 64
 #define PF 0
 #define THREADS 2
+#define LINE_FLOATS 16
 
 
 static inline float uol_expf(float x)
