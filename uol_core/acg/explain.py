@@ -106,8 +106,9 @@ def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | No
         f"register file: {regs} of {vector_registers(cfg.isa, t)} vector registers "
         f"({cfg.mr}x{nv} accumulators + {nv} B vectors + 1 broadcast)",
         _latency_line(space, cfg, nv),
-        f"L1: A+B micro-panels ({cfg.mr}+{cfg.nr}) x {cfg.kc} x 4 B = "
-        f"{(cfg.mr + cfg.nr) * cfg.kc * F32 // 1024} KiB = {100 * est.terms['l1_use']:.0f}% of L1d",
+        f"L1: B micro-panel {cfg.kc} x {cfg.nr} x 4 B = {cfg.nr * cfg.kc * F32 // 1024} KiB = "
+        f"{100 * est.terms['l1_use']:.0f}% of L1d stays resident while A's {cfg.mr}-row "
+        f"micro-panels stream through",
         f"L2: A block {cfg.mc} x {cfg.kc} x 4 B = {cfg.mc * cfg.kc * F32 // 1024} KiB = "
         f"{100 * est.terms['l2_use']:.0f}% of L2",
         f"L3: B block {cfg.kc} x {cfg.nc} x 4 B = {cfg.kc * cfg.nc * F32 // 1024} KiB = "
