@@ -7,8 +7,7 @@ import secrets
 from pathlib import Path
 
 import dash
-import diskcache
-from dash import Dash, DiskcacheManager
+from dash import Dash
 
 ASSETS = Path(__file__).parent / "assets"
 
@@ -19,10 +18,12 @@ def create_app(cache_dir: str | None = None, token: str | None = None,
 
     Every request needs `token` (a fresh one when None; read it back with
     `app.security.app_token(app)`); `no_token=True` opens it to loopback Host names instead,
-    which `uol serve` allows on loopback binds only. Background-job files go to `cache_dir`,
-    else to a private per-user job folder removed when the process exits.
+    which `uol serve` allows on loopback binds only. Background jobs run through the broker
+    when `uol serve --broker` set this process up for it (app.background), else here, their
+    files in `cache_dir` or a private per-user job folder removed when the process exits.
     """
     from app import security
+    from app.background import make_manager
     from uol_core.runtime.usercache import job_dir
 
     if no_token and token:
@@ -32,7 +33,7 @@ def create_app(cache_dir: str | None = None, token: str | None = None,
         __package__,  # pages import as app.pages.<name>: a test import does not re-register them
         use_pages=True,
         assets_folder=str(ASSETS),  # inside the package, so a pip install ships it
-        background_callback_manager=DiskcacheManager(diskcache.Cache(str(jobs))),
+        background_callback_manager=make_manager(jobs),
         suppress_callback_exceptions=True,  # page layouts are not all in the first layout
         title="UOL Studio",
         update_title=None,

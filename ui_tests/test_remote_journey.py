@@ -3,7 +3,9 @@ folder), two `uol worker` processes serving different targets (`host` and the AV
 which every x86 CPU with AVX2 + FMA runs) and the IDE started as `uol serve --broker`. The
 Studio's target list shows both live workers; a Run on each comes back verified with the
 worker that measured it in its mode and in the run history; a Tune on a worker writes every
-measurement to the coordinator's tuning database with that worker's host facts."""
+measurement to the coordinator's tuning database with that worker's host facts. The Tune is a
+background callback: it goes through Dash's Celery manager to the IDE's job worker, which
+`uol serve --broker` started and stops with itself."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
+import psutil
 import pytest
 from conftest import ARTIFACTS, new_context, wait_idle
 from playwright.sync_api import expect
@@ -83,15 +86,24 @@ def remote_ide(tmp_path_factory):
              broker.url, "--secret-file", str(secret)], env=env, cwd=str(REPO_ROOT),
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+    job_workers: list = []
     try:
         coordinator = Coordinator(broker.url, secret)
         wait_for_workers(coordinator, {"host": 1, SECOND: 1}, procs)
         _wait_for_server(url + "/", server, log)
+        job_workers = [p for p in psutil.Process(server.pid).children()
+                       if "uol_cli.ide_worker_cmd" in " ".join(p.cmdline())]
         nodes = {w["target"]: w["node"] for w in coordinator.live_workers()}
         yield {"url": url, "token": token, "folder": folder, "nodes": nodes, "cache": cache,
-               "host": host_facts()["host"]}
+               "host": host_facts()["host"], "broker": broker.url}
     finally:
         stop_processes([server, *procs])
+        # the IDE's job worker ends with `uol serve`
+        assert len(job_workers) == 1, job_workers
+        psutil.wait_procs(job_workers, timeout=10)
+        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+                       for p in job_workers), job_workers
+        assert list((cache / "ide-jobs").iterdir()) == []  # its key went with it
         broker.stop()
         for name in ("serve.log", "worker-host.log", f"worker-{SECOND}.log"):
             print(f"--- {name} tail ---\n{(folder / name).read_text()[-1500:]}")
@@ -150,8 +162,8 @@ def test_runs_and_a_tune_on_two_remote_workers_from_the_studio(remote_page, remo
     # an ARM target no worker serves: emulated here, never said to run here
     _choose_target(page, "graviton3", "graviton3")
     expect(page.locator("#status-target")).to_have_text(
-        "target: graviton3 (verified under emulation here; not timed; no live worker)",
-        timeout=10_000)
+        "target: graviton3 (verified under emulation here; not timed; no live worker)"
+        " · background jobs through the broker", timeout=10_000)
 
     _run_on(page, SECOND, nodes[SECOND], host)
     page.screenshot(path=str(ARTIFACTS / "remote_run_avx2_worker.png"), full_page=True)
@@ -180,6 +192,21 @@ def test_runs_and_a_tune_on_two_remote_workers_from_the_studio(remote_page, remo
     for _, _, extra in rows:
         worker = json.loads(extra)["worker"]
         assert worker["node"] == nodes["host"] and worker["fingerprint"]
+    assert _ide_jobs_done(remote_ide["broker"]) >= 1  # the Tune went through Celery
+
+
+def _ide_jobs_done(broker_url: str) -> int:
+    """Background callbacks the IDE's job worker finished, from their task states on the
+    broker (each sealed: a signature, then the state)."""
+    import redis
+
+    client = redis.Redis.from_url(broker_url)
+    done = 0
+    for key in client.keys("uol-ide-*:celery-task-meta-*"):
+        sig, _, state = client.get(key).partition(b":")
+        assert len(sig) == 64, key  # an HMAC-SHA256 in hex
+        done += json.loads(state)["status"] == "SUCCESS"
+    return done
 
 
 def test_the_guide_measures_cases_on_the_live_workers(remote_page, remote_ide):

@@ -89,13 +89,15 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind (127.0.0
           debug: bool = typer.Option(False, help="Dash dev tools and reload"),
           broker: str = typer.Option("", "--broker", help="Redis URL of remote target workers "
                                      "(`uol worker`): Run/Tune/Profile on a target with a live "
-                                     "worker run there; default: everything runs here"),
+                                     "worker run there, and the IDE's background jobs go "
+                                     "through it to a job worker started here; default: "
+                                     "everything runs in this process"),
           secret_file: Path = typer.Option(None, "--secret-file", help="the workers' shared "
                                            "secret (mode 600); default "
                                            "$UOL_REMOTE_SECRET_FILE or $UOL_REMOTE_SECRET")
           ) -> None:
     """Start UOL Studio in the browser: Studio, Graph, Debugger, Profiler, Communication, ..."""
-    from app.security import TOKEN_ENV, is_loopback, refusal
+    from app.security import refusal
 
     if no_token and (token or token_file):
         typer.echo("Refusing to start: --no-token and a token were both given: choose one",
@@ -113,9 +115,26 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind (127.0.0
         typer.echo(ARGV_TOKEN_WARNING, err=True)
     if no_token:
         typer.echo(NO_TOKEN_WARNING, err=True)
+    job_worker = None
     if broker:
         _use_broker(broker, secret_file)
+        # the reloader's watching parent (--debug) serves nothing: only its child needs one
+        if not debug or os.environ.get("WERKZEUG_RUN_MAIN") == "true":
+            # SIGTERM while the worker starts must still stop it (and remove its key)
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+            job_worker = _start_job_worker()
+    try:
+        _run(host, port, chosen, source, no_token, certfile, keyfile, debug, open_browser)
+    finally:
+        if job_worker is not None:
+            job_worker()
+
+
+def _run(host: str, port: int, chosen: str | None, source: str, no_token: bool,
+         certfile: Path | None, keyfile: Path | None, debug: bool, open_browser: bool) -> None:
+    """Build the IDE and serve it until Ctrl-C or SIGTERM."""
     from app.main import create_app
+    from app.security import TOKEN_ENV, is_loopback
 
     app = create_app(token=chosen, no_token=no_token)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle kernels' threads must not spin
@@ -171,6 +190,34 @@ def _use_broker(broker: str, secret_file: Path | None) -> None:
         os.environ[SECRET_FILE_ENV] = str(secret_file)
     live = ", ".join(f"{w['target']} ({w['facts']['host']})" for w in workers) or "none yet"
     typer.echo(f"Remote targets from {broker}: live workers: {live}")
+
+
+def _start_job_worker():
+    """Start the IDE's job worker (its background callbacks, through the broker, sealed
+    with a fresh key in a private file) and set this process up to send it jobs; returns
+    the function that stops it and removes the key."""
+    from uol_cli.ide_worker_cmd import READY_SUFFIX, start_ide_worker, stop_ide_worker
+    from uol_core.runtime.usercache import private_dir
+    from uol_remote.ide_channel import KEY_FILE_ENV, QUEUE_ENV, new_queue_name, write_key
+
+    queue = new_queue_name()
+    key_file = write_key(private_dir("ide-jobs"), queue)
+    typer.echo(f"Starting the IDE's job worker (background jobs go through the broker on "
+               f"queue {queue})...")
+    try:
+        proc = start_ide_worker(key_file, queue)
+    except RuntimeError as exc:
+        key_file.unlink(missing_ok=True)
+        typer.echo(f"Refusing to start: {exc}", err=True)
+        raise typer.Exit(2) from None
+    os.environ[QUEUE_ENV], os.environ[KEY_FILE_ENV] = queue, str(key_file)
+
+    def stop() -> None:
+        stop_ide_worker(proc)
+        key_file.unlink(missing_ok=True)
+        Path(str(key_file) + READY_SUFFIX).unlink(missing_ok=True)
+
+    return stop
 
 
 def _announce(base: str, token: str | None, source: str, local: bool, open_browser: bool) -> None:

@@ -102,13 +102,17 @@ def target_options(names: list[str]) -> list[dict]:
 def where(target: str) -> str:
     """Status-bar text: the target and where its jobs run now (a live worker, or this machine
     natively, under emulation, or not at all)."""
+    from app.background import through_broker
+
     target = target or "host"
+    # the IDE's own background jobs (Tune, probe, guide measurements) run in its job worker
+    jobs = " · background jobs through the broker" if through_broker() else ""
     workers = workers_for(target) if broker() is not None else []
     if workers:
         hosts = ", ".join(sorted({w["facts"]["host"] for w in workers}))
-        return f"target: {target} → {len(workers)} live worker(s) on {hosts}"
+        return f"target: {target} → {len(workers)} live worker(s) on {hosts}{jobs}"
     no_worker = "; no live worker" if broker() is not None else ""
-    return f"target: {target} ({here(target)}{no_worker})"
+    return f"target: {target} ({here(target)}{no_worker}){jobs}"
 
 
 @lru_cache(maxsize=64)
