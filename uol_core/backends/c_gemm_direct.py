@@ -213,28 +213,31 @@ def _c_operand(w: CodeWriter, plan: GemmPlan, plain: bool, line: int) -> None:
     w.emit("#define UOL_MODE (nr == NR && ccs == 1 ? (first ? 1 : 2) : 0)", line)
 
 
+def _share(var: str, units: str, step: str, extent: str) -> str:
+    """C for this thread's contiguous share [var_lo, var_hi) of `units` blocks of `step`."""
+    return (f"        const int64_t {var}_lo = {units} * tid / nth * {step};\n"
+            f"        const int64_t {var}_hi_ = {units} * (tid + 1) / nth * {step};\n"
+            f"        const int64_t {var}_hi = {var}_hi_ < {extent} ? {var}_hi_ : {extent};")
+
+
 def _shares(w: CodeWriter, cfg: TileConfig, ksplit: bool, line: int) -> None:
     """This thread's depth range [k_lo, k_hi), panel range [j_lo, j_hi) and row-strip range
     [i_lo, i_hi). A row split (par=ir) is legal here although the space never proposes it
     (each thread packs the same B panels): an override may ask for it."""
-    if cfg.par == "ir" and cfg.threads > 1:
+    split = cfg.par if cfg.threads > 1 else ""
+    if split == "ir":
         w.emit("        const int64_t strips = (MDIM + MR - 1) / MR;\n"
-               "        const int64_t i_lo = strips * tid / nth * MR;\n"
-               "        const int64_t i_hi_ = strips * (tid + 1) / nth * MR;\n"
-               "        const int64_t i_hi = i_hi_ < MDIM ? i_hi_ : MDIM;", line)
+               + _share("i", "strips", "MR", "MDIM"), line)
     else:
         w.emit("        const int64_t i_lo = 0, i_hi = MDIM;", line)
     if ksplit:  # whole KC blocks per thread, so partial sums line up with the k loop
         w.emit("        const int64_t kblocks = (KDIM + KC - 1) / KC;\n"
-               "        const int64_t k_lo = kblocks * tid / nth * KC;\n"
-               "        const int64_t k_hi_ = kblocks * (tid + 1) / nth * KC;\n"
-               "        const int64_t k_hi = k_hi_ < KDIM ? k_hi_ : KDIM;\n"
+               + _share("k", "kblocks", "KC", "KDIM") + "\n"
                "        const int64_t j_lo = 0, j_hi = NDIM;", line)
-    elif cfg.par == "jr" and cfg.threads > 1:
+    elif split == "jr":
         w.emit("        const int64_t k_lo = 0, k_hi = KDIM;\n"
                "        const int64_t panels = (NDIM + NR - 1) / NR;\n"
-               "        const int64_t j_lo = panels * tid / nth * NR;\n"
-               "        const int64_t j_hi = panels * (tid + 1) / nth * NR;", line)
+               + _share("j", "panels", "NR", "NDIM"), line)
     else:
         w.emit("        const int64_t k_lo = 0, k_hi = KDIM, j_lo = 0, j_hi = NDIM;", line)
 

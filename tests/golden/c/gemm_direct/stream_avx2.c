@@ -194,7 +194,8 @@ void uol_matmul(void **args, const int64_t *strides)
         const int64_t k_lo = 0, k_hi = KDIM;
         const int64_t panels = (NDIM + NR - 1) / NR;
         const int64_t j_lo = panels * tid / nth * NR;
-        const int64_t j_hi = panels * (tid + 1) / nth * NR;
+        const int64_t j_hi_ = panels * (tid + 1) / nth * NR;
+        const int64_t j_hi = j_hi_ < NDIM ? j_hi_ : NDIM;
         float *Cb = t_C + 0;
         const int64_t crs = s0_C, ccs = s1_C;
 #define UOL_MODE (nr == NR && ccs == 1 ? (first ? 1 : 2) : 0)
