@@ -169,6 +169,7 @@ def test_runs_and_a_tune_on_two_remote_workers_from_the_studio(remote_page, remo
     page.screenshot(path=str(ARTIFACTS / "remote_run_avx2_worker.png"), full_page=True)
     _run_on(page, "host", nodes["host"], host)
     page.screenshot(path=str(ARTIFACTS / "remote_run_host_worker.png"), full_page=True)
+    assert _ide_jobs_done(remote_ide["broker"]) == 2  # both Runs went through Celery
 
     # a short Tune on the host worker: every measurement lands in the coordinator's database
     page.fill("#tune-budget", "2")
@@ -192,7 +193,7 @@ def test_runs_and_a_tune_on_two_remote_workers_from_the_studio(remote_page, remo
     for _, _, extra in rows:
         worker = json.loads(extra)["worker"]
         assert worker["node"] == nodes["host"] and worker["fingerprint"]
-    assert _ide_jobs_done(remote_ide["broker"]) >= 1  # the Tune went through Celery
+    assert _ide_jobs_done(remote_ide["broker"]) == 3  # and so did the Tune
 
 
 def _ide_jobs_done(broker_url: str) -> int:

@@ -6,6 +6,7 @@ import json
 
 from dash import Input, Output, State, callback, html, no_update
 
+from app.background import through_broker
 from app.figures.studio import empty_figure
 
 
@@ -166,6 +167,7 @@ def draw_overlap(kind, p, custom):
 @callback(Output("comm-measure-graph", "figure"), Output("comm-measure-status", "children"),
           Input("comm-measure", "n_clicks"), State("current-target", "data"),
           running=[(Output("comm-measure", "disabled"), True, False)],
+          background=through_broker(),  # `uol serve --broker`: in the IDE's job worker
           prevent_initial_call=True)
 def measure(_n, target):
     """Real gloo all-reduce (2 processes, 3 sizes) in a worker process, or on a live remote

@@ -6,6 +6,7 @@ import json
 
 from dash import Input, Output, State, callback, no_update
 
+from app.background import through_broker
 from app.components.source_view import annotated_html, register_painter
 from app.figures.studio import empty_figure
 from profilers.report_render import hotspot_event
@@ -33,6 +34,7 @@ def hotspot_source_text(rep: dict) -> str:
           Input("profile-run", "n_clicks"), State("profile-op", "value"),
           State("profile-sizes", "value"), State("current-target", "data"),
           running=[(Output("profile-run", "disabled"), True, False)],
+          background=through_broker(),  # `uol serve --broker`: in the IDE's job worker
           prevent_initial_call=True)
 def run_profile(_n, op, sizes, target):
     """Profile one op in the worker (the server never runs the kernel); errors shown in the page."""

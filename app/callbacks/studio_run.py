@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dash import Input, Output, State, callback, html, no_update
 
+from app.background import through_broker
 from app.figures.studio import empty_figure, tune_figure
 
 
@@ -24,6 +25,8 @@ def _roofline(result: dict, target: str):
 @callback(Output("run-result", "children"), Output("run-history", "children"),
           Output("roofline-graph", "figure"),
           Input("run-button", "n_clicks"), State("studio-state", "data"),
+          background=through_broker(),  # `uol serve --broker`: in the IDE's job worker
+          running=[(Output("run-button", "disabled"), True, False)],
           prevent_initial_call=True)
 def run_kernel(_clicks, state):
     """Verify and time the compiled kernel in the worker process; errors show in the page."""
