@@ -41,6 +41,11 @@ def _fmt_time(seconds: float | None) -> str:
     return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
 
 
+def _fmt_rate(value: float | None) -> str:
+    """A rate to four significant digits: a tiny kernel's 0.0013 GFLOP/s must not read 0.00."""
+    return f"{value:.4g}" if value else "-"
+
+
 def run_result(res: dict) -> list:
     """Correctness, time, GFLOP/s, GB/s and roofline position of one run (or its error)."""
     if res.get("error") and not res.get("ok"):
@@ -53,8 +58,8 @@ def run_result(res: dict) -> list:
     frac = roof.get("fraction_of_roofline")
     rows = [("time (median)", _fmt_time(res.get("median_s"))),
             ("IQR", _fmt_time(res.get("iqr_s"))),
-            ("GFLOP/s", f"{res['gflops']:.2f}" if res.get("gflops") else "-"),
-            ("GB/s", f"{res['gbs']:.2f}" if res.get("gbs") else "-"),
+            ("GFLOP/s", _fmt_rate(res.get("gflops"))),
+            ("GB/s", _fmt_rate(res.get("gbs"))),
             ("roofline", f"{roof.get('bound', '?')}-bound, attainable "
                          f"{roof.get('attainable_gflops', 0):.1f} GFLOP/s"
                          + (f", achieved {100 * frac:.1f}%" if frac else "")),
@@ -78,7 +83,7 @@ def history_panel(runs: list[dict]) -> list:
     table = html.Table([html.Tr([html.Th(h) for h in ("run", "ok", "GFLOP/s")])]
                        + [html.Tr([html.Td(dcc.Link(describe(r), href=f"/run/{r['id']}")),
                                    html.Td("✓" if r["ok"] else "✗"),
-                                   html.Td(f"{r['gflops']:.2f}" if r["gflops"] else "-")])
+                                   html.Td(_fmt_rate(r["gflops"]))])
                           for r in runs[:8]], className="simple", id="history-table")
     out = [table]
     if len(runs) >= 2:

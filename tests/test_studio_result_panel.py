@@ -1,0 +1,25 @@
+"""The Studio's Result panel and run history show a tiny kernel's rate, not 0.00."""
+
+from app.components.studio_parts import history_panel, run_result
+
+
+def _texts(component) -> list[str]:
+    """Every string inside a Dash component tree."""
+    if isinstance(component, str):
+        return [component]
+    if isinstance(component, (list, tuple)):
+        return [t for c in component for t in _texts(c)]
+    return _texts(getattr(component, "children", None) or [])
+
+
+def test_a_tiny_rate_keeps_its_digits():
+    res = {"ok": True, "id": 7, "median_s": 1.6e-5, "iqr_s": 1e-6, "gflops": 0.0013,
+           "gbs": 1.234567, "roofline": {"bound": "memory", "attainable_gflops": 4.2}}
+    texts = _texts(run_result(res))
+    assert "0.0013" in texts and "1.235" in texts and "0.00" not in texts
+
+
+def test_the_history_shows_a_tiny_rate_too():
+    runs = [{"id": 2, "op": "softmax", "sizes": {"R": 64, "C": 64}, "backend": "c",
+             "target": "host", "mode": "timed", "ok": 1, "gflops": 0.0013, "median_s": 1.6e-5}]
+    assert "0.0013" in _texts(history_panel(runs))
