@@ -1,8 +1,8 @@
 """The IDE's own background jobs on the broker (`uol serve --broker`): a Celery app whose
 messages and stored results are sealed with a key of the IDE alone.
 
-Dash's Celery manager would put the IDE's background callbacks (Tune, the hardware probe, the
-guide's measurements) on Redis as plain JSON, and read their results back the same way. A
+Dash's Celery manager would put the IDE's background callbacks (Run, Tune, Profile, the gloo
+measurement, the hardware probe, the guide's measurements) on Redis as plain JSON, and read their results back the same way. A
 callback builds and runs the kernel its arguments describe, so whoever could put a message on
 that queue could run code on the IDE's machine, and whoever could write a result could put
 any component into the user's page. Here:
