@@ -47,6 +47,10 @@ EFFORT = {
 MEMORY_SHARE = 4  # all probe buffers together take at most 1/MEMORY_SHARE of available memory
 MIN_STREAM_BYTES = 32 << 20  # per array, when the OS reports no last-level cache
 CURVE_MIN_BYTES = 4 << 10
+# a multi-thread FMA peak above this many times threads x the one-thread peak is impossible: the
+# one-thread run was disturbed, and is measured again up to this many times
+SUPERLINEAR_SLACK = 1.1
+RETRIES_SUPERLINEAR = 2
 
 
 def cache_dir() -> Path:
@@ -191,10 +195,20 @@ def measure(info: HostInfo, quick: bool = True, progress: Progress | None = None
         lanes32 = vec["vector_bits"] // 32
         peaks: dict[str, dict[str, float]] = {"fp32": {}, "fp64": {}}
         for dtype, lanes in (("fp32", lanes32), ("fp64", lanes32 // 2)):
+            def peak(n: int, dtype: str = dtype, lanes: int = lanes) -> float:
+                vfmas, secs, _ = prog.run(f"fma{dtype[2:]}", t, r, threads=n)
+                return round(vfmas * lanes * 2 / secs / 1e9, 2)
+
             for n in threads:
                 step(f"FMA peak {dtype}, {n} thread{'s' if n > 1 else ''}")
-                vfmas, secs, _ = prog.run(f"fma{dtype[2:]}", t, r, threads=n)
-                peaks[dtype][str(n)] = round(vfmas * lanes * 2 / secs / 1e9, 2)
+                peaks[dtype][str(n)] = peak(n)
+            # n threads cannot beat n single threads: a gain above that means another process
+            # held the core through the whole single-thread run, so measure it again (best kept)
+            for _ in range(RETRIES_SUPERLINEAR):
+                if all(v <= SUPERLINEAR_SLACK * int(k) * peaks[dtype]["1"]
+                       for k, v in peaks[dtype].items()):
+                    break
+                peaks[dtype]["1"] = max(peaks[dtype]["1"], peak(1))
         raw = FmaMeasurements(clock_ghz, secs_lat / fmas * 1e9, peaks, vec["vector_bits"])
         core = check_core_facts(raw, os_clock, vec, table["plausible"])
         stream_bytes = stream_array_bytes(llc, info.mem_available_bytes, quick)
