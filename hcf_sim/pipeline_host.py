@@ -43,6 +43,11 @@ class HostCalibration:
     schedule: str = ""
     microbatches: int = 0
     step_s: float = 0.0  # the calibration run's measured step (mean over its steps)
+    chunks_per_rank: int = 1
+    # per rank: forward/backward CPU per micro-batch of the stage modules alone (hcf_sim.stage_profile),
+    # when the run profiled them; what fwd_cpu_s/bwd_cpu_s hold beyond it is the runtime's, per action
+    profile_fwd_s: list[float] | None = None
+    profile_bwd_s: list[float] | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready."""
@@ -95,9 +100,42 @@ def calibrate(events: list[dict], steps: list[int], stages: int, schedule: str, 
     # alike, while the median jumps between the quiet and the busy level of a two-level load
     measured = statistics.fmean(
         max(e["t1"] - e["t0"] for e in events if e["kind"] == "step" and e["step"] == s) for s in steps)
-    cal = HostCalibration(fwd, bwd, action, _speeds(compute, stages), 0.0, schedule, microbatches, measured)
+    cal = HostCalibration(fwd, bwd, action, _speeds(compute, stages), 0.0, schedule, microbatches, measured, v,
+                          *_profiled_work(events, wanted, stages))
     cal.handover_s = _fit_handover(cal, stages, chunks)
     return cal
+
+
+def _profiled_work(events: list[dict], steps: set[int], stages: int) -> tuple[list[float] | None, list[float] | None]:
+    """Per rank, the median profiled forward and backward per micro-batch over `steps` (None: not profiled)."""
+    profiles = [[e for e in events if e["kind"] == "profile" and e["rank"] == r and e.get("step") in steps]
+                for r in range(stages)]
+    if not all(profiles):
+        return None, None
+    return ([statistics.median(e["fwd_cpu"] for e in mine) for mine in profiles],
+            [statistics.median(e["bwd_cpu"] for e in mine) for mine in profiles])
+
+
+def retarget(cal: HostCalibration, profile_fwd_s: list[float], profile_bwd_s: list[float],
+             chunks_per_rank: int) -> HostCalibration:
+    """The calibration's host (speeds, handover, framework per action) given another run's work.
+
+    Each rank's forward per micro-batch in the calibration run is its stage modules' profiled
+    forward plus what the pipelining runtime adds around each of its actions; the other run keeps
+    that per-action addition and takes its own profiled work, so a micro-batch count or a chunking
+    the calibration never ran is predicted from what its modules cost, not from a proportion."""
+    if cal.profile_fwd_s is None or cal.profile_bwd_s is None:
+        raise HcfError("the calibration run profiled no stage work: run it again")
+
+    def moved(run: list[float], profiled: list[float], target: list[float]) -> list[float]:
+        return [max(1e-9, t + (r - p) / cal.chunks_per_rank * chunks_per_rank)
+                for r, p, t in zip(run, profiled, target, strict=True)]
+
+    return HostCalibration(**{**cal.to_dict(),
+                              "fwd_cpu_s": moved(cal.fwd_cpu_s, cal.profile_fwd_s, profile_fwd_s),
+                              "bwd_cpu_s": moved(cal.bwd_cpu_s, cal.profile_bwd_s, profile_bwd_s),
+                              "chunks_per_rank": chunks_per_rank,
+                              "profile_fwd_s": list(profile_fwd_s), "profile_bwd_s": list(profile_bwd_s)})
 
 
 def _fit_handover(cal: HostCalibration, stages: int, chunks: int) -> float:

@@ -26,6 +26,7 @@ from hcf_sim.errors import HcfError
 from hcf_sim.pipeline_model import PipeConfig, RankClock, even_split, full_state, train_step
 from hcf_sim.rank_events import RankEventWriter, now, read_events
 from hcf_sim.real_pipeline import _Pipe, analyse, fresh_folder, launch_ranks, predict_held_out
+from hcf_sim.stage_profile import profile_stage_work
 from hcf_sim.training import free_port
 
 
@@ -51,6 +52,14 @@ def _paired_worker(rank: int, cfg_dicts: list[dict], port: int, folders: list[st
                 writer.record("step", t0, t1, step=step, loss=loss, split=split, opt_s=now() - t1,
                               cpu=clock.step_cpu[step])
                 writer.flush()
+            # the work each configuration gives this rank, measured beside its steps (same host
+            # load), then every rank starts the next round together, so no step waits for it
+            for cfg, (pipe, _), writer in zip(cfgs, pipes, writers, strict=True):
+                t0 = now()
+                work = profile_stage_work(cfg, rank, pipe.modules, warmup=int(step == 0), repeats=1)
+                writer.record("profile", t0, now(), step=step, **work)
+                writer.flush()
+            dist.barrier()
     finally:
         for writer in writers:
             writer.close()
@@ -80,6 +89,17 @@ def run_paired(cfgs: list[PipeConfig], folder: str | os.PathLike | None = None, 
     launch_ranks(_paired_worker, ([c.to_dict() for c in cfgs], free_port(), [str(f) for f in folders]),
                  cfgs[0].stages, folders, cfgs[0].steps * len(cfgs), timeout_s, progress)
     runs = {name: analyse(cfg, read_events(f)) for name, cfg, f in zip(names, cfgs, folders, strict=True)}
-    calibration = runs[names[0]]["phases"][-1]["host_calibration"]
-    held = [predict_held_out(calibration, cfg, runs[name]) for name, cfg in zip(names[1:], cfgs[1:], strict=True)]
-    return {"runs": runs, "calibration": calibration, "held_out": held, "events_folder": str(folder)}
+    calibrations = [runs[name]["phases"][-1]["host_calibration"] for name in names]
+    held = [predict_held_out(calibrations[source], cfg, runs[names[i]])
+            for i, cfg in enumerate(cfgs) for source in calibration_sources(cfgs, i)]
+    return {"runs": runs, "calibration": calibrations[0], "held_out": held, "events_folder": str(folder)}
+
+
+def calibration_sources(cfgs: list[PipeConfig], i: int) -> list[int]:
+    """Which earlier configurations predict configuration i: the first (the held-out schedule, or
+    micro-batch count), and the latest earlier run of the same schedule when that is another one
+    (only the micro-batch count held out: the schedule's own communication pattern is known)."""
+    if i == 0:
+        return []
+    same = [j for j in range(i) if cfgs[j].schedule == cfgs[i].schedule]
+    return [0] + ([same[-1]] if same and same[-1] != 0 else [])

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from hcf_sim.errors import HcfError
 from hcf_sim.pipeline import rebalance, simulate_pipeline
-from hcf_sim.pipeline_host import HostCalibration, calibrate, simulate_host
+from hcf_sim.pipeline_host import HostCalibration, calibrate, retarget, simulate_host
 from hcf_sim.pipeline_model import (
     PipeConfig,
     RankClock,
@@ -212,14 +212,24 @@ def predict(cfg: PipeConfig, per_rank: dict[int, dict[str, float]], p2p_s: float
 
 def predict_held_out(calibration: dict, cfg: PipeConfig, measured: dict) -> dict:
     """A run held out from the calibration: its step predicted by the host model calibrated on
-    another run (`calibration`, a phase's "host_calibration"), against its measured step."""
+    another run (`calibration`, a phase's "host_calibration"), against its measured step. When
+    both runs profiled their stage work, the held-out run's profiled work replaces the
+    calibration's (`retarget`); its steps' own times are never used."""
     cal = HostCalibration(**calibration)
+    own = measured["phases"][-1]["host_calibration"]
+    profiled = cal.profile_fwd_s is not None and own.get("profile_fwd_s") is not None
+    if profiled:
+        cal = retarget(cal, own["profile_fwd_s"], own["profile_bwd_s"], own["chunks_per_rank"])
     sim = simulate_host(cal, cfg.stages, cfg.microbatches, cfg.schedule, cfg.chunks)
     step = measured["phases"][-1]["step_mean_s"]  # the calibration's statistic: see pipeline_paired
+    held = [what for what, same in (("schedule", cal.schedule == cfg.schedule),
+                                    ("micro-batch count", calibration["microbatches"] == cfg.microbatches))
+            if not same]
     return {"schedule": cfg.schedule, "microbatches": cfg.microbatches, "step_s": step,
             "sim_step_s": sim.makespan, "error": (sim.makespan - step) / step,
-            "calibrated_on": f"{cal.schedule} x {cal.microbatches}",
-            "host_speed": measured["phases"][-1]["host_calibration"]["speed"]}
+            "calibrated_on": f"{cal.schedule} x {calibration['microbatches']}",
+            "held_out": " and ".join(held) or "nothing", "work": "profiled" if profiled else "calibration's",
+            "host_speed": own["speed"]}
 
 
 def transfer_s(events: list[dict], steps: list[int], ping_s: float) -> float:

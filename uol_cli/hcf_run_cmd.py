@@ -57,8 +57,9 @@ def _print_report(rep: dict) -> None:
                       f"{_ms(rb['step_s_before'])} -> {_ms(rb['step_s_after'])} ms: {rb['gain']:.1%} faster "
                       f"(re-partition took {_ms(rb['repartition_s'])} ms)")
     for held in rep.get("held_out", []):
-        console.print(f"held-out: {held['schedule']} x {held['microbatches']} predicted by the host model "
-                      f"calibrated on {held['calibrated_on']} {_ms(held['sim_step_s'])} ms, measured "
+        console.print(f"held-out {held['held_out']}: {held['schedule']} x {held['microbatches']} predicted by the "
+                      f"host model calibrated on {held['calibrated_on']} ({held['work']} work) "
+                      f"{_ms(held['sim_step_s'])} ms, measured "
                       f"{_ms(held['step_s'])} ms (mean step; {held['error']:+.1%}; share of a core per computing rank "
                       f"{', '.join(f'{x:.2f}' for x in held['host_speed'])})")
     rec = rep.get("recovery")
@@ -77,7 +78,8 @@ def run_pipeline_command(
         microbatches: int = typer.Option(4, help="micro-batches per step"),
         schedule: str = typer.Option("1f1b", help="gpipe | 1f1b | interleaved; a list (1f1b,gpipe,1f1b:8) runs each "
                                                   "(name:M with M micro-batches) and predicts the later ones "
-                                                  "from the first run's calibration"),
+                                                  "from the first run's calibration (and from an earlier "
+                                                  "run of their own schedule)"),
         layers: int = typer.Option(8, help="transformer blocks"),
         d_model: int = typer.Option(64, help="model width"),
         batch: int = typer.Option(16, help="sequences per step"),

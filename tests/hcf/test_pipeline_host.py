@@ -4,7 +4,7 @@ import pytest
 
 from hcf_sim.errors import HcfError
 from hcf_sim.pipeline import simulate_pipeline
-from hcf_sim.pipeline_host import HostCalibration, calibrate, simulate_host
+from hcf_sim.pipeline_host import HostCalibration, calibrate, retarget, simulate_host
 
 FWD, BWD = [2e-3, 3e-3], [4e-3, 5e-3]
 
@@ -20,6 +20,19 @@ def test_a_core_per_rank_is_the_plain_simulator(schedule):
     plain = simulate_pipeline(2, 4, schedule, FWD, p2p_s=1e-3, bwd_s=BWD)
     assert ours.makespan == pytest.approx(plain.makespan)
     assert ours.compute == pytest.approx(plain.compute)
+
+
+def test_retarget_keeps_the_runtime_per_action_and_takes_the_profiled_work():
+    cal = HostCalibration([3e-3, 4e-3], [5e-3, 6e-3], [1e-4, 1e-4], [1.0, 1.0], 1e-4, "1f1b", 4,
+                          chunks_per_rank=1, profile_fwd_s=[2.5e-3, 3.5e-3], profile_bwd_s=[4.5e-3, 5.5e-3])
+    same = retarget(cal, cal.profile_fwd_s, cal.profile_bwd_s, 1)
+    assert same.fwd_cpu_s == pytest.approx(cal.fwd_cpu_s) and same.bwd_cpu_s == pytest.approx(cal.bwd_cpu_s)
+    # two chunks per rank: the profiled work of both, plus the runtime's 0.5 ms per action twice
+    two = retarget(cal, [2e-3, 2e-3], [3e-3, 3e-3], 2)
+    assert two.fwd_cpu_s == pytest.approx([3e-3, 3e-3]) and two.bwd_cpu_s == pytest.approx([4e-3, 4e-3])
+    assert two.chunks_per_rank == 2 and two.speed == cal.speed and two.handover_s == cal.handover_s
+    with pytest.raises(HcfError, match="profiled no stage work"):
+        retarget(host(), [1e-3, 1e-3], [1e-3, 1e-3], 1)
 
 
 def test_ranks_sharing_one_core_serialise():
