@@ -146,7 +146,7 @@ class CompiledKernel:
 
     def __call__(self, out=None, **tensors: torch.Tensor):
         """Run on named input tensors; returns the output (or a dict for several outputs)."""
-        shapes = tuple((n, tuple(t.shape)) for n, t in tensors.items())
+        shapes = tuple((n, t.shape) for n, t in tensors.items())  # torch.Size hashes as a tuple
         fast = self._fast.get(shapes)
         if fast is None:  # first call at these shapes: bind sizes, build, remember the outputs
             if set(tensors) != {d.name for d in self.op.inputs}:
@@ -155,11 +155,19 @@ class CompiledKernel:
             sizes = self._by_shapes.get(shapes) or bind_sizes(self.op, dict(shapes))
             self._by_shapes[shapes] = sizes
             _, src, native, _, _ = self._specialise(sizes)
-            fast = (src, native, [(n, shape_of(self.op, n, sizes)) for n in src.meta["outputs"]])
+            out_shapes = [(n, shape_of(self.op, n, sizes)) for n in src.meta["outputs"]]
+            fast = (src, native, out_shapes, sizes,
+                    isinstance(native, NativeKernel) and len(out_shapes) == 1)
             self._fast[shapes] = fast
-        else:
-            self.sizes = self._by_shapes[shapes]  # what _specialise would set, without the sort
-        src, native, out_shapes = fast
+        # sizes: what _specialise would set, without its sort
+        src, native, out_shapes, self.sizes, one_native_output = fast
+        if one_native_output and (out is None or isinstance(out, torch.Tensor)):
+            # the common call, kept short: a small GEMM's whole call is a few microseconds
+            name, shape = out_shapes[0]
+            result = torch.empty(shape, dtype=torch.float32) if out is None else out
+            tensors[name] = result
+            native(tensors)  # checks every dtype, shape and device
+            return result
         if not isinstance(native, NativeKernel):
             outs = native.run_with(tensors, out)
             return outs[src.meta["outputs"][0]] if len(outs) == 1 else outs
@@ -167,15 +175,8 @@ class CompiledKernel:
         for name, shape in out_shapes:
             given = out.get(name) if isinstance(out, Mapping) else out
             outs[name] = torch.empty(shape, dtype=torch.float32) if given is None else given
-        for n, t in tensors.items():
-            if t.dtype != torch.float32:
-                _dtype_error(n, t)
         native({**tensors, **outs})
         return outs[out_shapes[0][0]] if len(outs) == 1 else outs
-
-
-def _dtype_error(name: str, t: torch.Tensor):
-    raise ShapeError(f"input {name} must be float32 (got {t.dtype}); convert with .float()")
 
 
 def choose_config(op: Op, sizes: dict, target, request):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Mapping
 
 import torch
@@ -11,7 +10,7 @@ from uol_core.backends.base import DeclaredArgs, KernelSource
 from uol_core.odl.ir import Op
 from uol_core.odl.shapes import ShapeError, bind_sizes, shape_of
 from uol_core.runtime.build import build
-from uol_core.runtime.native import _library
+from uol_core.runtime.native import call_entry, load_entry
 from uol_core.runtime.reference import TORCH_DTYPES
 
 
@@ -21,15 +20,12 @@ class CKernel(DeclaredArgs):
     def __init__(self, src: KernelSource, op: Op, sizes: Mapping[str, int]) -> None:
         self.src, self.op, self.sizes = src, op, dict(sizes)
         self.path = build(src)
-        self.fn = getattr(_library(str(self.path)), src.entry)
-        self.fn.restype = None
-        self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)]
+        self.fn = load_entry(self.path, src.entry)
         # per argument, worked out once: name, torch dtype, shape (each call only checks them)
         self._args = [(name, TORCH_DTYPES[op.tensor(name).dtype], shape_of(op, name, self.sizes))
                       for name in src.meta["args"]]
         self._outputs = [(d.name, TORCH_DTYPES[d.dtype], shape_of(op, d.name, self.sizes))
                          for d in op.outputs]
-        self._ptr_type = ctypes.c_void_p * len(self._args)
 
     def run(self, tensors: Mapping[str, torch.Tensor],
             out: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
@@ -46,8 +42,7 @@ class CKernel(DeclaredArgs):
                 raise ShapeError(f"output {name} must be a contiguous {dtype} tensor")
             held.append(t)
             strides.extend(t.stride())
-        ptrs = self._ptr_type(*[t.data_ptr() for t in held])
-        self.fn(ptrs, (ctypes.c_int64 * max(1, len(strides)))(*strides))
+        call_entry(self.fn, [t.data_ptr() for t in held], strides)
         return outs
 
     def run_with(self, tensors: Mapping[str, torch.Tensor], out=None) -> dict[str, torch.Tensor]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from array import array
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -35,7 +36,6 @@ class LaunchPlan:
                     self.allocs.append((tuple(shape), dtype))
             strides = [s for _, shape, _ in args for s in _contiguous_strides(shape)]
             self.steps.append((native.fn, tuple(slot[name] for name, _, _ in args),
-                               ctypes.c_void_p * len(args),
                                (ctypes.c_int64 * max(1, len(strides)))(*strides)))
         self.outputs = tuple(slot[name] for name in outputs)
         # Intermediates between kernels never leave the plan: one set per thread is reused
@@ -51,8 +51,9 @@ class LaunchPlan:
         env.extend(self._scratch())
         for i, shape, dtype in self._output_allocs:
             env[i] = torch.empty(shape, dtype=dtype)
-        for fn, slots, ptr_type, strides in self.steps:
-            fn(ptr_type(*[env[i].data_ptr() for i in slots]), strides)
+        for fn, slots, strides in self.steps:
+            ptrs = array("q", [env[i].data_ptr() for i in slots])  # held until the call returns
+            fn(ptrs.buffer_info()[0], strides)
         return [env[i] for i in self.outputs]
 
     def _scratch(self) -> list:
