@@ -182,3 +182,24 @@ def test_config_tuned_uses_the_best_recorded_config(tmp_path, monkeypatch):
     assert k.config == cfg.to_dict()
     exp = k.explain()
     assert exp.measured["gflops"] == 1e6 and exp.measured["measured_rank"] == 1
+
+
+def test_first_measurements_spread_over_register_tiles():
+    from uol_core.acg.tuner import _first_per_family
+
+    class Ranked:  # the model's order: one tile's variants first, as a flat model ranks them
+        configs = [TileConfig(mr=8, nr=32, kc=256), TileConfig(mr=8, nr=32, kc=256, pf=8),
+                   TileConfig(mr=8, nr=32, kc=192), TileConfig(mr=12, nr=32, kc=256),
+                   TileConfig(mr=6, nr=64, kc=128), TileConfig(mr=12, nr=32, kc=128)]
+
+        def ranked(self):
+            return [(c, 100.0 - i) for i, c in enumerate(self.configs)]
+
+    session = Ranked()
+    session.family = TuningSession.family
+    first = _first_per_family(session, 3)
+    assert [(c.mr, c.nr, c.kc) for c in first] == [(8, 32, 256), (12, 32, 256), (6, 64, 128)]
+    # fewer families than asked for: the rest in the model's order
+    assert [(c.mr, c.pf) for c in _first_per_family(session, 4)] == [(8, 0), (12, 0), (6, 0), (8, 8)]
+    del session.family  # a session without families: the model's top as it ranks them
+    assert _first_per_family(session, 2) == session.configs[:2]
