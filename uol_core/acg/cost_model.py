@@ -34,6 +34,16 @@ UNPREFETCHED_STREAM_SHARE = 0.5
 # tile ran 0.70-0.73x torch where the 12-chain 6x32 ran 0.81-0.98x (1024^3, 2048^3), and on
 # the direct path 6 x 4 and 8 x 2 vector tiles beat 4 x 2 by 5-10%.
 BROADCAST_CHAIN_SLACK = 1.5
+# Loads the k loop sustains per cycle inside a whole GEMM (B's vectors and A's broadcasts).
+# AVX-512, measured: one. Alone, with packed A and B in L1/L2, every tile ran near the FMA
+# peak, but in the GEMM, tiles alternated with torch (1024^3, kc=128) ranked by loads per FMA
+# cycle: 6x64 and 5x64 (0.83, 0.90) 0.86-0.89x torch, 4x64 (1.0) 0.85x, 8x48 (0.92) 0.82x,
+# 12x32 (1.17) and 8x32 (1.25) 0.81x. With it the model's picks measured 0.90-1.17x torch
+# where its two-vector picks measured 0.82-1.06x (512^3 to 1000x777x513 and the small shapes;
+# 2048^3 0.84x against 0.86x: there 6x64 wants kc=512, which the L1 rule forbids). Other
+# ISAs keep two (their cores' load ports) until measured on their hosts.
+LOADS_PER_CYCLE = {"avx512": 1.0}
+DEFAULT_LOADS_PER_CYCLE = 2.0
 
 
 def roofline_gflops(flops: float, bytes_moved: float, target) -> tuple[float, str]:
@@ -83,7 +93,8 @@ class CostModel:
         latency_eff = min(1.0, cfg.mr * nv / chains)
         loop_eff = fma_cycles / (fma_cycles + LOOP_OVERHEAD_CYCLES / cfg.ku)
         call_eff = self._call_efficiency(cfg, nv, fma_cycles)
-        load_eff = min(1.0, 2.0 * cfg.mr * nv / (cfg.mr + nv + prefetches) / fma_units)
+        loads = LOADS_PER_CYCLE.get(cfg.isa, DEFAULT_LOADS_PER_CYCLE)
+        load_eff = min(1.0, loads * cfg.mr * nv / (cfg.mr + nv + prefetches) / fma_units)
         # The HFL peak is for the widest vector ISA a GEMM is emitted with; a narrower one
         # reaches its share of it. Only explicit ISAs count: the portable path's lanes are the
         # target's vector width (SVE's 256 bits on Neoverse V1), which no GEMM is emitted at;
