@@ -75,6 +75,18 @@ def _latency_line(space: Space, cfg: TileConfig, nv: int) -> str:
     return line
 
 
+def _load_line(space: Space, cfg: TileConfig, nv: int) -> str:
+    """Loads per k step against the FMA cycles they feed (the model's LOADS_PER_CYCLE)."""
+    from uol_core.acg.cost_model import DEFAULT_LOADS_PER_CYCLE, LOADS_PER_CYCLE
+
+    per_cycle = LOADS_PER_CYCLE.get(cfg.isa, DEFAULT_LOADS_PER_CYCLE)
+    cycles = cfg.mr * nv / (space.target.fma_units or 1)
+    loads = cfg.mr + nv + (2 if cfg.pf else 0)
+    return (f"loads: {nv} B vectors + {cfg.mr} A broadcasts{' + 2 prefetches' if cfg.pf else ''} "
+            f"= {loads} per k step for {cycles:g} FMA cycles; {per_cycle:g} load(s) per cycle "
+            f"({cfg.isa}) {'keep up' if loads <= per_cycle * cycles else 'bound the k loop'}")
+
+
 def _path_line(cfg: TileConfig, plan) -> str:
     """Which operands are packed, and the rule ('direct path', DIRECT_MAX_EXTENT) behind it."""
     from uol_core.acg.space import DIRECT_MAX_EXTENT
@@ -106,6 +118,7 @@ def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | No
         f"register file: {regs} of {vector_registers(cfg.isa, t)} vector registers "
         f"({cfg.mr}x{nv} accumulators + {nv} B vectors + 1 broadcast)",
         _latency_line(space, cfg, nv),
+        _load_line(space, cfg, nv),
         f"L1: B micro-panel {cfg.kc} x {cfg.nr} x 4 B = {cfg.nr * cfg.kc * F32 // 1024} KiB = "
         f"{100 * est.terms['l1_use']:.0f}% of L1d stays resident while A's {cfg.mr}-row "
         f"micro-panels stream through",
