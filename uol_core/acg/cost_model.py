@@ -46,6 +46,17 @@ LOADS_PER_CYCLE = {"avx512": 1.0}
 DEFAULT_LOADS_PER_CYCLE = 2.0
 
 
+def k_step_loads(cfg: TileConfig, nv: int) -> int:
+    """Loads the micro-kernel issues per k step: nv B vectors, mr A broadcasts, and with
+    prefetching one line of A and one of B."""
+    return cfg.mr + nv + (2 if cfg.pf else 0)
+
+
+def loads_per_cycle(isa: str) -> float:
+    """Loads per cycle the model lets the k loop sustain for `isa` (LOADS_PER_CYCLE)."""
+    return LOADS_PER_CYCLE.get(isa, DEFAULT_LOADS_PER_CYCLE)
+
+
 def roofline_gflops(flops: float, bytes_moved: float, target) -> tuple[float, str]:
     """Attainable GFLOP/s and the bound ('compute' or 'memory'), from the HFL roofline."""
     try:
@@ -89,12 +100,10 @@ class CostModel:
         # Micro-kernel: FMA cycles per k step vs. accumulators needed to hide FMA latency.
         fma_cycles = cfg.mr * nv / fma_units
         chains = fma_units * latency * BROADCAST_CHAIN_SLACK
-        prefetches = 2 if cfg.pf else 0  # one line of A and one of B per k step (load slots)
         latency_eff = min(1.0, cfg.mr * nv / chains)
         loop_eff = fma_cycles / (fma_cycles + LOOP_OVERHEAD_CYCLES / cfg.ku)
         call_eff = self._call_efficiency(cfg, nv, fma_cycles)
-        loads = LOADS_PER_CYCLE.get(cfg.isa, DEFAULT_LOADS_PER_CYCLE)
-        load_eff = min(1.0, loads * cfg.mr * nv / (cfg.mr + nv + prefetches) / fma_units)
+        load_eff = min(1.0, loads_per_cycle(cfg.isa) * fma_cycles / k_step_loads(cfg, nv))
         # The HFL peak is for the widest vector ISA a GEMM is emitted with; a narrower one
         # reaches its share of it. Only explicit ISAs count: the portable path's lanes are the
         # target's vector width (SVE's 256 bits on Neoverse V1), which no GEMM is emitted at;

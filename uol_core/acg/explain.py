@@ -77,11 +77,11 @@ def _latency_line(space: Space, cfg: TileConfig, nv: int) -> str:
 
 def _load_line(space: Space, cfg: TileConfig, nv: int) -> str:
     """Loads per k step against the FMA cycles they feed (the model's LOADS_PER_CYCLE)."""
-    from uol_core.acg.cost_model import DEFAULT_LOADS_PER_CYCLE, LOADS_PER_CYCLE
+    from uol_core.acg.cost_model import k_step_loads, loads_per_cycle
 
-    per_cycle = LOADS_PER_CYCLE.get(cfg.isa, DEFAULT_LOADS_PER_CYCLE)
+    per_cycle = loads_per_cycle(cfg.isa)
     cycles = cfg.mr * nv / (space.target.fma_units or 1)
-    loads = cfg.mr + nv + (2 if cfg.pf else 0)
+    loads = k_step_loads(cfg, nv)
     return (f"loads: {nv} B vectors + {cfg.mr} A broadcasts{' + 2 prefetches' if cfg.pf else ''} "
             f"= {loads} per k step for {cycles:g} FMA cycles; {per_cycle:g} load(s) per cycle "
             f"({cfg.isa}) {'keep up' if loads <= per_cycle * cycles else 'bound the k loop'}")
