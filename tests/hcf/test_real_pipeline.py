@@ -73,7 +73,10 @@ def test_two_stage_pipeline_streams_every_microbatch_and_meets_the_simulator(two
 
 def test_host_model_calibrated_on_1f1b_predicts_held_out_schedules(tmp_path):
     # the steps of the three schedules take turns in one run, so all see the same host load
-    cfgs = [PipeConfig(**{**TINY, "steps": 10}, schedule=s) for s in ("1f1b", "gpipe", "interleaved")]
+    # the default model size: at TINY's 8-token, 32-wide blocks a micro-batch is mostly the
+    # runtime's handovers, which differ by schedule (docs/hcf.md), and the errors swing past 50%
+    cfgs = [PipeConfig(**{**TINY, "steps": 8, "layers": 8, "d_model": 64, "seq": 16, "batch": 16},
+                       schedule=s) for s in ("1f1b", "gpipe", "interleaved")]
     out = run_paired(cfgs, tmp_path, timeout_s=150)
     cal = out["calibration"]
     assert cal["schedule"] == "1f1b" and 0 < min(cal["speed"]) <= max(cal["speed"]) <= 1
