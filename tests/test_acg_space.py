@@ -50,6 +50,42 @@ def test_avx512_targets_get_wider_tiles():
     assert best.mr * (best.nr // 16) >= 8
 
 
+def _rated(model, space, **knobs):
+    """The model's rating of the first legal config with these knobs."""
+    cfg = next(c for c in space.configs if all(getattr(c, k) == v for k, v in knobs.items()))
+    return model.estimate(cfg).gflops
+
+
+def test_wide_avx512_b_panels_may_stream_from_l2_and_narrow_or_avx2_ones_may_not():
+    wide = dict(isa="avx512", mr=6, nr=64, kc=512)
+    space = _space({"M": 2048, "N": 2048, "K": 2048}, AVX512)
+    l1 = AVX512.l1d_bytes
+    streamed = [c for c in space.configs if (c.mr + c.nr) * c.kc * 4 > l1]
+    assert streamed and all(c.isa == "avx512" and c.nr >= 48 for c in streamed)
+    assert any(all(getattr(c, k) == v for k, v in wide.items()) for c in streamed)
+    avx2 = _space({"M": 2048, "N": 2048, "K": 2048})
+    assert all((c.mr + c.nr) * c.kc * 4 <= AVX2.l1d_bytes for c in avx2.configs
+               if c.path == "packed")
+
+
+def test_deep_k_blocks_pay_most_where_c_outgrows_l2():
+    """Each pass over k adds every tile into C; beyond L2 that update is dear (GemmCosts), so
+    there the model rates the streamed kc=512 well above kc=128, and where C fits L2 it rates
+    them close (the streaming's cost against fewer updates)."""
+    knobs = dict(isa="avx512", mr=6, nr=64, path="packed", par="ir", threads=2, pf=0)
+    gains = {}
+    for sizes in ({"M": 2048, "N": 2048, "K": 2048}, {"M": 256, "N": 256, "K": 1024}):
+        space = _space(sizes, AVX512)
+        model = CostModel(space.plan, AVX512)
+        deep, shallow = (_rated(model, space, kc=kc, **knobs) for kc in (512, 128))
+        gains[sizes["M"]] = deep / shallow
+    assert gains[2048] > 1.05 and gains[2048] > gains[256] + 0.04
+    space = _space({"M": 2048, "N": 2048, "K": 2048}, AVX512)
+    model = CostModel(space.plan, AVX512)
+    best = model.rank(space.configs)[0][0]
+    assert best.kc == 512 and "beyond L2" in explain(space, model, best).render()
+
+
 def test_tiny_and_prime_problems_still_have_configs():
     for sizes in ({"M": 1, "N": 1, "K": 1}, {"M": 7, "N": 13, "K": 3}):
         space = _space(sizes)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from uol_core.acg.config import TileConfig, lanes, target_isas
 from uol_core.acg.lower import GemmPlan
+from uol_core.backends.c_platforms import PLATFORMS
 
 F32 = 4
 # Modelling constants (not hardware facts): the calibration below learns what they miss.
@@ -19,10 +20,6 @@ LOOP_OVERHEAD_CYCLES = 1.0  # pointer bumps and branch per (unrolled) k step
 # model keeps it in the ways that A's stream leaves alone; Zen's 6x16 at kc=256 uses 2/3).
 L1_SHARE = 0.75
 BARRIER_CYCLES = 3000.0  # one OpenMP fork/join, order of magnitude
-# Between two k loops a tile goes to C: each accumulator vector is stored to the tile buffer,
-# read back with C's vector, added and stored (about four memory operations on two or three
-# ports): cycles per accumulator vector, order of magnitude. It is what makes a short kc cost.
-TILE_UPDATE_CYCLES_PER_VECTOR = 2.0
 # A B panel streamed from memory row by row (direct path, M <= MR) touches a new page every k
 # step, where the hardware prefetchers stop; without software prefetch each row waits for
 # memory, and this share of the bandwidth is what is left (order of magnitude; the
@@ -34,16 +31,9 @@ UNPREFETCHED_STREAM_SHARE = 0.5
 # tile ran 0.70-0.73x torch where the 12-chain 6x32 ran 0.81-0.98x (1024^3, 2048^3), and on
 # the direct path 6 x 4 and 8 x 2 vector tiles beat 4 x 2 by 5-10%.
 BROADCAST_CHAIN_SLACK = 1.5
-# Loads the k loop sustains per cycle inside a whole GEMM (B's vectors and A's broadcasts).
-# AVX-512, measured: one. Alone, with packed A and B in L1/L2, every tile ran near the FMA
-# peak, but in the GEMM, tiles alternated with torch (1024^3, kc=128) ranked by loads per FMA
-# cycle: 6x64 and 5x64 (0.83, 0.90) 0.86-0.89x torch, 4x64 (1.0) 0.85x, 8x48 (0.92) 0.82x,
-# 12x32 (1.17) and 8x32 (1.25) 0.81x. With it the model's picks measured 0.90-1.17x torch
-# where its two-vector picks measured 0.82-1.06x (512^3 to 1000x777x513 and the small shapes;
-# 2048^3 0.84x against 0.86x: there 6x64 wants kc=512, which the L1 rule forbids). Other
-# ISAs keep two (their cores' load ports) until measured on their hosts.
-LOADS_PER_CYCLE = {"avx512": 1.0}
-DEFAULT_LOADS_PER_CYCLE = 2.0
+# The loads the k loop sustains per cycle, and the cycles to add a finished tile into C (what
+# makes a short kc cost), are the ISA's GemmCosts (backends/c_platforms), measured where
+# the ISA was.
 
 
 def k_step_loads(cfg: TileConfig, nv: int) -> int:
@@ -53,8 +43,24 @@ def k_step_loads(cfg: TileConfig, nv: int) -> int:
 
 
 def loads_per_cycle(isa: str) -> float:
-    """Loads per cycle the model lets the k loop sustain for `isa` (LOADS_PER_CYCLE)."""
-    return LOADS_PER_CYCLE.get(isa, DEFAULT_LOADS_PER_CYCLE)
+    """Loads per cycle the model lets the k loop sustain for `isa` (its GemmCosts)."""
+    return PLATFORMS[isa].gemm.loads_per_cycle
+
+
+def b_streams(cfg: TileConfig, target) -> bool:
+    """Whether B's micro-panel streams from L2 on every row strip: wider than L1 holds it,
+    and at least as wide as the ISA's GemmCosts measured streaming well (else the space's L1
+    rule has removed the config)."""
+    min_vectors = PLATFORMS[cfg.isa].gemm.streamed_b_vectors
+    return (cfg.path == "packed" and min_vectors > 0
+            and cfg.nr // lanes(cfg.isa, target) >= min_vectors
+            and (cfg.mr + cfg.nr) * cfg.kc * F32 > target.l1d_bytes)
+
+
+def c_beyond_l2(plan: GemmPlan, cfg: TileConfig, target) -> bool:
+    """Whether each thread's share of C outgrows L2, so every pass over k fetches C's tiles
+    from beyond it."""
+    return F32 * plan.batch_count * plan.M * plan.N / max(1, cfg.threads) > target.l2_bytes
 
 
 def roofline_gflops(flops: float, bytes_moved: float, target) -> tuple[float, str]:
@@ -118,9 +124,11 @@ class CostModel:
         # Cache fit (soft): B's micro-panel resident in L1 (A's stream through it), A's block
         # in L2. A small A block costs nothing here: packing is the same total work at any mc,
         # and B's panel, re-read from L2/L3 once per block, brings mc/2 FLOPs per byte.
+        # A B micro-panel that streams from L2 (b_streams) runs at its measured efficiency.
         l1_use = cfg.nr * cfg.kc * F32 / t.l1d_bytes
         l2_use = cfg.mc * cfg.kc * F32 / t.l2_bytes
-        l1_fit = 1.0 / (1.0 + max(0.0, l1_use - L1_SHARE))
+        l1_fit = PLATFORMS[cfg.isa].gemm.streamed_b_efficiency if b_streams(cfg, t) \
+            else 1.0 / (1.0 + max(0.0, l1_use - L1_SHARE))
         l2_fit = 1.0 / (1.0 + max(0.0, l2_use - 0.6))
         # Parallel balance: each thread owns a contiguous share of the split loop's panels.
         threads = cfg.threads
@@ -159,13 +167,18 @@ class CostModel:
         """Share of a micro-kernel call spent on FMAs: each call also sends its tile to C, and
         each B micro-panel is refilled into L1 (a line per cycle from L2) once per A block,
         shared by the block's mc/mr row strips (the direct path's block is all M rows; with one
-        strip there its B panel streams from memory, which _direct_memory charges)."""
+        strip there its B panel streams from memory, which _direct_memory charges; one that
+        streams from L2 comes from beyond it once per A block too, and from L2 on the other
+        strips: its loads). The tile update costs more once C's share per thread outgrows L2."""
         direct = cfg.path == "direct"
         strips = max(1, math.ceil((self.plan.M if direct else cfg.mc) / cfg.mr))
         line = self.target.line_bytes or 64
         refill = 0.0 if direct and strips == 1 else cfg.kc * cfg.nr * F32 / line / strips
+        costs = PLATFORMS[cfg.isa].gemm
+        update = costs.tile_update_cycles_beyond_l2 if c_beyond_l2(self.plan, cfg, self.target) \
+            else costs.tile_update_cycles
         k_loop = cfg.kc * fma_cycles
-        return k_loop / (k_loop + TILE_UPDATE_CYCLES_PER_VECTOR * cfg.mr * nv + refill)
+        return k_loop / (k_loop + update * cfg.mr * nv + refill)
 
     def _direct_memory(self, cfg: TileConfig, bw: float) -> tuple[float, int]:
         """Seconds of memory traffic beyond the roofline's minimum on the direct path, and the

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from uol_core.acg.config import TileConfig, lanes
-from uol_core.acg.cost_model import F32, CostModel, roofline_gflops
+from uol_core.acg.cost_model import F32, CostModel, b_streams, c_beyond_l2, roofline_gflops
 from uol_core.acg.space import Space
+from uol_core.backends.c_platforms import PLATFORMS
 
 HFL_FIELDS = ("isa", "vector_bits", "vector_registers", "fma_units", "fma_latency_cycles",
               "cores", "clock_ghz", "l1d_bytes", "l2_bytes", "l3_bytes", "peak_gflops.fp32",
@@ -76,7 +77,7 @@ def _latency_line(space: Space, cfg: TileConfig, nv: int) -> str:
 
 
 def _load_line(space: Space, cfg: TileConfig, nv: int) -> str:
-    """Loads per k step against the FMA cycles they feed (the model's LOADS_PER_CYCLE)."""
+    """Loads per k step against the FMA cycles they feed (the ISA's GemmCosts)."""
     from uol_core.acg.cost_model import k_step_loads, loads_per_cycle
 
     per_cycle = loads_per_cycle(cfg.isa)
@@ -106,6 +107,26 @@ def _path_line(cfg: TileConfig, plan) -> str:
             f"place, {b_rule}; edge and strided B panels packed{depth}")
 
 
+def _l1_line(space: Space, cfg: TileConfig, est) -> str:
+    """Where B's micro-panel lives: resident in L1, or streamed from L2 on every row strip
+    (the ISA's GemmCosts), and whether C's tiles come from beyond L2 (a dearer update)."""
+    t, costs = space.target, PLATFORMS[cfg.isa].gemm
+    panel = f"B micro-panel {cfg.kc} x {cfg.nr} x 4 B = {cfg.nr * cfg.kc * F32 // 1024} KiB"
+    if b_streams(cfg, t):
+        where = (f"L1: {panel}, more than L1d holds with A's micro-panel: it streams from L2 on "
+                 f"every {cfg.mr}-row strip ({cfg.nr // lanes(cfg.isa, t)} vectors wide; "
+                 f"{cfg.isa} streams >= {costs.streamed_b_vectors} at "
+                 f"{costs.streamed_b_efficiency:.2f}x, measured)")
+    else:
+        where = (f"L1: {panel} = {100 * est.terms['l1_use']:.0f}% of L1d stays resident while "
+                 f"A's {cfg.mr}-row micro-panels stream through")
+    if c_beyond_l2(space.plan, cfg, t):
+        where += (f"; C's share per thread is beyond L2, so each of the "
+                  f"{-(-space.plan.K // cfg.kc)} passes over k updates C at "
+                  f"{costs.tile_update_cycles_beyond_l2:g} cycles per accumulator vector")
+    return where
+
+
 def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | None = None,
             measured_rank: int | None = None) -> Explanation:
     """The explanation of `cfg` in `space` under `model` (with a measurement when there is one)."""
@@ -119,9 +140,7 @@ def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | No
         f"({cfg.mr}x{nv} accumulators + {nv} B vectors + 1 broadcast)",
         _latency_line(space, cfg, nv),
         _load_line(space, cfg, nv),
-        f"L1: B micro-panel {cfg.kc} x {cfg.nr} x 4 B = {cfg.nr * cfg.kc * F32 // 1024} KiB = "
-        f"{100 * est.terms['l1_use']:.0f}% of L1d stays resident while A's {cfg.mr}-row "
-        f"micro-panels stream through",
+        _l1_line(space, cfg, est),
         f"L2: A block {cfg.mc} x {cfg.kc} x 4 B = {cfg.mc * cfg.kc * F32 // 1024} KiB = "
         f"{100 * est.terms['l2_use']:.0f}% of L2",
         f"L3: B block {cfg.kc} x {cfg.nc} x 4 B = {cfg.kc * cfg.nc * F32 // 1024} KiB = "

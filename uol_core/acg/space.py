@@ -145,13 +145,17 @@ def gemm_constraints(plan: GemmPlan, target, isa: str,
     nv = f"(nr // {lane})"
     mr_fit, nr_fit = max(M, 4), max(-(-N // lane) * lane, 2 * lane)
     hide = fma_chains_needed(target) if hide is None else hide
+    streamed = PLATFORMS[isa].gemm.streamed_b_vectors
     rows = [
         ("register file", f"mr * {nv} + {nv} + 1 <= {regs}"),
         ("latency hiding", f"mr * {nv} >= {hide}"),
         ("problem fit", f"mr <= {mr_fit} and nr <= {nr_fit}"),
         ("divisibility", "(path == 'direct' or mc % mr == 0) and kc % ku == 0"),
-        # a B panel streamed once (M <= MR on the direct path) is never re-read from L1
-        ("L1 capacity", f"(path == 'direct' and mr >= {M}) or (mr + nr) * kc * {F32} <= {l1}"),
+        # a B panel streamed once (M <= MR on the direct path) is never re-read from L1, and
+        # a wide one may stream from L2 where the ISA's GemmCosts measured it doing so
+        ("L1 capacity", f"(path == 'direct' and mr >= {M}) or (mr + nr) * kc * {F32} <= {l1}"
+                        + (f" or (path == 'packed' and nr >= {streamed * lane})"
+                           if streamed else "")),
         ("L2 capacity", f"mc * kc * {F32} <= {l2}"),
         # direct: A is read in place, so its block is all M rows (mc == M); the split is over
         # batch slices, column panels or the depth; a depth split keeps one M x N partial sum

@@ -23,6 +23,25 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class GemmCosts:
+    """What the GEMM cost model counts for cores of this ISA inside a whole GEMM (not in a
+    micro-kernel run alone), measured on a host with the ISA; the defaults are what the model
+    assumed before any measurement, and the calibration learns what they miss."""
+
+    # Loads (B vectors and A broadcasts) the k loop sustains per cycle.
+    loads_per_cycle: float = 2.0
+    # B micro-panels at least this many vectors wide may exceed L1 and stream from L2 on every
+    # row strip (0: B's micro-panel must stay in L1, the BLIS rule).
+    streamed_b_vectors: int = 0
+    # The k loop's efficiency with B streaming from L2 against B resident in L1.
+    streamed_b_efficiency: float = 1.0
+    # Cycles per accumulator vector to add a finished tile into C (store, reload, add, store),
+    # with C's share per thread in L2 and beyond it.
+    tile_update_cycles: float = 2.0
+    tile_update_cycles_beyond_l2: float = 2.0
+
+
+@dataclass(frozen=True)
 class Platform:
     """The C spelling of one ISA's f32 vector operations."""
 
@@ -64,6 +83,7 @@ class Platform:
     # ... and the predicated vocabulary (uol_v, uol_p, uol_pwhile, uol_vld(pg, p), uol_vfmas,
     # uol_vsum, ...) the length-agnostic flash and conv templates are written in.
     vla_prelude: str = ""
+    gemm: GemmCosts = GemmCosts()
 
     @property
     def vla(self) -> bool:

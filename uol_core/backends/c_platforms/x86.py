@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from uol_core.backends.c_platforms import Platform
+from uol_core.backends.c_platforms import GemmCosts, Platform
 
 # The flash template's vector vocabulary as thin wrappers over the intrinsics.
 _FLASH = """#include <immintrin.h>
@@ -48,7 +48,8 @@ static inline {vec} uol_vexp({vec} x)
 
 
 def x86_platform(name: str, bits: int, *, requires: tuple[str, ...], pin: str, round_template: str, hmax: str, hsum: str,
-                 tiles: Mapping[str, tuple[int, ...]], helpers: str = "") -> Platform:
+                 tiles: Mapping[str, tuple[int, ...]], helpers: str = "",
+                 gemm: GemmCosts = GemmCosts()) -> Platform:
     """The platform of one x86 vector width."""
     p = f"_mm{bits}"
     return Platform(
@@ -61,6 +62,6 @@ def x86_platform(name: str, bits: int, *, requires: tuple[str, ...], pin: str, r
         max=f"{p}_max_ps({{0}}, {{1}})",
         prefetch="_mm_prefetch((const char *)({0}), _MM_HINT_T0)", pin=pin,
         stream=f"{p}_stream_ps({{0}}, {{1}})", fence="_mm_sfence();", hmax=hmax, hsum=hsum,
-        tiles=dict(tiles),
+        tiles=dict(tiles), gemm=gemm,
         flash_prelude=lambda lanes: _FLASH.format(m=f"__m{bits}", mm=p, lanes=lanes, isa=name),
         vector_math=lambda lanes: vexp(bits, round_template, helpers))
