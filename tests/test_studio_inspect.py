@@ -131,6 +131,12 @@ def test_tune_summary_states_the_speedup_over_the_measured_default():
     assert "1.50x the untuned default (10.00 GFLOP/s, measured first)" in text
     text = tune_summary(trail[:1], 1, {"config": {"ku": 4}, "gflops": 10.0})
     assert "untuned default (measured first) stays the best" in text
+    # after a confirmation round the speedup is against the default's time in the race
+    trail[0]["key"], trail[1]["key"] = "ku=4", "ku=1"
+    text = tune_summary(trail, 2, {"config": {"ku": 1}, "gflops": 14.0,
+                                   "raced": {"ku=1": 14.0, "ku=4": 12.5}})
+    assert "1.12x the untuned default (12.50 GFLOP/s, timed in turn with it)" in text
+    assert "the 2 finalists, timed again in turn, settled the pick (14.00, 12.50" in text
 
 
 def test_the_tuner_measures_the_untuned_default_first():

@@ -70,12 +70,49 @@ def test_tune_records_every_measurement_and_replays(tmp_path):
         session.close()
     assert result.best is not None and result.best_gflops > 0
     rows = db.rows(session.key)
-    assert len(rows) == result.measurements == 4
+    raced = [r for r in rows if '"race"' in r["extra"]]
+    assert len(rows) - len(raced) == result.measurements == 4
+    assert len(raced) == len(result.confirmation)
     assert {r["status"] for r in rows} <= {"ok", "mismatch", "crash", "timeout", "build_error"}
     replay = TuningSession(op, SIZES, TARGET, db=db, replay=True)
     again = replay.tune(budget=4, top=2)
     assert [t.config for t in again.trials] == [t.config for t in result.trials]
-    assert all(t.from_db for t in again.trials) and len(db.rows(session.key)) == 4
+    assert all(t.from_db for t in again.trials) and len(db.rows(session.key)) == len(rows)
+
+
+def test_the_finalists_are_timed_in_turn_and_the_race_settles_the_pick(tmp_path):
+    """After the search, the best measured configs are timed again in turn in one process;
+    the race's rows are recorded, its winner is the result, and the database's best follows
+    the race rather than an earlier, luckier single measurement."""
+    db = TuningDB(tmp_path / "t.sqlite")
+    session = TuningSession(load_op("matmul"), SIZES, TARGET, db=db, min_seconds=0.0)
+    try:
+        result = session.tune(budget=4, top=3)
+    finally:
+        session.close()
+    raced = {c["config"]: c for c in result.confirmation}
+    assert len(raced) >= 2 and all(c["status"] == "ok" for c in raced.values())
+    winner = max(raced.values(), key=lambda c: c["race_gflops"])
+    assert result.best.key() == winner["config"] and result.best_gflops == winner["race_gflops"]
+    loser = min(raced.values(), key=lambda c: c["race_gflops"])["config"]
+    db.record(session.key, loser, {"status": "ok", "gflops": 1e9, "median_s": 1e-9})
+    assert db.best(session.key)["config"] == loser  # a row recorded after the race competes
+    rows = db.rows(session.key)
+    first_race = next(i for i, r in enumerate(rows) if '"race"' in r["extra"])
+    with sqlite3.connect(db.path) as conn:  # a lucky row from before the race: settled
+        conn.execute("UPDATE measurements SET gflops = 1e9 WHERE id = ?",
+                     (rows[first_race - 1]["id"],))
+        conn.execute("DELETE FROM measurements WHERE id = ?", (rows[-1]["id"],))
+    assert db.best(session.key)["config"] == winner["config"]
+
+
+def test_interleaved_timing_tells_a_slower_call_apart():
+    from uol_core.runtime.measure import time_interleaved
+
+    fast, slow = time_interleaved([lambda: time.sleep(0.001), lambda: time.sleep(0.003)],
+                                  seconds=0.1, rounds=4)
+    assert fast.repeats >= 4 and slow.repeats == fast.repeats
+    assert slow.median_s > 2 * fast.median_s
 
 
 def test_failures_are_never_retried(tmp_path):

@@ -74,15 +74,23 @@ def tune_summary(trail: list[dict], budget: int, best: dict | None) -> str:
         return f"No verified config: {head}."
     cfg = ", ".join(f"{k}={v}" for k, v in best["config"].items())
     base = next((t for t in trail if t.get("baseline")), None)
-    against = ""
+    raced = best.get("raced") or {}
+    against, settled = "", ""
+    if len(raced) > 1:
+        settled = (f"; the {len(raced)} finalists, timed again in turn, settled the pick "
+                   f"({', '.join(f'{g:.2f}' for g in sorted(raced.values(), reverse=True))} "
+                   "GFLOP/s)")
     if base is not None and not base.get("ok"):
         against = "; the untuned default failed to verify"
     elif base is not None and base["config"] == best["config"]:
         against = "; the untuned default (measured first) stays the best"
+    elif base is not None and base.get("key") in raced:
+        against = (f"; {best['gflops'] / raced[base['key']]:.2f}x the untuned default "
+                   f"({raced[base['key']]:.2f} GFLOP/s, timed in turn with it)")
     elif base is not None and base.get("gflops"):
         against = (f"; {best['gflops'] / base['gflops']:.2f}x the untuned default "
                    f"({base['gflops']:.2f} GFLOP/s, measured first)")
-    return f"✓ {head}; best verified: {best['gflops']:.2f} GFLOP/s with {cfg}{against}"
+    return f"✓ {head}; best verified: {best['gflops']:.2f} GFLOP/s with {cfg}{against}{settled}"
 
 
 def _untuned_default(state: dict) -> dict:
@@ -194,7 +202,7 @@ def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> d
                                worker=QueuedWorker(client, target=state["target"]))
         try:
             def on_trial(trial, n: int) -> None:
-                trail.append({"i": n, "config": trial.config.to_dict(),
+                trail.append({"i": n, "config": trial.config.to_dict(), "key": trial.config.key(),
                               "gflops": trial.gflops or 0.0, "ok": bool(trial.gflops),
                               "baseline": n == 1 and first.found})
                 report(n, budget)
@@ -204,7 +212,9 @@ def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> d
         finally:
             session.close()
         if result.best is not None:
-            best = {"config": result.best.to_dict(), "gflops": result.best_gflops}
+            best = {"config": result.best.to_dict(), "gflops": result.best_gflops,
+                    "raced": {c["config"]: c["race_gflops"] for c in result.confirmation
+                              if c.get("status") == "ok"}}
         return best
     from app.services.runner import tune_measurements
 

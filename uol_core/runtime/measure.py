@@ -70,3 +70,31 @@ def summarize(samples: list[float]) -> Timing:
         q1, q3 = ordered[0], ordered[-1]
     outliers = sum(1 for s in ordered if s > q3 + 1.5 * (q3 - q1))
     return Timing(statistics.median(ordered), q1, q3, ordered[0], len(ordered), outliers, ordered)
+
+
+def time_interleaved(fns: list[Callable[[], object]], *, seconds: float, rounds: int = 5,
+                     batch_s: float = 0.002, warmup: int = 2) -> list[Timing]:
+    """Seconds per call of each of `fns`, timed in turn, round after round, so that a change in
+    the machine's speed (another process, a clock change) hits each alike: at least `rounds`
+    rounds and `seconds` in all. A round times each function over a batch of calls lasting
+    about `batch_s` (a single microsecond call is too short for the clock), and starts at a
+    different function each time so none always runs right after another."""
+    batches = []
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+        t0 = time.perf_counter()
+        fn()
+        one = time.perf_counter() - t0
+        batches.append(max(1, min(1000, int(batch_s / max(one, 1e-9)))))
+    samples: list[list[float]] = [[] for _ in fns]
+    start, turn = time.perf_counter(), 0
+    while turn < rounds or time.perf_counter() - start < seconds:
+        for i in (turn % len(fns) + k for k in range(len(fns))):
+            i %= len(fns)
+            t0 = time.perf_counter()
+            for _ in range(batches[i]):
+                fns[i]()
+            samples[i].append((time.perf_counter() - t0) / batches[i])
+        turn += 1
+    return [summarize(s) for s in samples]

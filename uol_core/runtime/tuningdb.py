@@ -178,8 +178,16 @@ class TuningDB:
         return rows[0] if rows else None
 
     def best(self, key: TuningKey) -> dict | None:
-        """The fastest verified row for `key`."""
-        ok = [r for r in self.rows(key) if r["status"] == "ok" and r["gflops"]]
+        """The fastest verified row for `key`. A confirmation race (rows whose extra names a
+        `race`: configs timed in turn) settles every row recorded before it: then the race's
+        rows and the rows recorded after them compete."""
+        rows = self.rows(key)
+        races = [i for i, r in enumerate(rows) if '"race"' in (r.get("extra") or "")]
+        if races:
+            last = json.loads(rows[races[-1]]["extra"])["race"]
+            first = next(i for i in races if json.loads(rows[i]["extra"])["race"] == last)
+            rows = rows[first:]
+        ok = [r for r in rows if r["status"] == "ok" and r["gflops"]]
         return max(ok, key=lambda r: r["gflops"]) if ok else None
 
     def close(self) -> None:

@@ -101,7 +101,7 @@ def _serve(conn) -> None:
         except EOFError:
             return
         try:
-            result = execute_job(job)
+            result = execute_race(job) if job.get("kind") == "race" else execute_job(job)
         except Exception as exc:  # reported, never fatal: the caller decides
             result = {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
                       "trace": traceback.format_exc(limit=5)}
@@ -165,6 +165,66 @@ def execute_job(job: dict) -> dict:
                    "outliers": timing.outliers, "repeats": timing.repeats,
                    "gflops": flops / timing.median_s / 1e9 if timing.median_s > 0 else None})
     return result
+
+
+def make_race(sources: list[KernelSource], op_text: str, op_file: str, sizes: dict, *,
+              seed: int = 0, seconds: float = 1.0, rounds: int = 5) -> dict:
+    """A picklable job that times several kernels of one op in turn (`execute_race`)."""
+    return {"kind": "race", "sources": [asdict(s) for s in sources], "op_text": op_text,
+            "op_file": op_file, "sizes": sizes, "seed": seed, "seconds": seconds,
+            "rounds": rounds}
+
+
+def execute_race(job: dict) -> dict:
+    """Build each kernel, verify it against the reference, then time all of them in turn on
+    the same inputs, each into its own outputs (measure.time_interleaved). The result's
+    `results` holds one measurement per kernel, in order; a kernel that fails to build or
+    verify gets its failure there and is not timed."""
+    import torch
+
+    from uol_core.odl import parse
+    from uol_core.odl.shapes import shape_of
+    from uol_core.runtime.build import BuildError, build
+    from uol_core.runtime.measure import time_interleaved
+    from uol_core.runtime.native import NativeKernel
+    from uol_core.runtime.reference import evaluate_all
+    from uol_core.runtime.verify import compare
+
+    op = parse(job["op_text"], job["op_file"])
+    sizes = job["sizes"]
+    gen = torch.Generator().manual_seed(job["seed"])
+    inputs = {d.name: torch.randn(shape_of(op, d.name, sizes), generator=gen) for d in op.inputs}
+    reference = evaluate_all(op, inputs)
+    results: list[dict] = []
+    calls, timed = [], []
+    for raw in job["sources"]:
+        src = KernelSource(**raw)
+        try:
+            path = build(src)
+        except BuildError as exc:
+            results.append({"status": "build_error", "reason": str(exc)})
+            continue
+        outputs = {n: torch.full_like(r, float("nan")) for n, r in reference.items()}
+        tensors = {**inputs, **outputs}
+        kernel = NativeKernel(path, src.entry, src.meta["args"],
+                              {n: tuple(t.shape) for n, t in tensors.items()})
+        kernel(tensors)
+        verdict = compare(outputs, reference, int(src.meta.get("reduction_length", 1)))
+        if not verdict.ok:
+            results.append({"status": "mismatch", "reason": f"wrong result at {verdict.where}"})
+            continue
+        results.append({"status": "ok", "max_abs_err": verdict.max_abs_err,
+                        "max_rel_err": verdict.max_rel_err, "flops": src.meta.get("flops", 0)})
+        calls.append(lambda k=kernel, t=tensors: k(t))
+        timed.append(results[-1])
+    timings = time_interleaved(calls, seconds=job["seconds"], rounds=job["rounds"]) \
+        if calls else []
+    for result, timing in zip(timed, timings):
+        flops = result.pop("flops")
+        result.update({"median_s": timing.median_s, "iqr_s": timing.iqr_s,
+                       "spread": timing.spread, "repeats": timing.repeats,
+                       "gflops": flops / timing.median_s / 1e9 if timing.median_s > 0 else None})
+    return {"status": "ok", "results": results}
 
 
 def _execute_emulated(src: KernelSource, op, sizes: dict, seed: int) -> dict:
