@@ -128,6 +128,19 @@ static void uol_pack_b(const float *restrict B, int64_t rs, int64_t cs, int64_t 
             for (int64_t j = 0; j < NR; ++j) out[p * NR + j] = B[p * rs + j];
         return;
     }
+    if (rs == 1) {  /* B stored n-major (a transposed operand): copy blocks of 8 columns x 16
+                       deep, so the 8 source lines a block reads stay in L1 while it is used (at
+                       a 4 KB stride every column maps to one L1 set: a whole panel's 64 thrash) */
+        for (int64_t j0 = 0; j0 < NR; j0 += 8)
+            for (int64_t p0 = 0; p0 < kc; p0 += 16) {
+                int64_t je = j0 + 8 < NR ? j0 + 8 : NR, pe = p0 + 16 < kc ? p0 + 16 : kc;
+                for (int64_t j = j0; j < je && j < nr && p0 + 32 < kc; ++j)
+                    __builtin_prefetch(B + j * cs + p0 + 32);  /* each column's next line but one */
+                for (int64_t p = p0; p < pe; ++p)
+                    for (int64_t j = j0; j < je; ++j) out[p * NR + j] = j < nr ? B[j * cs + p] : 0.0f;
+            }
+        return;
+    }
     for (int64_t p = 0; p < kc; ++p)
         for (int64_t j = 0; j < NR; ++j) out[p * NR + j] = j < nr ? B[p * rs + j * cs] : 0.0f;
 }
