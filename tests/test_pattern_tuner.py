@@ -18,7 +18,13 @@ def test_tune_softmax_records_every_measurement_and_replays(tmp_path):
     finally:
         session.close()
     assert result.best is not None and result.best_gflops > 0
-    assert len(db.rows(session.key)) == len(result.trials) == 3
+    rows = db.rows(session.key)
+    raced = [r for r in rows if '"race"' in r["extra"]]
+    assert len(rows) - len(raced) == len(result.trials) == 3
+    # the confirmation round timed the finalists in turn, rated by the op's own work
+    assert len(raced) == len(result.confirmation) >= 2
+    assert all(r["status"] == "ok" and r["gflops"] > 0 for r in raced)
+    assert db.best(session.key)["config"] == result.best.key()
     assert all(t.result["status"] == "ok" for t in result.trials)  # verified before timing
     replay = PatternTuningSession(load_op("softmax"), SIZES, db=db, replay=True)
     again = replay.tune(budget=3)

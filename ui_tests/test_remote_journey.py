@@ -189,7 +189,10 @@ def test_runs_and_a_tune_on_two_remote_workers_from_the_studio(remote_page, remo
         assert machine == f"{worker['host']} ({worker['cpu']})"  # the machine that measured it
     with sqlite3.connect(remote_ide["cache"] / "tuning.sqlite") as conn:
         rows = conn.execute("SELECT target, status, extra FROM measurements").fetchall()
-    assert len(rows) == 2 and all(status == "ok" for _, status, _ in rows), rows
+    # two measurements, then (where both verified) their confirmation race: all on the worker
+    single = [r for r in rows if '"race"' not in r[2]]
+    assert len(single) == 2 and all(status == "ok" for _, status, _ in rows), rows
+    assert len(rows) - len(single) in (0, 2), rows
     for _, _, extra in rows:
         worker = json.loads(extra)["worker"]
         assert worker["node"] == nodes["host"] and worker["fingerprint"]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from uol_core.acg.config import resolve_target
 from uol_core.acg.space_core import Config, parse_key
 from uol_core.acg.space_patterns import build_pattern_space, pattern_config, predict_seconds
-from uol_core.acg.tuner import Trial, TuneResult, generator_id, search, tuning_key
+from uol_core.acg.tuner import Trial, TuneResult, confirm_round, generator_id, search, tuning_key
 from uol_core.backends.c import emit
 from uol_core.odl.cost import op_cost
 from uol_core.odl.printer import format_op
@@ -102,6 +102,11 @@ class PatternTuningSession:
              ) -> TuneResult:
         """Model top-`top`, then local search around the best (the shared `search`)."""
         return search(self, budget, seconds, top, patience, progress)
+
+    def confirm(self, out: TuneResult) -> None:
+        """The shared confirmation round over this session's configs."""
+        confirm_round(self, out, lambda cfg: emit(self.op, dict(cfg), self.target, self.sizes),
+                      parse_pattern_key)
 
     def close(self) -> None:
         if self.own_worker and self.worker is not None:

@@ -157,39 +157,9 @@ class TuningSession:
         return search(self, budget, seconds, top, patience, progress, after_top=learn)
 
     def confirm(self, out: TuneResult) -> None:
-        """Time the finalists of `out` in turn (CONFIRM_*), record each as a row of one race,
-        and make the race's winner `out.best`. Rows of a race outrank every row recorded
-        before it (TuningDB.best)."""
-        if all(t.from_db for t in out.trials):  # measured before: its race (if any) settled it
-            row = self.db.best(self.key)
-            if row is not None:
-                out.best, out.best_gflops = parse_config(row["config"], TileConfig()), row["gflops"]
-            return
-        finalists = _finalists(self, out)
-        if len(finalists) < 2:
-            return
-        if self.worker is None:
-            self.worker = Worker(self.timeout_s)
-        text = self.op.source or format_op(self.op)
-        job = make_race([emit(self.op, t.config, self.target, self.sizes) for t in finalists],
-                        text, f"{self.op.name}.odl", self.sizes, seed=self.seed,
-                        seconds=CONFIRM_SECONDS_PER_FINALIST * len(finalists),
-                        rounds=CONFIRM_ROUNDS)
-        result = self.worker.run(job, self.timeout_s)
-        if result.get("status") != "ok":
-            out.confirmation = [{"status": result.get("status"), "reason": result.get("reason")}]
-            return
-        race = uuid.uuid4().hex[:12]
-        for trial, row in zip(finalists, result["results"]):
-            row.update(race=race, raced=len(finalists), predicted_gflops=trial.predicted_gflops,
-                       model_rank=trial.model_rank)
-            self.db.record(self.key, trial.config.key(), row)
-            out.confirmation.append({"config": trial.config.key(), "first_gflops": trial.gflops,
-                                     "race_gflops": row.get("gflops") or 0.0,
-                                     "status": row.get("status")})
-        winner = max(zip(finalists, result["results"]), key=lambda fr: fr[1].get("gflops") or 0)
-        if winner[1].get("gflops"):
-            out.best, out.best_gflops = winner[0].config, winner[1]["gflops"]
+        """The confirmation round (`confirm_round`) over this session's GEMM configs."""
+        confirm_round(self, out, lambda cfg: emit(self.op, cfg, self.target, self.sizes),
+                      lambda text: parse_config(text, TileConfig()))
 
     def close(self) -> None:
         if self.own_worker and self.worker is not None:
@@ -275,6 +245,48 @@ def search(session, budget: int | None, seconds: float | None, top: int, patienc
                 "its results are then read from the tuning database"))
         return _search(session, budget, seconds, top, patience, progress, after_top,
                        lease.renew)
+
+
+def confirm_round(session, out: TuneResult, source: Callable, parse: Callable) -> None:
+    """Time the finalists of `out` in turn (CONFIRM_*) in the session's worker, record each
+    as a row of one race, and make the race's winner `out.best`. Rows of a race outrank every
+    row recorded before it (TuningDB.best); a tune that measured nothing new takes the
+    database's best. `source(cfg)` emits a config's kernel, `parse(text)` reads a config key;
+    a session with `flops` (every pattern's work) rates the race by it."""
+    if all(t.from_db for t in out.trials):  # measured before: its race (if any) settled it
+        row = session.db.best(session.key)
+        if row is not None:
+            out.best, out.best_gflops = parse(row["config"]), row["gflops"]
+        return
+    finalists = _finalists(session, out)
+    if len(finalists) < 2:
+        return
+    if session.worker is None:
+        session.worker = Worker(session.timeout_s)
+    op = session.op
+    job = make_race([source(t.config) for t in finalists], op.source or format_op(op),
+                    f"{op.name}.odl", session.sizes, seed=session.seed,
+                    seconds=CONFIRM_SECONDS_PER_FINALIST * len(finalists), rounds=CONFIRM_ROUNDS)
+    result = session.worker.run(job, session.timeout_s)
+    if result.get("status") != "ok":
+        out.confirmation = [{"status": result.get("status"), "reason": result.get("reason")}]
+        return
+    race, flops = uuid.uuid4().hex[:12], getattr(session, "flops", 0)
+    # where the race ran (a remote worker's node and facts), on each of its rows
+    context = {k: v for k, v in result.items() if k not in ("status", "results")}
+    for trial, row in zip(finalists, result["results"]):
+        row.update(context)
+        if flops and row.get("median_s"):
+            row["gflops"] = flops / row["median_s"] / 1e9
+        row.update(race=race, raced=len(finalists), predicted_gflops=trial.predicted_gflops,
+                   model_rank=trial.model_rank)
+        session.db.record(session.key, trial.config.key(), row)
+        out.confirmation.append({"config": trial.config.key(), "first_gflops": trial.gflops,
+                                 "race_gflops": row.get("gflops") or 0.0,
+                                 "status": row.get("status")})
+    winner = max(zip(finalists, result["results"]), key=lambda fr: fr[1].get("gflops") or 0)
+    if winner[1].get("gflops"):
+        out.best, out.best_gflops = winner[0].config, winner[1]["gflops"]
 
 
 def _finalists(session, out: TuneResult) -> list[Trial]:
