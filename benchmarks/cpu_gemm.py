@@ -44,19 +44,23 @@ def gflops(flops: float, seconds: float) -> float:
 
 
 def interleaved(fns: dict, flops: float, min_seconds: float = MIN_S * 3) -> dict:
-    """Time several callables in alternation (A, B, C, A, B, C, ...) so that a busy machine
-    slows them alike; returns per name the median GFLOP/s, ms and relative IQR."""
+    """Time several callables in alternation so that a busy machine slows them alike, each
+    round starting at the next one (A, B, C, then B, C, A, ...): in a fixed order the first
+    always ran right after the last, and two copies of one kernel measured 4% apart (64x1024x
+    256, first and third of four); returns per name the median GFLOP/s, ms and relative IQR."""
     import statistics
     for fn in fns.values():
         fn()
         fn()
     samples = {name: [] for name in fns}
-    start = time.perf_counter()
+    order = list(fns.items())
+    start, turn = time.perf_counter(), 0
     while time.perf_counter() - start < min_seconds or min(map(len, samples.values())) < 7:
-        for name, fn in fns.items():
+        for name, fn in order[turn % len(order):] + order[:turn % len(order)]:
             t0 = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - t0)
+        turn += 1
     out = {}
     for name, values in samples.items():
         q1, med, q3 = statistics.quantiles(values, n=4)
