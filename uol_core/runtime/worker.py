@@ -113,16 +113,9 @@ _REFERENCE: dict = {}
 
 def execute_job(job: dict) -> dict:
     """Build the kernel, run it on seeded random inputs, compare with the reference, then time."""
-    import torch
-
     from uol_core.api import check_memory
     from uol_core.odl import parse
-    from uol_core.odl.shapes import shape_of
-    from uol_core.runtime.build import BuildError, build
     from uol_core.runtime.measure import time_call
-    from uol_core.runtime.native import NativeKernel
-    from uol_core.runtime.reference import evaluate_all
-    from uol_core.runtime.verify import compare
 
     src = KernelSource(**job["source"])
     op = parse(job["op_text"], job["op_file"])
@@ -130,41 +123,67 @@ def execute_job(job: dict) -> dict:
     check_memory(op, sizes)  # a too-big request is an error here, not an OOM-killed machine
     if src.meta.get("cross"):  # built for another architecture: verified under emulation
         return _execute_emulated(src, op, sizes, job["seed"])
-    try:
-        path = build(src)
-    except BuildError as exc:
-        return {"status": "build_error", "reason": str(exc)}
-    key = (job["op_text"], tuple(sorted(sizes.items())), job["seed"])
+    result, call = _built_and_verified(src, *_reference(job, op))
+    if call is None or job["check_only"]:
+        return result
+    timing = time_call(call, warmup=job["warmup"], repeats=job["repeats"],
+                       min_seconds=job["min_seconds"])
+    result.update(_timed(timing, src.meta.get("flops", 0)), outliers=timing.outliers)
+    return result
+
+
+def _reference(job: dict, op) -> tuple[dict, dict]:
+    """The job's seeded random inputs and the reference outputs (kept for the next job of
+    the same op, sizes and seed)."""
+    import torch
+
+    from uol_core.odl.shapes import shape_of
+    from uol_core.runtime.reference import evaluate_all
+
+    key = (job["op_text"], tuple(sorted(job["sizes"].items())), job["seed"])
     if key not in _REFERENCE:
         _REFERENCE.clear()
         gen = torch.Generator().manual_seed(job["seed"])
-        inputs = {d.name: torch.randn(shape_of(op, d.name, sizes), generator=gen)
+        inputs = {d.name: torch.randn(shape_of(op, d.name, job["sizes"]), generator=gen)
                   for d in op.inputs}
         _REFERENCE[key] = (inputs, evaluate_all(op, inputs))
-    inputs, reference = _REFERENCE[key]
+    return _REFERENCE[key]
+
+
+def _built_and_verified(src: KernelSource, inputs: dict, reference: dict):
+    """(result, call): the kernel built and run once into its own outputs, compared with the
+    reference; `call` runs it again, None when it failed to build or verify."""
+    import torch
+
+    from uol_core.runtime.build import BuildError, build
+    from uol_core.runtime.native import NativeKernel
+    from uol_core.runtime.verify import compare
+
+    try:
+        path = build(src)
+    except BuildError as exc:
+        return {"status": "build_error", "reason": str(exc)}, None
     outputs = {name: torch.full_like(reference[name], float("nan")) for name in reference}
     tensors = {**inputs, **outputs}
     kernel = NativeKernel(path, src.entry, src.meta["args"],
                           {n: tuple(t.shape) for n, t in tensors.items()})
     kernel(tensors)
-    depth = int(src.meta.get("reduction_length", 1))
-    verdict = compare(outputs, reference, depth)
+    verdict = compare(outputs, reference, int(src.meta.get("reduction_length", 1)))
     result = {"status": "ok" if verdict.ok else "mismatch", "max_abs_err": verdict.max_abs_err,
               "max_rel_err": verdict.max_rel_err, "atol": verdict.atol, "where": verdict.where}
     if not verdict.ok:
         result["reason"] = (f"wrong result at {verdict.where}: max abs err "
                             f"{verdict.max_abs_err:.3g}, max rel err {verdict.max_rel_err:.3g} "
                             f"(tolerance {verdict.atol:.3g})")
-        return result
-    if job["check_only"]:
-        return result
-    timing = time_call(lambda: kernel(tensors), warmup=job["warmup"], repeats=job["repeats"],
-                       min_seconds=job["min_seconds"])
-    flops = src.meta.get("flops", 0)
-    result.update({"median_s": timing.median_s, "iqr_s": timing.iqr_s, "spread": timing.spread,
-                   "outliers": timing.outliers, "repeats": timing.repeats,
-                   "gflops": flops / timing.median_s / 1e9 if timing.median_s > 0 else None})
-    return result
+        return result, None
+    return result, lambda: kernel(tensors)
+
+
+def _timed(timing, flops: float) -> dict:
+    """A timing's fields in a result (GFLOP/s from the kernel's FLOPs where it knows them)."""
+    return {"median_s": timing.median_s, "iqr_s": timing.iqr_s, "spread": timing.spread,
+            "repeats": timing.repeats,
+            "gflops": flops / timing.median_s / 1e9 if timing.median_s > 0 else None}
 
 
 def make_race(sources: list[KernelSource], op_text: str, op_file: str, sizes: dict, *,
@@ -176,54 +195,29 @@ def make_race(sources: list[KernelSource], op_text: str, op_file: str, sizes: di
 
 
 def execute_race(job: dict) -> dict:
-    """Build each kernel, verify it against the reference, then time all of them in turn on
-    the same inputs, each into its own outputs (measure.time_interleaved). The result's
+    """Build each kernel and verify it as `execute_job` does, then time all of them in turn
+    on the same inputs, each into its own outputs (measure.time_interleaved). The result's
     `results` holds one measurement per kernel, in order; a kernel that fails to build or
     verify gets its failure there and is not timed."""
-    import torch
-
+    from uol_core.api import check_memory
     from uol_core.odl import parse
-    from uol_core.odl.shapes import shape_of
-    from uol_core.runtime.build import BuildError, build
     from uol_core.runtime.measure import time_interleaved
-    from uol_core.runtime.native import NativeKernel
-    from uol_core.runtime.reference import evaluate_all
-    from uol_core.runtime.verify import compare
 
     op = parse(job["op_text"], job["op_file"])
-    sizes = job["sizes"]
-    gen = torch.Generator().manual_seed(job["seed"])
-    inputs = {d.name: torch.randn(shape_of(op, d.name, sizes), generator=gen) for d in op.inputs}
-    reference = evaluate_all(op, inputs)
-    results: list[dict] = []
-    calls, timed = [], []
+    check_memory(op, job["sizes"])
+    inputs, reference = _reference(job, op)
+    results, calls, flops = [], [], []
     for raw in job["sources"]:
         src = KernelSource(**raw)
-        try:
-            path = build(src)
-        except BuildError as exc:
-            results.append({"status": "build_error", "reason": str(exc)})
-            continue
-        outputs = {n: torch.full_like(r, float("nan")) for n, r in reference.items()}
-        tensors = {**inputs, **outputs}
-        kernel = NativeKernel(path, src.entry, src.meta["args"],
-                              {n: tuple(t.shape) for n, t in tensors.items()})
-        kernel(tensors)
-        verdict = compare(outputs, reference, int(src.meta.get("reduction_length", 1)))
-        if not verdict.ok:
-            results.append({"status": "mismatch", "reason": f"wrong result at {verdict.where}"})
-            continue
-        results.append({"status": "ok", "max_abs_err": verdict.max_abs_err,
-                        "max_rel_err": verdict.max_rel_err, "flops": src.meta.get("flops", 0)})
-        calls.append(lambda k=kernel, t=tensors: k(t))
-        timed.append(results[-1])
-    timings = time_interleaved(calls, seconds=job["seconds"], rounds=job["rounds"]) \
-        if calls else []
-    for result, timing in zip(timed, timings):
-        flops = result.pop("flops")
-        result.update({"median_s": timing.median_s, "iqr_s": timing.iqr_s,
-                       "spread": timing.spread, "repeats": timing.repeats,
-                       "gflops": flops / timing.median_s / 1e9 if timing.median_s > 0 else None})
+        result, call = _built_and_verified(src, inputs, reference)
+        results.append(result)
+        if call is not None:
+            calls.append((result, call))
+            flops.append(src.meta.get("flops", 0))
+    timings = time_interleaved([call for _, call in calls], seconds=job["seconds"],
+                               rounds=job["rounds"]) if calls else []
+    for (result, _), timing, work in zip(calls, timings, flops):
+        result.update(_timed(timing, work))
     return {"status": "ok", "results": results}
 
 
