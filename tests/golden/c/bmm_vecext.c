@@ -107,6 +107,13 @@ static void uol_pack_a(const float *restrict A, int64_t rs, int64_t cs, int64_t 
             for (int64_t i = 0; i < MR; ++i) out[p * MR + i] = A[p * cs + i];
         return;
     }
+    if (mr == MR && cs == 1) {  /* A row-major: walk k outside, so the stores run in order while
+                                   the MR source rows stream in (row by row, every store strided
+                                   by MR: 1.5-2% of a 2048^3 GEMM) */
+        for (int64_t p = 0; p < kc; ++p)
+            for (int64_t i = 0; i < MR; ++i) out[p * MR + i] = A[i * rs + p];
+        return;
+    }
     for (int64_t i = 0; i < MR; ++i) {
         if (i < mr) {
             const float *row = A + i * rs;
