@@ -2,6 +2,11 @@
 training demo's step time; contenders alternate call by call so load hits them alike.
 
 Writes docs/benchmarks/training.json and the "Training" section of docs/benchmarks.md.
+
+Page policy: UOL's kernels write large outputs on transparent huge pages (runtime/pages.py);
+torch's allocator maps them 4 KiB at a time. `--huge-pages-for-all` restarts the run with
+glibc's `glibc.malloc.hugetlb=1` tunable, so torch's large tensors get huge pages too, and
+writes the section "Training, huge pages for every contender": the ratio of the kernels alone.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from docs_section import write_report
 from uol_cli.training_demo import run_demo
 from uol_core.torch.bridge import to_torch
 from uol_core.torch.nn import UolAttention, UolLayerNorm
+
+HUGE_FOR_ALL = "glibc.malloc.hugetlb=1"
 
 
 def step(fn, inputs, upstream):
@@ -90,12 +97,21 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, short runs")
     parser.add_argument("--seconds", type=float, default=4.0, help="timing window per case")
     parser.add_argument("--steps", type=int, default=150, help="training demo steps")
+    parser.add_argument("--huge-pages-for-all", action="store_true",
+                        help="give torch's allocations huge pages too (glibc.malloc.hugetlb=1)")
     parser.add_argument("--only", default="",
                         help="run the cases whose name contains this text and print them "
                              "(no demo, docs left as they are)")
     args = parser.parse_args()
+    if args.huge_pages_for_all and HUGE_FOR_ALL not in os.environ.get("GLIBC_TUNABLES", ""):
+        # glibc reads its tunables once, at start: run again with the tunable set
+        tunables = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), HUGE_FOR_ALL]))
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "GLIBC_TUNABLES": tunables})
+    pages = ("huge pages for every contender (GLIBC_TUNABLES=" + HUGE_FOR_ALL + ")"
+             if args.huge_pages_for_all else
+             "UOL's large outputs on huge pages, torch's allocator as it comes")
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "threads": torch.get_num_threads(),
-                    "load_average_start": os.getloadavg()[0], "cases": []}
+                    "load_average_start": os.getloadavg()[0], "page_policy": pages, "cases": []}
     for name, inputs, contenders in cases(args.quick):
         if args.only not in name:
             continue
@@ -116,10 +132,11 @@ def main() -> None:
                           uol_accuracy=demo["uol"]["accuracy"])
     report["load_average_end"] = os.getloadavg()[0]
     d = report["demo"]
-    lines = [f"Command: `python benchmarks/training_bench.py{' --quick' if args.quick else ''}` "
+    flags = (" --quick" if args.quick else "") + (" --huge-pages-for-all" if args.huge_pages_for_all else "")
+    lines = [f"Command: `python benchmarks/training_bench.py{flags}` "
              f"({report['date']}, {report['threads']} threads, load average "
              f"{report['load_average_start']:.1f} at the start, {report['load_average_end']:.1f} "
-             "at the end).", "",
+             f"at the end). Pages: {pages}.", "",
              "Forward + backward, median ms per call, contenders alternated:", "",
              "| case | UOL ms | eager ms | torch.compile ms | x eager | x compile |",
              "|---|---|---|---|---|---|"]
@@ -132,7 +149,11 @@ def main() -> None:
                   f"{d['final_loss_relative_gap']:.1e}); accuracy {d['torch_accuracy']:.4f} vs "
                   f"{d['uol_accuracy']:.4f}; median step {d['torch_step_ms']:.2f} ms (torch) vs "
                   f"{d['uol_step_ms']:.2f} ms (UOL): {d['speedup_vs_torch_eager']:.2f}x."]
-    write_report("Training", report, lines, slug="training")
+    if args.huge_pages_for_all:
+        write_report("Training, huge pages for every contender", report, lines,
+                     slug="training_huge_pages")
+    else:
+        write_report("Training", report, lines, slug="training")
 
 
 if __name__ == "__main__":

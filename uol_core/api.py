@@ -21,6 +21,7 @@ from uol_core.backends.base import KernelSource
 from uol_core.odl.ir import Op
 from uol_core.odl.shapes import ShapeError, bind_sizes, shape_of
 from uol_core.runtime.native import NativeKernel
+from uol_core.runtime.pages import fresh_output
 
 DEFAULT_TUNE_BUDGET = 8
 
@@ -164,7 +165,7 @@ class CompiledKernel:
         if one_native_output and (out is None or isinstance(out, torch.Tensor)):
             # the common call, kept short: a small GEMM's whole call is a few microseconds
             name, shape = out_shapes[0]
-            result = torch.empty(shape, dtype=torch.float32) if out is None else out
+            result = fresh_output(shape) if out is None else out
             tensors[name] = result
             native(tensors)  # checks every dtype, shape and device
             return result
@@ -174,7 +175,7 @@ class CompiledKernel:
         outs = {}
         for name, shape in out_shapes:
             given = out.get(name) if isinstance(out, Mapping) else out
-            outs[name] = torch.empty(shape, dtype=torch.float32) if given is None else given
+            outs[name] = fresh_output(shape) if given is None else given
         native({**tensors, **outs})
         return outs[out_shapes[0][0]] if len(outs) == 1 else outs
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from uol_core.runtime.dispatch import OpRunner
+from uol_core.runtime.pages import fresh_output
 
 
 class LaunchPlan:
@@ -50,7 +51,7 @@ class LaunchPlan:
         env: list = [v if v.is_contiguous() else v.contiguous() for v in values]
         env.extend(self._scratch())
         for i, shape, dtype in self._output_allocs:
-            env[i] = torch.empty(shape, dtype=dtype)
+            env[i] = fresh_output(shape, dtype)
         for fn, slots, strides in self.steps:
             ptrs = array("q", [env[i].data_ptr() for i in slots])  # held until the call returns
             fn(ptrs.buffer_info()[0], strides)

@@ -1,0 +1,66 @@
+"""Output tensors on huge pages (entry point `fresh_output`).
+
+A large fresh tensor comes from its own mmap and is faulted in page by page on first write.
+On a virtual machine each 4 KiB fault is a trip through the hypervisor: writing a new 32 MiB
+output cost 11.8 ms here where the same write into touched memory took 1 ms, so a memory-bound
+kernel (a layer norm's forward or backward) spent most of its time faulting. Asking the kernel
+for transparent huge pages on the output's range (madvise MADV_HUGEPAGE, honoured when the
+system's THP mode is `madvise` or `always`) takes one fault per 2 MiB instead: 3.1 ms.
+
+Smaller tensors are left alone: glibc serves them from memory it keeps mapped after the first
+free, so they do not fault again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux (every architecture)
+THP_DIR = Path("/sys/kernel/mm/transparent_hugepage")
+
+
+@lru_cache(maxsize=1)
+def huge_page_bytes() -> int:
+    """The transparent huge page size when the OS grants them on request, else 0."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        mode = (THP_DIR / "enabled").read_text()
+        size = int((THP_DIR / "hpage_pmd_size").read_text())
+    except (OSError, ValueError):
+        return 0
+    return size if "[never]" not in mode else 0
+
+
+@lru_cache(maxsize=1)
+def _madvise():
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = libc.madvise
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def advise_huge(tensor: torch.Tensor) -> bool:
+    """Ask for huge pages on the whole huge pages inside `tensor`'s memory, when it is at
+    least two huge pages long (a smaller one may hold no whole page). True when the advice was
+    taken."""
+    page = huge_page_bytes()
+    nbytes = tensor.numel() * tensor.element_size()
+    if not page or nbytes < 2 * page or tensor.device.type != "cpu":
+        return False
+    start = -(-tensor.data_ptr() // page) * page
+    end = (tensor.data_ptr() + nbytes) // page * page
+    return end > start and _madvise()(start, end - start, MADV_HUGEPAGE) == 0
+
+
+def fresh_output(shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An uninitialised CPU tensor for a kernel to write, on huge pages when it is large."""
+    tensor = torch.empty(shape, dtype=dtype)
+    advise_huge(tensor)
+    return tensor
