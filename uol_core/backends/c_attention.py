@@ -169,9 +169,14 @@ def _body(w: CodeWriter, op: Op, plan: FlashPlan, n: dict, base: dict, sizes,
 {pad}const int64_t nqt = (nq + {qt - 1}) / {qt} * {qt};  /* queries the micro-tiles cover */
 {pad}float qt[{D}][{bq}] {al}, st[{bk}][{bq}] {al}, ot[{E}][{bq}] {al};
 {pad}float m[{bq}] {al}, mnew[{bq}] {al}, l[{bq}] {al}, alpha[{bq}] {al};
-{pad}for (int64_t d = 0; d < {D}; ++d)  /* Q^T of the block; queries past nq are zero */
-{pad}    for (int64_t ii = 0; ii < {bq}; ++ii)
-{pad}        qt[d][ii] = ii < nq ? {Q}[{base[plan.q.tensor]}(q0 + ii) * {D} + d] : 0.0f;
+{pad}if (nq == {bq})  /* Q^T of the block: a strided load per vector of queries */
+{pad}    for (int64_t d = 0; d < {D}; ++d)
+{pad}        for (int64_t i0 = 0; i0 < {bq}; i0 += {L})
+{pad}            uol_vst(&qt[d][i0], uol_vlds(&{Q}[{base[plan.q.tensor]}(q0 + i0) * {D} + d], {D}));
+{pad}else  /* the last, short block: queries past nq are zero */
+{pad}    for (int64_t d = 0; d < {D}; ++d)
+{pad}        for (int64_t ii = 0; ii < {bq}; ++ii)
+{pad}            qt[d][ii] = ii < nq ? {Q}[{base[plan.q.tensor]}(q0 + ii) * {D} + d] : 0.0f;
 {pad}for (int64_t ii = 0; ii < {bq}; ++ii) {{  /* padding lanes keep m = 0: finite, never stored */
 {pad}    m[ii] = ii < nq ? -INFINITY : 0.0f; l[ii] = 0.0f;
 {pad}    for (int64_t e = 0; e < {E}; ++e) ot[e][ii] = 0.0f;
@@ -212,21 +217,37 @@ def _body(w: CodeWriter, op: Op, plan: FlashPlan, n: dict, base: dict, sizes,
 {pad}            uol_pv_tile{me}(nk, &st[0][i0], vb + e0, &ot[e0][i0], &alpha[i0]);
 {tail}{pad}    }}
 {pad}}}
-{pad}for (int64_t ii = 0; ii < nq; ++ii) {{  /* O = O^T / l */
+{pad}for (int64_t ii = 0; ii < nq; ++ii) {{  /* O = O^T / l, a strided load per vector of O's row */
 {pad}    const float inv = 1.0f / l[ii];
 {pad}    float *restrict orow = {OUT} + {base[plan.out]}(q0 + ii) * {E};
-{pad}    for (int64_t e = 0; e < {E}; ++e) orow[e] = ot[e][ii] * inv;
-{_saves(plan, base, E, pad)}{pad}}}
+{_transposed_row("orow", "ot", "ii", E, bq, L, pad + "    ", "inv")}
+{_saves(plan, base, E, bq, L, pad)}{pad}}}
     }}
 }}""", op.stmts[4].line)
 
 
-def _saves(plan: FlashPlan, base: dict, E: int, pad: str) -> str:
+def _saves(plan: FlashPlan, base: dict, E: int, bq: int, lanes: int, pad: str) -> str:
     """C lines writing the row statistics the op returns (mx, l) and z = O^T before / l."""
     mx, lsum, z = plan.saves
     lines = [f"{pad}    {tensor_id(t)}[{base[t]}q0 + ii] = {v}[ii];"
              for t, v in ((mx, "m"), (lsum, "l")) if t]
     if z:
-        lines.append(f"{pad}    for (int64_t e = 0; e < {E}; ++e) "
-                     f"{tensor_id(z)}[{base[z]}(q0 + ii) * {E} + e] = ot[e][ii];")
+        lines.append(_transposed_row(f"&{tensor_id(z)}[{base[z]}(q0 + ii) * {E}]", "ot", "ii", E,
+                                     bq, lanes, pad + "    "))
     return "".join(line + "\n" for line in lines)
+
+
+def _transposed_row(dst: str, src: str, col: str, E: int, ld: int, lanes: int, pad: str,
+                    scale: str | None = None) -> str:
+    """C lines: dst[e] = src[e][col] (times `scale`) for e < E, whole vectors by strided loads
+    (stride `ld`), the last E % lanes one by one."""
+    full = E // lanes * lanes
+    vec = f"uol_vlds(&{src}[e][{col}], {ld})"
+    lines = []
+    if full:
+        value = f"uol_vmul({vec}, uol_vset({scale}))" if scale else vec
+        lines.append(f"{pad}for (int64_t e = 0; e < {full}; e += {lanes}) uol_vst(({dst}) + e, {value});")
+    if full < E:
+        value = f"{src}[e][{col}]" + (f" * {scale}" if scale else "")
+        lines.append(f"{pad}for (int64_t e = {full}; e < {E}; ++e) ({dst})[e] = {value};")
+    return "\n".join(lines)

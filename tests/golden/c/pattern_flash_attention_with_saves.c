@@ -60,6 +60,8 @@ static inline uol_v uol_vadd(uol_v a, uol_v b) { return _mm256_add_ps(a, b); }
 static inline uol_v uol_vsub(uol_v a, uol_v b) { return _mm256_sub_ps(a, b); }
 static inline uol_v uol_vmul(uol_v a, uol_v b) { return _mm256_mul_ps(a, b); }
 static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) { return _mm256_fmadd_ps(a, b, c); }
+/* lane k = p[k * stride]: one gather where a transpose would take a scalar load per lane */
+static inline uol_v uol_vlds(const float *p, int64_t stride) { return _mm256_i32gather_ps(p, _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)stride)), 4); }
 static inline float uol_hmax8(__m256 v)
 {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -191,9 +193,14 @@ void uol_attention(void **args, const int64_t *strides)
         const int64_t nqt = (nq + 15) / 16 * 16;  /* queries the micro-tiles cover */
         float qt[16][48] __attribute__((aligned(64))), st[24][48] __attribute__((aligned(64))), ot[16][48] __attribute__((aligned(64)));
         float m[48] __attribute__((aligned(64))), mnew[48] __attribute__((aligned(64))), l[48] __attribute__((aligned(64))), alpha[48] __attribute__((aligned(64)));
-        for (int64_t d = 0; d < 16; ++d)  /* Q^T of the block; queries past nq are zero */
-            for (int64_t ii = 0; ii < 48; ++ii)
-                qt[d][ii] = ii < nq ? t_Q[(q0 + ii) * 16 + d] : 0.0f;
+        if (nq == 48)  /* Q^T of the block: a strided load per vector of queries */
+            for (int64_t d = 0; d < 16; ++d)
+                for (int64_t i0 = 0; i0 < 48; i0 += 8)
+                    uol_vst(&qt[d][i0], uol_vlds(&t_Q[(q0 + i0) * 16 + d], 16));
+        else  /* the last, short block: queries past nq are zero */
+            for (int64_t d = 0; d < 16; ++d)
+                for (int64_t ii = 0; ii < 48; ++ii)
+                    qt[d][ii] = ii < nq ? t_Q[(q0 + ii) * 16 + d] : 0.0f;
         for (int64_t ii = 0; ii < 48; ++ii) {  /* padding lanes keep m = 0: finite, never stored */
             m[ii] = ii < nq ? -INFINITY : 0.0f; l[ii] = 0.0f;
             for (int64_t e = 0; e < 16; ++e) ot[e][ii] = 0.0f;
@@ -235,13 +242,13 @@ void uol_attention(void **args, const int64_t *strides)
                 uol_pv_tile4(nk, &st[0][i0], vb + 12, &ot[12][i0], &alpha[i0]);
             }
         }
-        for (int64_t ii = 0; ii < nq; ++ii) {  /* O = O^T / l */
+        for (int64_t ii = 0; ii < nq; ++ii) {  /* O = O^T / l, a strided load per vector of O's row */
             const float inv = 1.0f / l[ii];
             float *restrict orow = t_O + (q0 + ii) * 16;
-            for (int64_t e = 0; e < 16; ++e) orow[e] = ot[e][ii] * inv;
+            for (int64_t e = 0; e < 16; e += 8) uol_vst((orow) + e, uol_vmul(uol_vlds(&ot[e][ii], 48), uol_vset(inv)));
             t_mx[q0 + ii] = m[ii];
             t_l[q0 + ii] = l[ii];
-            for (int64_t e = 0; e < 16; ++e) t_z_O[(q0 + ii) * 16 + e] = ot[e][ii];
+            for (int64_t e = 0; e < 16; e += 8) uol_vst((&t_z_O[(q0 + ii) * 16]) + e, uol_vlds(&ot[e][ii], 48));
         }
     }
 }

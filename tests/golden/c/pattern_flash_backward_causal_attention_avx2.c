@@ -69,6 +69,8 @@ static inline uol_v uol_vadd(uol_v a, uol_v b) { return _mm256_add_ps(a, b); }
 static inline uol_v uol_vsub(uol_v a, uol_v b) { return _mm256_sub_ps(a, b); }
 static inline uol_v uol_vmul(uol_v a, uol_v b) { return _mm256_mul_ps(a, b); }
 static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) { return _mm256_fmadd_ps(a, b, c); }
+/* lane k = p[k * stride]: one gather where a transpose would take a scalar load per lane */
+static inline uol_v uol_vlds(const float *p, int64_t stride) { return _mm256_i32gather_ps(p, _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)stride)), 4); }
 static inline float uol_hmax8(__m256 v)
 {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

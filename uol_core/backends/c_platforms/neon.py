@@ -21,7 +21,12 @@ static inline uol_v uol_vset(float x) { return vdupq_n_f32(x); }
 static inline uol_v uol_vadd(uol_v a, uol_v b) { return vaddq_f32(a, b); }
 static inline uol_v uol_vsub(uol_v a, uol_v b) { return vsubq_f32(a, b); }
 static inline uol_v uol_vmul(uol_v a, uol_v b) { return vmulq_f32(a, b); }
-static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) { return vfmaq_f32(c, a, b); }"""
+static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) { return vfmaq_f32(c, a, b); }
+static inline uol_v uol_vlds(const float *p, int64_t stride)
+{
+    const float x[4] = {p[0], p[stride], p[2 * stride], p[3 * stride]};
+    return vld1q_f32(x);
+}"""
 
 # vfmaq_f32(acc, a, b) = acc + a * b and vfmsq_f32(acc, a, b) = acc - a * b (one rounding each,
 # like x86's fmadd / fnmadd); vrndnq_f32 rounds to nearest, ties to even (FRINTN).

@@ -19,7 +19,15 @@ static inline uol_v uol_vset(float x) {{ return {mm}_set1_ps(x); }}
 static inline uol_v uol_vadd(uol_v a, uol_v b) {{ return {mm}_add_ps(a, b); }}
 static inline uol_v uol_vsub(uol_v a, uol_v b) {{ return {mm}_sub_ps(a, b); }}
 static inline uol_v uol_vmul(uol_v a, uol_v b) {{ return {mm}_mul_ps(a, b); }}
-static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) {{ return {mm}_fmadd_ps(a, b, c); }}"""
+static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) {{ return {mm}_fmadd_ps(a, b, c); }}
+/* lane k = p[k * stride]: one gather where a transpose would take a scalar load per lane */
+static inline uol_v uol_vlds(const float *p, int64_t stride) {{ return {gather}; }}"""
+
+# The gather's operand order differs between the widths.
+_GATHER = {256: "_mm256_i32gather_ps(p, _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), "
+                "_mm256_set1_epi32((int)stride)), 4)",
+           512: "_mm512_i32gather_ps(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, "
+                "10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)stride)), p, 4)"}
 
 
 def vexp(bits: int, round_template: str, helpers: str = "") -> str:
@@ -63,5 +71,6 @@ def x86_platform(name: str, bits: int, *, requires: tuple[str, ...], pin: str, r
         prefetch="_mm_prefetch((const char *)({0}), _MM_HINT_T0)", pin=pin,
         stream=f"{p}_stream_ps({{0}}, {{1}})", fence="_mm_sfence();", hmax=hmax, hsum=hsum,
         tiles=dict(tiles), gemm=gemm,
-        flash_prelude=lambda lanes: _FLASH.format(m=f"__m{bits}", mm=p, lanes=lanes, isa=name),
+        flash_prelude=lambda lanes: _FLASH.format(m=f"__m{bits}", mm=p, lanes=lanes, isa=name,
+                                                    gather=_GATHER[bits]),
         vector_math=lambda lanes: vexp(bits, round_template, helpers))

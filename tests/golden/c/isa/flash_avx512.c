@@ -60,6 +60,8 @@ static inline uol_v uol_vadd(uol_v a, uol_v b) { return _mm512_add_ps(a, b); }
 static inline uol_v uol_vsub(uol_v a, uol_v b) { return _mm512_sub_ps(a, b); }
 static inline uol_v uol_vmul(uol_v a, uol_v b) { return _mm512_mul_ps(a, b); }
 static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) { return _mm512_fmadd_ps(a, b, c); }
+/* lane k = p[k * stride]: one gather where a transpose would take a scalar load per lane */
+static inline uol_v uol_vlds(const float *p, int64_t stride) { return _mm512_i32gather_ps(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)stride)), p, 4); }
 /* exp(x) on __m512 lanes: the constants and steps of uol_expf (n = round(x / ln 2), r = x - n ln 2
    in two parts, degree-5 polynomial, 2^n by an integer shift into the exponent field). */
 static inline __m512 uol_vexp(__m512 x)
@@ -246,9 +248,14 @@ void uol_attention_batched(void **args, const int64_t *strides)
         const int64_t nqt = (nq + 31) / 32 * 32;  /* queries the micro-tiles cover */
         float qt[24][64] __attribute__((aligned(64))), st[42][64] __attribute__((aligned(64))), ot[24][64] __attribute__((aligned(64)));
         float m[64] __attribute__((aligned(64))), mnew[64] __attribute__((aligned(64))), l[64] __attribute__((aligned(64))), alpha[64] __attribute__((aligned(64)));
-        for (int64_t d = 0; d < 24; ++d)  /* Q^T of the block; queries past nq are zero */
-            for (int64_t ii = 0; ii < 64; ++ii)
-                qt[d][ii] = ii < nq ? t_Q[i_b * 1776 + i_h * 888 + (q0 + ii) * 24 + d] : 0.0f;
+        if (nq == 64)  /* Q^T of the block: a strided load per vector of queries */
+            for (int64_t d = 0; d < 24; ++d)
+                for (int64_t i0 = 0; i0 < 64; i0 += 16)
+                    uol_vst(&qt[d][i0], uol_vlds(&t_Q[i_b * 1776 + i_h * 888 + (q0 + i0) * 24 + d], 24));
+        else  /* the last, short block: queries past nq are zero */
+            for (int64_t d = 0; d < 24; ++d)
+                for (int64_t ii = 0; ii < 64; ++ii)
+                    qt[d][ii] = ii < nq ? t_Q[i_b * 1776 + i_h * 888 + (q0 + ii) * 24 + d] : 0.0f;
         for (int64_t ii = 0; ii < 64; ++ii) {  /* padding lanes keep m = 0: finite, never stored */
             m[ii] = ii < nq ? -INFINITY : 0.0f; l[ii] = 0.0f;
             for (int64_t e = 0; e < 24; ++e) ot[e][ii] = 0.0f;
@@ -290,10 +297,11 @@ void uol_attention_batched(void **args, const int64_t *strides)
                 uol_pv_tile10(nk, &st[0][i0], vb + 14, &ot[14][i0], &alpha[i0]);
             }
         }
-        for (int64_t ii = 0; ii < nq; ++ii) {  /* O = O^T / l */
+        for (int64_t ii = 0; ii < nq; ++ii) {  /* O = O^T / l, a strided load per vector of O's row */
             const float inv = 1.0f / l[ii];
             float *restrict orow = t_O + i_b * 1776 + i_h * 888 + (q0 + ii) * 24;
-            for (int64_t e = 0; e < 24; ++e) orow[e] = ot[e][ii] * inv;
+            for (int64_t e = 0; e < 16; e += 16) uol_vst((orow) + e, uol_vmul(uol_vlds(&ot[e][ii], 64), uol_vset(inv)));
+            for (int64_t e = 16; e < 24; ++e) (orow)[e] = ot[e][ii] * inv;
         }
     }
 }

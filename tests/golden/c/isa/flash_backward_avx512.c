@@ -69,6 +69,8 @@ static inline uol_v uol_vadd(uol_v a, uol_v b) { return _mm512_add_ps(a, b); }
 static inline uol_v uol_vsub(uol_v a, uol_v b) { return _mm512_sub_ps(a, b); }
 static inline uol_v uol_vmul(uol_v a, uol_v b) { return _mm512_mul_ps(a, b); }
 static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) { return _mm512_fmadd_ps(a, b, c); }
+/* lane k = p[k * stride]: one gather where a transpose would take a scalar load per lane */
+static inline uol_v uol_vlds(const float *p, int64_t stride) { return _mm512_i32gather_ps(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)stride)), p, 4); }
 /* exp(x) on __m512 lanes: the constants and steps of uol_expf (n = round(x / ln 2), r = x - n ln 2
    in two parts, degree-5 polynomial, 2^n by an integer shift into the exponent field). */
 static inline __m512 uol_vexp(__m512 x)

@@ -69,6 +69,11 @@ static inline uol_v uol_vadd(uol_v a, uol_v b) { return vaddq_f32(a, b); }
 static inline uol_v uol_vsub(uol_v a, uol_v b) { return vsubq_f32(a, b); }
 static inline uol_v uol_vmul(uol_v a, uol_v b) { return vmulq_f32(a, b); }
 static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) { return vfmaq_f32(c, a, b); }
+static inline uol_v uol_vlds(const float *p, int64_t stride)
+{
+    const float x[4] = {p[0], p[stride], p[2 * stride], p[3 * stride]};
+    return vld1q_f32(x);
+}
 /* exp(x) on float32x4_t lanes: the constants and steps of uol_expf (n = round(x / ln 2),
    r = x - n ln 2 in two parts, degree-5 polynomial, 2^n by an integer shift into the exponent
    field). */

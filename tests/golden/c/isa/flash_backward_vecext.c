@@ -68,6 +68,12 @@ static inline uol_v uol_vadd(uol_v a, uol_v b) { return a + b; }
 static inline uol_v uol_vsub(uol_v a, uol_v b) { return a - b; }
 static inline uol_v uol_vmul(uol_v a, uol_v b) { return a * b; }
 static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) { return a * b + c; }
+static inline uol_v uol_vlds(const float *p, int64_t stride)
+{
+    uol_v x;
+    for (int k = 0; k < 4; ++k) x[k] = p[k * stride];
+    return x;
+}
 static inline uol_v uol_vexp(uol_v x)
 {
     for (int k = 0; k < 4; ++k) x[k] = uol_expf(x[k]);

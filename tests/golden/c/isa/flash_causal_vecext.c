@@ -59,6 +59,12 @@ static inline uol_v uol_vadd(uol_v a, uol_v b) { return a + b; }
 static inline uol_v uol_vsub(uol_v a, uol_v b) { return a - b; }
 static inline uol_v uol_vmul(uol_v a, uol_v b) { return a * b; }
 static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) { return a * b + c; }
+static inline uol_v uol_vlds(const float *p, int64_t stride)
+{
+    uol_v x;
+    for (int k = 0; k < 4; ++k) x[k] = p[k * stride];
+    return x;
+}
 static inline uol_v uol_vexp(uol_v x)
 {
     for (int k = 0; k < 4; ++k) x[k] = uol_expf(x[k]);
@@ -153,9 +159,14 @@ void uol_causal_attention(void **args, const int64_t *strides)
         const int64_t nqt = (nq + 7) / 8 * 8;  /* queries the micro-tiles cover */
         float qt[8][40] __attribute__((aligned(64))), st[42][40] __attribute__((aligned(64))), ot[8][40] __attribute__((aligned(64)));
         float m[40] __attribute__((aligned(64))), mnew[40] __attribute__((aligned(64))), l[40] __attribute__((aligned(64))), alpha[40] __attribute__((aligned(64)));
-        for (int64_t d = 0; d < 8; ++d)  /* Q^T of the block; queries past nq are zero */
-            for (int64_t ii = 0; ii < 40; ++ii)
-                qt[d][ii] = ii < nq ? t_Q[(q0 + ii) * 8 + d] : 0.0f;
+        if (nq == 40)  /* Q^T of the block: a strided load per vector of queries */
+            for (int64_t d = 0; d < 8; ++d)
+                for (int64_t i0 = 0; i0 < 40; i0 += 4)
+                    uol_vst(&qt[d][i0], uol_vlds(&t_Q[(q0 + i0) * 8 + d], 8));
+        else  /* the last, short block: queries past nq are zero */
+            for (int64_t d = 0; d < 8; ++d)
+                for (int64_t ii = 0; ii < 40; ++ii)
+                    qt[d][ii] = ii < nq ? t_Q[(q0 + ii) * 8 + d] : 0.0f;
         for (int64_t ii = 0; ii < 40; ++ii) {  /* padding lanes keep m = 0: finite, never stored */
             m[ii] = ii < nq ? -INFINITY : 0.0f; l[ii] = 0.0f;
             for (int64_t e = 0; e < 8; ++e) ot[e][ii] = 0.0f;
@@ -199,10 +210,10 @@ void uol_causal_attention(void **args, const int64_t *strides)
                 uol_pv_tile2(nk, &st[0][i0], vb + 6, &ot[6][i0], &alpha[i0]);
             }
         }
-        for (int64_t ii = 0; ii < nq; ++ii) {  /* O = O^T / l */
+        for (int64_t ii = 0; ii < nq; ++ii) {  /* O = O^T / l, a strided load per vector of O's row */
             const float inv = 1.0f / l[ii];
             float *restrict orow = t_O + (q0 + ii) * 8;
-            for (int64_t e = 0; e < 8; ++e) orow[e] = ot[e][ii] * inv;
+            for (int64_t e = 0; e < 8; e += 4) uol_vst((orow) + e, uol_vmul(uol_vlds(&ot[e][ii], 40), uol_vset(inv)));
         }
     }
 }

@@ -60,6 +60,11 @@ static inline uol_v uol_vadd(uol_v a, uol_v b) { return vaddq_f32(a, b); }
 static inline uol_v uol_vsub(uol_v a, uol_v b) { return vsubq_f32(a, b); }
 static inline uol_v uol_vmul(uol_v a, uol_v b) { return vmulq_f32(a, b); }
 static inline uol_v uol_vfma(uol_v a, uol_v b, uol_v c) { return vfmaq_f32(c, a, b); }
+static inline uol_v uol_vlds(const float *p, int64_t stride)
+{
+    const float x[4] = {p[0], p[stride], p[2 * stride], p[3 * stride]};
+    return vld1q_f32(x);
+}
 /* exp(x) on float32x4_t lanes: the constants and steps of uol_expf (n = round(x / ln 2),
    r = x - n ln 2 in two parts, degree-5 polynomial, 2^n by an integer shift into the exponent
    field). */
@@ -247,9 +252,14 @@ void uol_attention_batched(void **args, const int64_t *strides)
         const int64_t nqt = (nq + 7) / 8 * 8;  /* queries the micro-tiles cover */
         float qt[24][40] __attribute__((aligned(64))), st[42][40] __attribute__((aligned(64))), ot[24][40] __attribute__((aligned(64)));
         float m[40] __attribute__((aligned(64))), mnew[40] __attribute__((aligned(64))), l[40] __attribute__((aligned(64))), alpha[40] __attribute__((aligned(64)));
-        for (int64_t d = 0; d < 24; ++d)  /* Q^T of the block; queries past nq are zero */
-            for (int64_t ii = 0; ii < 40; ++ii)
-                qt[d][ii] = ii < nq ? t_Q[i_b * 1776 + i_h * 888 + (q0 + ii) * 24 + d] : 0.0f;
+        if (nq == 40)  /* Q^T of the block: a strided load per vector of queries */
+            for (int64_t d = 0; d < 24; ++d)
+                for (int64_t i0 = 0; i0 < 40; i0 += 4)
+                    uol_vst(&qt[d][i0], uol_vlds(&t_Q[i_b * 1776 + i_h * 888 + (q0 + i0) * 24 + d], 24));
+        else  /* the last, short block: queries past nq are zero */
+            for (int64_t d = 0; d < 24; ++d)
+                for (int64_t ii = 0; ii < 40; ++ii)
+                    qt[d][ii] = ii < nq ? t_Q[i_b * 1776 + i_h * 888 + (q0 + ii) * 24 + d] : 0.0f;
         for (int64_t ii = 0; ii < 40; ++ii) {  /* padding lanes keep m = 0: finite, never stored */
             m[ii] = ii < nq ? -INFINITY : 0.0f; l[ii] = 0.0f;
             for (int64_t e = 0; e < 24; ++e) ot[e][ii] = 0.0f;
@@ -291,10 +301,10 @@ void uol_attention_batched(void **args, const int64_t *strides)
                 uol_pv_tile10(nk, &st[0][i0], vb + 14, &ot[14][i0], &alpha[i0]);
             }
         }
-        for (int64_t ii = 0; ii < nq; ++ii) {  /* O = O^T / l */
+        for (int64_t ii = 0; ii < nq; ++ii) {  /* O = O^T / l, a strided load per vector of O's row */
             const float inv = 1.0f / l[ii];
             float *restrict orow = t_O + i_b * 1776 + i_h * 888 + (q0 + ii) * 24;
-            for (int64_t e = 0; e < 24; ++e) orow[e] = ot[e][ii] * inv;
+            for (int64_t e = 0; e < 24; e += 4) uol_vst((orow) + e, uol_vmul(uol_vlds(&ot[e][ii], 40), uol_vset(inv)));
         }
     }
 }
