@@ -4,9 +4,10 @@ training demo's step time; contenders alternate call by call so load hits them a
 Writes docs/benchmarks/training.json and the "Training" section of docs/benchmarks.md.
 
 Page policy: UOL's kernels write large outputs on transparent huge pages (runtime/pages.py);
-torch's allocator maps them 4 KiB at a time. `--huge-pages-for-all` restarts the run with
-glibc's `glibc.malloc.hugetlb=1` tunable, so torch's large tensors get huge pages too, and
-writes the section "Training, huge pages for every contender": the ratio of the kernels alone.
+torch's allocator maps them 4 KiB at a time by default. `--huge-pages-for-all` restarts the run
+with torch's own switch, THP_MEM_ALLOC_ENABLE=1 (read once, at its first allocation), so torch's
+large tensors get huge pages too, and writes the section "Training, huge pages for every
+contender": the ratio of the kernels alone.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from uol_cli.training_demo import run_demo
 from uol_core.torch.bridge import to_torch
 from uol_core.torch.nn import UolAttention, UolLayerNorm
 
-HUGE_FOR_ALL = "glibc.malloc.hugetlb=1"
+HUGE_FOR_ALL = "THP_MEM_ALLOC_ENABLE"
 
 
 def step(fn, inputs, upstream):
@@ -98,16 +99,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0, help="timing window per case")
     parser.add_argument("--steps", type=int, default=150, help="training demo steps")
     parser.add_argument("--huge-pages-for-all", action="store_true",
-                        help="give torch's allocations huge pages too (glibc.malloc.hugetlb=1)")
+                        help="give torch's allocations huge pages too (THP_MEM_ALLOC_ENABLE=1)")
     parser.add_argument("--only", default="",
                         help="run the cases whose name contains this text and print them "
                              "(no demo, docs left as they are)")
     args = parser.parse_args()
-    if args.huge_pages_for_all and HUGE_FOR_ALL not in os.environ.get("GLIBC_TUNABLES", ""):
-        # glibc reads its tunables once, at start: run again with the tunable set
-        tunables = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), HUGE_FOR_ALL]))
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "GLIBC_TUNABLES": tunables})
-    pages = ("huge pages for every contender (GLIBC_TUNABLES=" + HUGE_FOR_ALL + ")"
+    if args.huge_pages_for_all and os.environ.get(HUGE_FOR_ALL) != "1":
+        # torch reads the switch once, at its first allocation: run again with it set
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, HUGE_FOR_ALL: "1"})
+    pages = (f"huge pages for every contender ({HUGE_FOR_ALL}=1 for torch)"
              if args.huge_pages_for_all else
              "UOL's large outputs on huge pages, torch's allocator as it comes")
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "threads": torch.get_num_threads(),

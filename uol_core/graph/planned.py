@@ -301,16 +301,6 @@ def page_faults() -> int:
     return usage.ru_minflt + usage.ru_majflt
 
 
-def hugepage_mode() -> str:
-    """The kernel's transparent-huge-page policy ([always] madvise never), or 'unknown'."""
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            text = f.read()
-    except OSError:
-        return "unknown"
-    return text[text.find("[") + 1:text.find("]")] if "[" in text else text.strip()
-
-
 def buffers_of(roots: list[Root]) -> list[Buffer]:
     """The arena roots as buffers for the planner."""
     return [Buffer(r.name, r.nbytes, r.first, r.last) for r in roots if r.kind == "arena"]

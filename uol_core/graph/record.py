@@ -18,9 +18,9 @@ from uol_core.graph.planned import (
     RunStats,
     Segment,
     buffers_of,
-    hugepage_mode,
 )
 from uol_core.graph.siblings import param_value
+from uol_core.runtime.pages import huge_page_mode
 
 # torch nodes that, when they allocate (a reshape of a non-viewable layout, contiguous, clone),
 # only copy their one input: they become a planned copy into the arena instead of an allocation
@@ -215,7 +215,7 @@ class Recorder:
         if run:
             steps.append(Segment(run))
         huge = "yes" if arena.huge_pages else "no (arena under 2 MiB)" \
-            if memory.arena_bytes < HUGE_PAGE else f"no (transparent huge pages: {hugepage_mode()})"
+            if memory.arena_bytes < HUGE_PAGE else f"no (transparent huge pages: {huge_page_mode()})"
         stats = RunStats(memory, counts["kernel"], sum(isinstance(s, Segment) for s in steps),
                          counts["copy"], counts["call"], self.views_removed, huge)
         return PlannedGraph(self.roots, steps, patches, inputs, params, outputs, stats, arena)

@@ -24,17 +24,24 @@ MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux (every architecture)
 THP_DIR = Path("/sys/kernel/mm/transparent_hugepage")
 
 
+def huge_page_mode() -> str:
+    """The system's transparent-huge-page policy (always, madvise, never) or 'unknown'."""
+    try:
+        text = (THP_DIR / "enabled").read_text()
+    except OSError:
+        return "unknown"
+    return text[text.find("[") + 1:text.find("]")] if "[" in text else text.strip()
+
+
 @lru_cache(maxsize=1)
 def huge_page_bytes() -> int:
     """The transparent huge page size when the OS grants them on request, else 0."""
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or huge_page_mode() not in ("always", "madvise"):
         return 0
     try:
-        mode = (THP_DIR / "enabled").read_text()
-        size = int((THP_DIR / "hpage_pmd_size").read_text())
+        return int((THP_DIR / "hpage_pmd_size").read_text())
     except (OSError, ValueError):
         return 0
-    return size if "[never]" not in mode else 0
 
 
 @lru_cache(maxsize=1)
@@ -44,6 +51,12 @@ def _madvise():
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     fn.restype = ctypes.c_int
     return fn
+
+
+def madvise_huge(address: int, length: int) -> bool:
+    """Ask for transparent huge pages over [address, address + length), which must start on a
+    page boundary; False where the OS says no or grants none."""
+    return bool(huge_page_bytes()) and length > 0 and _madvise()(address, length, MADV_HUGEPAGE) == 0
 
 
 def advise_huge(tensor: torch.Tensor) -> bool:
@@ -56,7 +69,7 @@ def advise_huge(tensor: torch.Tensor) -> bool:
         return False
     start = -(-tensor.data_ptr() // page) * page
     end = (tensor.data_ptr() + nbytes) // page * page
-    return end > start and _madvise()(start, end - start, MADV_HUGEPAGE) == 0
+    return end > start and madvise_huge(start, end - start)
 
 
 def fresh_output(shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
