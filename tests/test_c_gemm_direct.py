@@ -148,8 +148,30 @@ def test_direct_path_rules_are_named_and_bind():
     # a depth split keeps one M x N partial sum per thread: its size against L2 is in the rule
     assert f"{128 * 128 * 4} <= {TARGETS['avx512'].l2_bytes}" in rules["parallel split"].formula
     splits = {c.par for c in space.configs if c.path == "direct"}
-    assert splits == {"jr", "k"}  # never 'ir' (A is not packed), no batch to split
+    assert splits == {"jr", "ir", "k"}  # no batch to split
     assert all(c.mc == 128 for c in space.configs if c.path == "direct")
+
+
+def test_one_column_panel_is_split_by_rows_not_by_depth():
+    """N = 10 is one B panel: a column split has nothing to share, and a depth split pays a
+    reduction and a second barrier (its 10 us cost 2x the row split here at 128x256x10); the
+    row split packs the one panel in each thread, which the model charges."""
+    space, model, ranked = _ranked("matmul", {"M": 128, "N": 10, "K": 256})
+    best = ranked[0][0]
+    assert (best.path, best.par, best.threads) == ("direct", "ir", 2)
+    shared = model.estimate(best.replace(par="jr")).terms["memory_s"]
+    assert model.estimate(best).terms["memory_s"] > shared  # each thread packs the panel
+    depth = [g for c, g in ranked if c.par == "k"]
+    assert depth and max(depth) < ranked[0][1]
+
+
+def test_a_row_split_direct_kernel_matches_torch():
+    from uol_core.api import compile as compile_op
+
+    a, b = torch.randn(128, 256), torch.randn(256, 10)
+    kernel = compile_op("matmul", shapes={"A": (128, 256), "B": (256, 10)},
+                        config="path=direct,par=ir,threads=2,mc=128")
+    torch.testing.assert_close(kernel(A=a, B=b), a @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_a_depth_split_needs_the_direct_path():

@@ -183,12 +183,14 @@ class CostModel:
     def _direct_memory(self, cfg: TileConfig, bw: float) -> tuple[float, int]:
         """Seconds of memory traffic beyond the roofline's minimum on the direct path, and the
         barriers it adds: B panels packed where reused by several row strips (M > MR), else
-        streamed (at a share of the bandwidth without prefetch); a depth split writes and
-        reads one M x N partial sum per thread around two barriers."""
+        streamed (at a share of the bandwidth without prefetch); a row split packs every panel
+        in each thread; a depth split writes and reads one M x N partial sum per thread around
+        two barriers."""
         p = self.plan
         M, N, K, B = p.M, p.N, p.K, p.batch_count
         if cfg.mr < M:
-            seconds = 2 * F32 * B * K * N / bw / cfg.threads
+            packers = 1 if cfg.par == "ir" else cfg.threads  # threads sharing the packing
+            seconds = 2 * F32 * B * K * N / bw / packers
         else:
             share = 1.0 if cfg.pf else UNPREFETCHED_STREAM_SHARE
             seconds = F32 * B * K * N * (1 / share - 1) / bw / cfg.threads

@@ -10,9 +10,11 @@ An edge panel (nr < NR) or a B without unit stride along n is always packed (zer
 because the micro-kernel loads whole vectors.
 
 Loop nest: batch -> pc (KC depth) -> jr (NR panels) -> ir (MR strips). The OpenMP split is
-over batch slices (par=batch), NR panels (par=jr, contiguous shares) or the depth (par=k: each
-thread sums its share of K into a private M x N buffer, then the threads add the buffers row
-strip by row strip and run the epilogue); a row split (par=ir) is emitted for overrides only. One thread emits no parallel region at all.
+over batch slices (par=batch), NR panels (par=jr, contiguous shares), MR-row strips (par=ir:
+each thread packs the B panels it reads, all of them: what a single panel, N <= NR, leaves) or
+the depth (par=k: each thread sums its share of K into a private M x N buffer, then the threads
+add the buffers row strip by row strip and run the epilogue). One thread emits no parallel
+region at all.
 """
 
 from __future__ import annotations
@@ -222,8 +224,7 @@ def _share(var: str, units: str, step: str, extent: str) -> str:
 
 def _shares(w: CodeWriter, cfg: TileConfig, ksplit: bool, line: int) -> None:
     """This thread's depth range [k_lo, k_hi), panel range [j_lo, j_hi) and row-strip range
-    [i_lo, i_hi). A row split (par=ir) is legal here although the space never proposes it
-    (each thread packs the same B panels): an override may ask for it."""
+    [i_lo, i_hi). A row split (par=ir) packs the same B panels in each thread."""
     split = cfg.par if cfg.threads > 1 else ""
     if split == "ir":
         w.emit("        const int64_t strips = (MDIM + MR - 1) / MR;\n"
@@ -255,17 +256,21 @@ def _reduce(w: CodeWriter, plan: GemmPlan, line: int) -> None:
             const int64_t r_lo = strips * tid / nth * MR, r_hi_ = strips * (tid + 1) / nth * MR;
             const int64_t r_hi = r_hi_ < MDIM ? r_hi_ : MDIM;
             const int first = 1, last = 1;
+            /* the partial sums written, in thread order (found once: two divisions per
+               element and thread cost more than the adds at small sizes) */
+            const float *parts[THREADS];
+            int64_t nparts = 0;
+            for (int64_t t = 0; t < nth; ++t)
+                if (kblocks * t / nth < kblocks * (t + 1) / nth) parts[nparts++] = part + t * MDIM * NDIM;
             for (int64_t ir = r_lo; ir < r_hi; ir += MR)
             for (int64_t jr = 0; jr < NDIM; jr += NR) {
                 const int64_t mr = MDIM - ir < MR ? MDIM - ir : MR;
                 const int64_t nr = NDIM - jr < NR ? NDIM - jr : NR;
-                for (int64_t i = 0; i < mr; ++i)
-                    for (int64_t j = 0; j < nr; ++j) {
-                        float sum = 0.0f;
-                        for (int64_t t = 0; t < nth; ++t)
-                            if (kblocks * t / nth < kblocks * (t + 1) / nth)
-                                sum += part[t * MDIM * NDIM + (ir + i) * NDIM + jr + j];
-                        tile[i * NR + j] = sum;
-                    }""", line)
+                for (int64_t i = 0; i < mr; ++i) {
+                    const int64_t row = (ir + i) * NDIM + jr;
+                    for (int64_t j = 0; j < nr; ++j) tile[i * NR + j] = parts[0][row + j];
+                    for (int64_t q = 1; q < nparts; ++q)
+                        for (int64_t j = 0; j < nr; ++j) tile[i * NR + j] += parts[q][row + j];
+                }""", line)
     _store(w, plan, "                ")
     w.emit("            }\n        }\n#pragma omp barrier", line)

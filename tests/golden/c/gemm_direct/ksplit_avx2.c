@@ -194,18 +194,22 @@ void uol_linear_bias_gelu(void **args, const int64_t *strides)
             const int64_t r_lo = strips * tid / nth * MR, r_hi_ = strips * (tid + 1) / nth * MR;
             const int64_t r_hi = r_hi_ < MDIM ? r_hi_ : MDIM;
             const int first = 1, last = 1;
+            /* the partial sums written, in thread order (found once: two divisions per
+               element and thread cost more than the adds at small sizes) */
+            const float *parts[THREADS];
+            int64_t nparts = 0;
+            for (int64_t t = 0; t < nth; ++t)
+                if (kblocks * t / nth < kblocks * (t + 1) / nth) parts[nparts++] = part + t * MDIM * NDIM;
             for (int64_t ir = r_lo; ir < r_hi; ir += MR)
             for (int64_t jr = 0; jr < NDIM; jr += NR) {
                 const int64_t mr = MDIM - ir < MR ? MDIM - ir : MR;
                 const int64_t nr = NDIM - jr < NR ? NDIM - jr : NR;
-                for (int64_t i = 0; i < mr; ++i)
-                    for (int64_t j = 0; j < nr; ++j) {
-                        float sum = 0.0f;
-                        for (int64_t t = 0; t < nth; ++t)
-                            if (kblocks * t / nth < kblocks * (t + 1) / nth)
-                                sum += part[t * MDIM * NDIM + (ir + i) * NDIM + jr + j];
-                        tile[i * NR + j] = sum;
-                    }
+                for (int64_t i = 0; i < mr; ++i) {
+                    const int64_t row = (ir + i) * NDIM + jr;
+                    for (int64_t j = 0; j < nr; ++j) tile[i * NR + j] = parts[0][row + j];
+                    for (int64_t q = 1; q < nparts; ++q)
+                        for (int64_t j = 0; j < nr; ++j) tile[i * NR + j] += parts[q][row + j];
+                }
                 if (nr == NR && s0_b == 1 && s1_Y == 1) {
                     if (!last) {
                     for (int64_t i = 0; i < mr; ++i) {
