@@ -119,3 +119,17 @@ def test_model_calibration_learns_a_correction():
     before = model.estimate(top[0]).gflops
     model.calibrate([(c, model.estimate(c).gflops * 0.5) for c in top])
     assert abs(model.estimate(top[0]).gflops - before * 0.5) < 1e-6 * before
+
+
+def test_a_tiny_gemm_stays_on_one_thread_by_a_named_rule():
+    """37x45x29 is 48K multiply-adds: split in two, each share is shorter than a fork and join
+    (3000 cycles x 2 FMA units x 16 lanes here), so the 'parallel work' rule removes every
+    2-thread config; at 64^3 (262K) two threads remain."""
+    space = _space({"M": 37, "N": 45, "K": 29}, AVX512)
+    rule = next(c for c in space.constraints
+                if c.name == "parallel work" and ("isa", "avx512") in c.when)
+    assert f"{37 * 45 * 29} >= threads * {3000 * 2 * 16}" in rule.formula and rule.removed > 0
+    assert {c.threads for c in space.configs} == {1}
+    assert 2 in {c.threads for c in _space({"M": 64, "N": 64, "K": 64}, AVX512).configs}
+    model = CostModel(space.plan, AVX512)
+    assert "parallel work" in str(explain(space, model, model.rank(space.configs)[0][0]))

@@ -156,7 +156,7 @@ def test_one_column_panel_is_split_by_rows_not_by_depth():
     """N = 10 is one B panel: a column split has nothing to share, and a depth split pays a
     reduction and a second barrier (its 10 us cost 2x the row split here at 128x256x10); the
     row split packs the one panel in each thread, which the model charges."""
-    space, model, ranked = _ranked("matmul", {"M": 128, "N": 10, "K": 256})
+    _, model, ranked = _ranked("matmul", {"M": 128, "N": 10, "K": 256})
     best = ranked[0][0]
     assert (best.path, best.par, best.threads) == ("direct", "ir", 2)
     shared = model.estimate(best.replace(par="jr")).terms["memory_s"]
