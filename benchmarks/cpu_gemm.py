@@ -295,7 +295,7 @@ def write_docs(report: dict, cmd: str, section_name: str = "CPU GEMM") -> None:
              f"{report['threads']} threads, {report['compiler']}).", "",
              f"Host ISA (HFL host target): {report.get('isa', '-')}.", "",
              f"Probed fp32 FMA peak ({report.get('fma_peak_isa', 'AVX2')}, {report['threads']} "
-             f"threads): {report['fma_peak_gflops']:.0f} GFLOP/s; HFL host target fp32 peak: "
+             f"threads): {report['fma_peak_gflops']:.0f} GFLOP/s{_probes_note(report)}; HFL host target fp32 peak: "
              f"{report['hfl_peak_gflops']:.0f} GFLOP/s. Load average (other jobs on the "
              f"{os.cpu_count()} cores): {report.get('load_average_start', 0):.1f} at the start, "
              f"{report.get('load_average_end', 0):.1f} at the end.", "",
@@ -406,8 +406,34 @@ def main() -> None:
         report["tuner"] = tuner_efficiency(target, threads, args.exhaustive)
         print(json.dumps(report["tuner"]), flush=True)
     report["load_average_end"] = os.getloadavg()[0]
+    settle_peaks(report, target, threads)
     cmd = "python " + shlex.join(["benchmarks/cpu_gemm.py", *sys.argv[1:]])
     write_docs(report, cmd, args.section)
+
+
+def _probes_note(report: dict) -> str:
+    """Which probes the peak comes from (runs written before the end probe have one)."""
+    probes = report.get("peak_probes")
+    if not probes:
+        return ""
+    start, end = (max(p["fma"], p.get("fp32_avx512", 0.0)) for p in (probes["start"], probes["end"]))
+    return f" (the higher of two probes: {start:.0f} at the start of the run, {end:.0f} at its end)"
+
+
+def settle_peaks(report: dict, target, threads: int) -> None:
+    """Probe the peaks again at the end and keep the higher of each: a peak is what the
+    machine can do, and a probe that ran while other jobs held the cores says less (one start
+    probe here read 235 GFLOP/s where the machine had read 335 an hour before, and put a
+    GEMM at 103% of it). Both probes stay in the report."""
+    end = {"fma": probe_fma_peak(threads), **probe_peaks(target.isa, threads)}
+    report["peak_probes"] = {"start": {"fma": report["fma_peak_gflops"], **report["peaks"]},
+                             "end": end}
+    report["peaks"] = {k: max(v, end.get(k, 0.0)) for k, v in report["peaks"].items()}
+    best = max(end["fma"], report["fma_peak_gflops"], report["peaks"].get("fp32_avx512", 0.0))
+    if best > report["fma_peak_gflops"]:
+        report["fma_peak_gflops"] = best
+        if best == report["peaks"].get("fp32_avx512"):
+            report["fma_peak_isa"] = "AVX-512"
 
 
 if __name__ == "__main__":
