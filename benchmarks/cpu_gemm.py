@@ -377,7 +377,10 @@ def main() -> None:
              ("matmul", {"M": 8, "N": 4096, "K": 4096}),
              ("matmul", {"M": 128, "N": 128, "K": 8192}),
              ("bmm", {"B": 32, "M": 64, "N": 64, "K": 64})]
-    cases = small if args.small else cases + small
+    # a classifier head (one column panel) and a depth-split shape: the direct path's row
+    # and depth splits (the small set only)
+    heads = [("matmul", {"M": 128, "N": 10, "K": 256}), ("matmul", {"M": 16, "N": 64, "K": 512})]
+    cases = small + heads if args.small else cases + small
     if args.quick:
         cases = [("matmul", {"M": 256, "N": 256, "K": 256}),
                  ("linear_bias_gelu", {"M": 128, "N": 128, "K": 128})]

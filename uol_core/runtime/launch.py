@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from uol_core.runtime.dispatch import OpRunner
-from uol_core.runtime.pages import fresh_output
+from uol_core.runtime.pages import fresh_output, huge_page_bytes
 
 
 class LaunchPlan:
@@ -44,14 +44,18 @@ class LaunchPlan:
         first = len(inputs)
         self._scratch_slots = [i for i in range(first, first + len(self.allocs))
                                if i not in self.outputs]
-        self._output_allocs = [(i, *self.allocs[i - first]) for i in self.outputs if i >= first]
+        # (slot, shape, dtype, large): only outputs of two huge pages or more ask for them,
+        # decided here once rather than per call
+        self._output_allocs = [(i, shape, dtype, _nbytes(shape, dtype) >= 2 * huge_page_bytes() > 0)
+                               for i in self.outputs if i >= first
+                               for shape, dtype in [self.allocs[i - first]]]
         self._local = threading.local()
 
     def __call__(self, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         env: list = [v if v.is_contiguous() else v.contiguous() for v in values]
         env.extend(self._scratch())
-        for i, shape, dtype in self._output_allocs:
-            env[i] = fresh_output(shape, dtype)
+        for i, shape, dtype, large in self._output_allocs:
+            env[i] = fresh_output(shape, dtype) if large else torch.empty(shape, dtype=dtype)
         for fn, slots, strides in self.steps:
             ptrs = array("q", [env[i].data_ptr() for i in slots])  # held until the call returns
             fn(ptrs.buffer_info()[0], strides)
@@ -86,6 +90,13 @@ def plan_for(runner: OpRunner, tensors: Mapping[str, torch.Tensor],
                 return None
     specs = {n: (tuple(t.shape), t.dtype) for n, t in tensors.items()}
     return LaunchPlan(order, specs, steps, [d.name for d in runner.op.outputs])
+
+
+def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
+    count = 1
+    for extent in shape:
+        count *= int(extent)
+    return count * torch.empty((), dtype=dtype).element_size()
 
 
 def _contiguous_strides(shape: Sequence[int]) -> list[int]:
