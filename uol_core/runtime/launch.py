@@ -10,6 +10,7 @@ it is made, so a call allocates the outputs and passes pointers, nothing else.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from array import array
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from uol_core.runtime.dispatch import OpRunner
-from uol_core.runtime.pages import fresh_output, huge_page_bytes
+from uol_core.runtime.pages import fresh_output, wants_huge_pages
 
 
 class LaunchPlan:
@@ -46,7 +47,7 @@ class LaunchPlan:
                                if i not in self.outputs]
         # (slot, shape, dtype, large): only outputs of two huge pages or more ask for them,
         # decided here once rather than per call
-        self._output_allocs = [(i, shape, dtype, _nbytes(shape, dtype) >= 2 * huge_page_bytes() > 0)
+        self._output_allocs = [(i, shape, dtype, wants_huge_pages(math.prod(shape) * dtype.itemsize))
                                for i in self.outputs if i >= first
                                for shape, dtype in [self.allocs[i - first]]]
         self._local = threading.local()
@@ -90,13 +91,6 @@ def plan_for(runner: OpRunner, tensors: Mapping[str, torch.Tensor],
                 return None
     specs = {n: (tuple(t.shape), t.dtype) for n, t in tensors.items()}
     return LaunchPlan(order, specs, steps, [d.name for d in runner.op.outputs])
-
-
-def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
-    count = 1
-    for extent in shape:
-        count *= int(extent)
-    return count * torch.empty((), dtype=dtype).element_size()
 
 
 def _contiguous_strides(shape: Sequence[int]) -> list[int]:

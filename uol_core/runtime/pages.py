@@ -59,14 +59,21 @@ def madvise_huge(address: int, length: int) -> bool:
     return bool(huge_page_bytes()) and length > 0 and _madvise()(address, length, MADV_HUGEPAGE) == 0
 
 
+def wants_huge_pages(nbytes: int) -> bool:
+    """Whether a tensor of `nbytes` asks for huge pages: the OS grants them, and it is at least
+    two huge pages long (a smaller one may hold no whole page)."""
+    page = huge_page_bytes()
+    return bool(page) and nbytes >= 2 * page
+
+
 def advise_huge(tensor: torch.Tensor) -> bool:
     """Ask for huge pages on the whole huge pages inside `tensor`'s memory, when it is at
     least two huge pages long (a smaller one may hold no whole page). True when the advice was
     taken."""
-    page = huge_page_bytes()
     nbytes = tensor.numel() * tensor.element_size()
-    if not page or nbytes < 2 * page or tensor.device.type != "cpu":
+    if not wants_huge_pages(nbytes) or tensor.device.type != "cpu":
         return False
+    page = huge_page_bytes()
     start = -(-tensor.data_ptr() // page) * page
     end = (tensor.data_ptr() + nbytes) // page * page
     return end > start and madvise_huge(start, end - start)
