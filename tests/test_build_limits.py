@@ -22,8 +22,9 @@ from uol_core.runtime.build import BuildError, BuildLimits, build
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or not Path("/proc").is_dir(),
                                 reason="needs gcc and a /proc file system (Linux)")
 
-# Full unrolling of a 4000-step loop with a divide keeps cc1 busy for seconds (about 10 s at -O3
-# on a 2-core cloud machine) and grows it past 100 MiB: long and big enough to hit both limits.
+# Full unrolling of a 4000-step loop with a divide grows cc1 past 100 MiB (the memory limit's
+# test) and keeps it busy for 1.4-10 s at -O3 on 2-core cloud machines: a fast Zen 5 core ends
+# near 1.5 s, so the time limit's test compiles 12000 steps (tens of seconds anywhere).
 SLOW_C = """#include <stdint.h>
 void uol_slow(void **args, const int64_t *strides)
 {
@@ -98,7 +99,7 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 def test_a_build_past_its_time_limit_leaves_no_compiler_behind(cache):
     with CompilerWatch(cache) as watch, pytest.raises(BuildError) as caught:
-        build(slow_source(), BuildLimits(timeout_s=1.5, memory_mb=0))
+        build(slow_source(12000), BuildLimits(timeout_s=1.5, memory_mb=0))
     message = str(caught.value)
     assert "time limit of 1.5 s" in message and "UOL_BUILD_TIMEOUT_S" in message
     assert "slow" in message and "config mr=4,nr=16" in message
