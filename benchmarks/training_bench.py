@@ -103,6 +103,9 @@ def main() -> None:
     parser.add_argument("--only", default="",
                         help="run the cases whose name contains this text and print them "
                              "(no demo, docs left as they are)")
+    parser.add_argument("--section", default="",
+                        help="docs/benchmarks.md section (default: 'Training', or 'Training, "
+                             "huge pages for every contender' with --huge-pages-for-all)")
     args = parser.parse_args()
     if args.huge_pages_for_all and os.environ.get(HUGE_FOR_ALL) != "1":
         # torch reads the switch once, at its first allocation: run again with it set
@@ -132,7 +135,9 @@ def main() -> None:
                           uol_accuracy=demo["uol"]["accuracy"])
     report["load_average_end"] = os.getloadavg()[0]
     d = report["demo"]
-    flags = (" --quick" if args.quick else "") + (" --huge-pages-for-all" if args.huge_pages_for_all else "")
+    flags = ((" --quick" if args.quick else "")
+             + (" --huge-pages-for-all" if args.huge_pages_for_all else "")
+             + (f" --section '{args.section}'" if args.section else ""))
     lines = [f"Command: `python benchmarks/training_bench.py{flags}` "
              f"({report['date']}, {report['threads']} threads, load average "
              f"{report['load_average_start']:.1f} at the start, {report['load_average_end']:.1f} "
@@ -149,7 +154,9 @@ def main() -> None:
                   f"{d['final_loss_relative_gap']:.1e}); accuracy {d['torch_accuracy']:.4f} vs "
                   f"{d['uol_accuracy']:.4f}; median step {d['torch_step_ms']:.2f} ms (torch) vs "
                   f"{d['uol_step_ms']:.2f} ms (UOL): {d['speedup_vs_torch_eager']:.2f}x."]
-    if args.huge_pages_for_all:
+    if args.section:
+        write_report(args.section, report, lines)
+    elif args.huge_pages_for_all:
         write_report("Training, huge pages for every contender", report, lines,
                      slug="training_huge_pages")
     else:
