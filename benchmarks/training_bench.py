@@ -1,7 +1,9 @@
 """Forward + backward of UOL-backed blocks against torch eager and torch.compile, and the
 training demo's step time; contenders alternate call by call so load hits them alike.
 
-Writes docs/benchmarks/training.json and the "Training" section of docs/benchmarks.md.
+Ends with the training demo's step and a nanoGPT block's training step (eager, torch.compile
+and UOL in lockstep). Writes docs/benchmarks/training.json and the "Training" section of
+docs/benchmarks.md.
 
 Page policy: UOL's kernels write large outputs on transparent huge pages (runtime/pages.py);
 torch's allocator maps them 4 KiB at a time by default. `--huge-pages-for-all` restarts the run
@@ -13,6 +15,7 @@ contender": the ratio of the kernels alone.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import sys
@@ -24,10 +27,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_section import write_report
+from models import NanoGPTBlock
 
 from uol_cli.training_demo import run_demo
 from uol_core.torch.bridge import to_torch
-from uol_core.torch.nn import UolAttention, UolLayerNorm
+from uol_core.torch.nn import UolAttention, UolLayerNorm, swap_modules
 
 HUGE_FOR_ALL = "THP_MEM_ALLOC_ENABLE"
 
@@ -93,11 +97,56 @@ def cases(quick: bool):
                {"uol": causal, "eager": sdpa_causal, "compile": compiled_causal})
 
 
+def nanogpt_training(steps: int, quick: bool) -> dict:
+    """A nanoGPT block trained three ways from the same weights, in lockstep: torch eager,
+    torch.compile, and the block with its Linear and LayerNorm layers swapped for UOL's and its
+    causal attention for UOL's flash kernels (tanh GELU and the residual adds stay torch ops).
+    AdamW on an MSE target; every step runs each model on the same batch, one after the other,
+    so load hits them alike. Returns the losses' gaps and the median step times."""
+    torch.manual_seed(0)
+    dim, heads, batch, seq = (64, 2, 2, 32) if quick else (256, 4, 8, 128)
+    eager = NanoGPTBlock(dim, heads)
+    ours = copy.deepcopy(eager)
+    swapped = swap_modules(ours)
+    ours.attention = UolAttention(dim // heads, causal=True)
+    swapped.append("attention (causal)")
+    compiled_block = copy.deepcopy(eager)
+    models = {"eager": eager, "compile": torch.compile(compiled_block), "uol": ours}
+    params = {"eager": eager, "compile": compiled_block, "uol": ours}
+    opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in params.items()}
+    gen = torch.Generator().manual_seed(1)
+    data = [(torch.randn(batch, seq, dim, generator=gen), torch.randn(batch, seq, dim, generator=gen))
+            for _ in range(4)]
+    losses: dict[str, list[float]] = {k: [] for k in models}
+    times: dict[str, list[float]] = {k: [] for k in models}
+    for number in range(steps):
+        x, y = data[number % len(data)]
+        for name, model in models.items():
+            start = time.perf_counter()
+            opts[name].zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opts[name].step()
+            times[name].append((time.perf_counter() - start) * 1e3)
+            losses[name].append(loss.item())
+    warm = times["eager"][steps // 5:]  # the first steps compile and fill caches
+    median = {k: statistics.median(v[steps // 5:]) for k, v in times.items()}
+    ref = losses["eager"]
+    return {"size": f"dim {dim}, {heads} heads, batch {batch} x seq {seq}", "steps": steps,
+            "swapped": swapped, "median_step_ms": median, "timed_steps": len(warm),
+            "final_loss": {k: v[-1] for k, v in losses.items()},
+            "final_loss_relative_gap": abs(losses["uol"][-1] - ref[-1]) / abs(ref[-1]),
+            "max_abs_loss_gap": max(abs(a - b) for a, b in zip(losses["uol"], ref)),
+            "x_eager": median["eager"] / median["uol"],
+            "x_compile": median["compile"] / median["uol"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes, short runs")
     parser.add_argument("--seconds", type=float, default=4.0, help="timing window per case")
     parser.add_argument("--steps", type=int, default=150, help="training demo steps")
+    parser.add_argument("--gpt-steps", type=int, default=150, help="nanoGPT block training steps")
     parser.add_argument("--huge-pages-for-all", action="store_true",
                         help="give torch's allocations huge pages too (THP_MEM_ALLOC_ENABLE=1)")
     parser.add_argument("--only", default="",
@@ -133,6 +182,7 @@ def main() -> None:
                           uol_final_loss=demo["uol"]["losses"][-1],
                           torch_accuracy=demo["torch"]["accuracy"],
                           uol_accuracy=demo["uol"]["accuracy"])
+    gpt = report["nanogpt"] = nanogpt_training(40 if args.quick else args.gpt_steps, args.quick)
     report["load_average_end"] = os.getloadavg()[0]
     d = report["demo"]
     flags = ((" --quick" if args.quick else "")
@@ -153,7 +203,15 @@ def main() -> None:
                   f"{d['torch_final_loss']:.5f}, UOL {d['uol_final_loss']:.5f} (relative gap "
                   f"{d['final_loss_relative_gap']:.1e}); accuracy {d['torch_accuracy']:.4f} vs "
                   f"{d['uol_accuracy']:.4f}; median step {d['torch_step_ms']:.2f} ms (torch) vs "
-                  f"{d['uol_step_ms']:.2f} ms (UOL): {d['speedup_vs_torch_eager']:.2f}x."]
+                  f"{d['uol_step_ms']:.2f} ms (UOL): {d['speedup_vs_torch_eager']:.2f}x.", "",
+              f"nanoGPT block training step ({gpt['size']}; AdamW, MSE; {gpt['steps']} steps in "
+              f"lockstep, the median of the last {gpt['timed_steps']}; UOL: "
+              f"{', '.join(gpt['swapped'])}): median step {gpt['median_step_ms']['eager']:.2f} ms "
+              f"(eager), {gpt['median_step_ms']['compile']:.2f} ms (torch.compile), "
+              f"{gpt['median_step_ms']['uol']:.2f} ms (UOL): {gpt['x_eager']:.2f}x eager, "
+              f"{gpt['x_compile']:.2f}x compile; final loss {gpt['final_loss']['eager']:.5f} "
+              f"(eager), {gpt['final_loss']['uol']:.5f} (UOL), relative gap "
+              f"{gpt['final_loss_relative_gap']:.1e}."]
     if args.section:
         write_report(args.section, report, lines)
     elif args.huge_pages_for_all:

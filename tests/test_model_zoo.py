@@ -32,3 +32,35 @@ def test_zoo_model_runs_on_c_kernels(name):
     assert report["verified"], report["max_rel_error"]
     assert {r["engine"] for r in report["rows"]} <= {"c", "torch"}
     assert report["torch_eager_ms"] > 0 and report["speedup_vs_eager"] > 0
+
+
+def test_nanogpt_block_trains_on_uol_kernels_in_lockstep_with_torch():
+    """The training benchmark's nanoGPT case at a small size: its Linear and LayerNorm layers and
+    its causal attention on UOL kernels, gradients and AdamW steps equal to torch's."""
+    import copy
+
+    import torch
+
+    from benchmarks.models import NanoGPTBlock
+    from uol_core.torch.nn import UolAttention, swap_modules
+
+    torch.manual_seed(0)
+    reference = NanoGPTBlock(32, 2)
+    ours = copy.deepcopy(reference)
+    assert sorted(swap_modules(ours)) == ["c_attn", "c_fc", "c_proj", "ln_1", "ln_2", "mlp_proj"]
+    ours.attention = UolAttention(16, causal=True)
+    x, y = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (reference, ours)]
+    for _ in range(3):
+        losses = []
+        for model, opt in zip((reference, ours), opts):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert abs(losses[0] - losses[1]) <= 1e-5 * abs(losses[0])
+    # the fused qkv projection's weight is stored [in, out] by UOL
+    torch.testing.assert_close(ours.c_attn.weight.T, reference.c_attn.weight, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), reference(x), rtol=1e-4, atol=1e-4)
