@@ -4,8 +4,6 @@ and the HFL matrix-unit facts it reads."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 
@@ -50,19 +48,6 @@ def test_emitted_code_is_golden(golden, isa):
     src = c_gemm_bf16.emit(op, sizes, load_target("xeon-spr-8480"), {"bf16_isa": isa, "threads": 2})
     golden(f"c/bf16/linear_{isa}.c", src.text)
     assert src.meta["bf16_isa"] == isa and src.meta["outputs"] == ["Y"]
-
-
-def test_b_panels_per_pass_follow_the_targets_l2():
-    """Half of the L2 holds the B panels every A block passes over: 2 MiB on Sapphire Rapids,
-    1 MiB on Zen 5 (HFL facts), 32 columns x 2048 k x 2 bytes = 128 KiB a panel."""
-    op, sizes = _sizes(LINEAR, {"X": (64, 2048), "W": (1024, 2048)})
-    chunks = {}
-    for name in ("xeon-spr-8480", "epyc-turin-9755"):
-        target = load_target(name)
-        text = c_gemm_bf16.emit(op, sizes, target, {"bf16_isa": "avx512bf16"}).text
-        chunks[name] = int(re.search(r"#define CHUNK (\d+)", text).group(1))
-        assert f"up to half of the {target.l2_bytes >> 10} KiB L2" in text
-    assert chunks == {"xeon-spr-8480": 8, "epyc-turin-9755": 4}
 
 
 def test_host_unit_comes_from_the_hfl():

@@ -31,6 +31,11 @@ ISA_OF_UNIT = {"amx_bf16": "amx", "avx512_bf16": "avx512bf16"}
 # intrinsics are enabled by a target pragma in the source, the rest by the AVX-512 flags.
 BUILD_ISA = {"amx": "avx512", "avx512bf16": "avx512", "f32": "vecext"}
 PANEL = 32  # columns of one packed B panel; k is padded to a multiple of 32 (one AMX k step)
+# The bytes of B's panels per pass over A: a tuning choice, not a cache size. Measured at
+# 2048^3 on Zen 5 (1 MiB L2; VDPBF16PS, alternated with torch): 512 KiB (half the L2) ran 0.91x
+# torch, 1 MiB 1.00-1.02x, 2 MiB 1.02x, 8 MiB 0.95x; 1 MiB was the Sapphire Rapids (2 MiB L2)
+# kernels' budget when they were measured (docs/benchmarks.md).
+B_PANELS_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -150,21 +155,15 @@ def emit_matched(gemm: Bf16Gemm, target=None, config: Mapping | None = None) -> 
     isa = choose_isa(target, config)
     threads = int((config or {}).get("threads") or getattr(target, "cores", 0)
                   or os.cpu_count() or 1)
-    if target is None:
-        from uol_core.hfl.loader import HOST, load_target
-
-        target = load_target(HOST)
-    return emit_gemm(gemm, isa, threads, target.name, int(target.l2_bytes))
+    return emit_gemm(gemm, isa, threads, getattr(target, "name", "host"))
 
 
 def _round_up(value: int, step: int) -> int:
     return -(-value // step) * step
 
 
-def emit_gemm(g: Bf16Gemm, isa: str, threads: int, target_name: str,
-              l2_bytes: int) -> KernelSource:
-    """The C source of `g` with the `isa` micro-kernel on `threads` OpenMP threads, B's panels
-    blocked for an L2 of `l2_bytes` per core (the target's HFL fact)."""
+def emit_gemm(g: Bf16Gemm, isa: str, threads: int, target_name: str) -> KernelSource:
+    """The C source of `g` with the `isa` micro-kernel on `threads` OpenMP threads."""
     kernel = KERNELS[isa]
     bm, bn = kernel.block_m, kernel.block_n
     mp, np_, kp = _round_up(g.M, bm), _round_up(g.N, PANEL), _round_up(g.K, PANEL)
@@ -172,8 +171,9 @@ def emit_gemm(g: Bf16Gemm, isa: str, threads: int, target_name: str,
     # is packed into a zero-padded row-major copy (the micro-kernels read whole blocks).
     a_direct = (kernel.a_in_place and g.a_mk[1] == 1 and g.M % bm == 0 and g.K % PANEL == 0
                 and not _aliasing_rows(g.a_mk[0]))
-    # Enough B panels to fill half of the L2 stay hot while every A block passes over them.
-    chunk = max(1, min(np_ // PANEL, (l2_bytes // 2) // (kp * PANEL * 2)))
+    # B panels every A block row passes over before the next group: each group costs a pass
+    # over packed A, so a group as large as the L2 beats one that fits with room to spare.
+    chunk = max(1, min(np_ // PANEL, B_PANELS_BYTES // (kp * PANEL * 2)))
     stmt_line = g.op.stmts[0].line
     w = CodeWriter(default_line=g.op.line)
     sizes = ", ".join(f"{k}={v}" for k, v in (("M", g.M), ("N", g.N), ("K", g.K)))
@@ -181,7 +181,7 @@ def emit_gemm(g: Bf16Gemm, isa: str, threads: int, target_name: str,
            f"{target_name}.\n   {sizes}, batch {g.batch_count}; micro-kernel {isa}: "
            f"{kernel.describe}.\n   B packed in {PANEL}-column VNNI panels; A "
            f"{'read in place' if a_direct else 'packed (zero padded)'}; {chunk} B panel(s) "
-           f"per pass (up to half of the {l2_bytes >> 10} KiB L2); "
+           f"per pass over A ({B_PANELS_BYTES >> 10} KiB at most); "
            f"output {g.out_dtype.value}. */")
     w.emit("#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <stdio.h>\n"
            "#include <omp.h>")
