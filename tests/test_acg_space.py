@@ -86,6 +86,21 @@ def test_deep_k_blocks_pay_most_where_c_outgrows_l2():
     assert best.kc == 512 and "beyond L2" in explain(space, model, best).render()
 
 
+def test_a_shallow_last_pass_over_k_is_rated_by_its_depth():
+    """K = 513 in blocks of 512 is a full pass and a one-step one, which pays a whole tile
+    update for one k step (measured on Zen 5, 1000x777x513, 8x48 tiles alternated: kc=512
+    2.05x torch, kc=192 2.15x). Against kc=512, the model rates kc=192 (three passes of 171)
+    higher at K = 513 than at K = 512, where kc=512 is one pass and 192 three uneven ones (it
+    rated both sizes alike when it counted every pass kc deep)."""
+    knobs = dict(isa="avx512", mr=8, nr=48, path="packed", par="ir", threads=2, pf=0)
+    order = {}
+    for k in (513, 512):
+        space = _space({"M": 1000, "N": 777, "K": k}, AVX512)
+        model = CostModel(space.plan, AVX512)
+        order[k] = _rated(model, space, kc=192, **knobs) / _rated(model, space, kc=512, **knobs)
+    assert order[513] > order[512] + 0.02
+
+
 def test_tiny_and_prime_problems_still_have_configs():
     for sizes in ({"M": 1, "N": 1, "K": 1}, {"M": 7, "N": 13, "K": 3}):
         space = _space(sizes)

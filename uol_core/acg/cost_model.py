@@ -57,6 +57,12 @@ def b_streams(cfg: TileConfig, target) -> bool:
             and (cfg.mr + cfg.nr) * cfg.kc * F32 > target.l1d_bytes)
 
 
+def pass_depth(K: int, kc: int) -> float:
+    """The mean depth of a pass over k: K = 513 in blocks of kc = 512 is two passes of 256.5
+    on average (the second one k step deep, with a whole tile update to pay for it)."""
+    return K / max(1, math.ceil(K / kc))
+
+
 def c_beyond_l2(plan: GemmPlan, cfg: TileConfig, target) -> bool:
     """Whether each thread's share of C outgrows L2, so every pass over k fetches C's tiles
     from beyond it."""
@@ -169,15 +175,18 @@ class CostModel:
         shared by the block's mc/mr row strips (the direct path's block is all M rows; with one
         strip there its B panel streams from memory, which _direct_memory charges; one that
         streams from L2 comes from beyond it once per A block too, and from L2 on the other
-        strips: its loads). The tile update costs more once C's share per thread outgrows L2."""
+        strips: its loads). The tile update costs more once C's share per thread outgrows L2.
+        A call's k loop is a pass's mean depth (pass_depth), not kc: a shallow last pass pays
+        a whole tile update for a few k steps."""
         direct = cfg.path == "direct"
         strips = max(1, math.ceil((self.plan.M if direct else cfg.mc) / cfg.mr))
         line = self.target.line_bytes or 64
-        refill = 0.0 if direct and strips == 1 else cfg.kc * cfg.nr * F32 / line / strips
+        depth = pass_depth(self.plan.K, cfg.kc)
+        refill = 0.0 if direct and strips == 1 else depth * cfg.nr * F32 / line / strips
         costs = PLATFORMS[cfg.isa].gemm
         update = costs.tile_update_cycles_beyond_l2 if c_beyond_l2(self.plan, cfg, self.target) \
             else costs.tile_update_cycles
-        k_loop = cfg.kc * fma_cycles
+        k_loop = depth * fma_cycles
         return k_loop / (k_loop + update * cfg.mr * nv + refill)
 
     def _direct_memory(self, cfg: TileConfig, bw: float) -> tuple[float, int]:
