@@ -99,6 +99,12 @@ def test_a_shallow_last_pass_over_k_is_rated_by_its_depth():
         model = CostModel(space.plan, AVX512)
         order[k] = _rated(model, space, kc=192, **knobs) / _rated(model, space, kc=512, **knobs)
     assert order[513] > order[512] + 0.02
+    cfg = next(c for c in space.configs if c.kc == 512 and c.mr == 8 and c.nr == 48)
+    assert "in blocks of" not in explain(space, model, cfg).render()  # K = 512: whole passes
+    space = _space({"M": 1000, "N": 777, "K": 513}, AVX512)
+    cfg = next(c for c in space.configs if c.kc == 512 and c.mr == 8 and c.nr == 48)
+    text = explain(space, CostModel(space.plan, AVX512), cfg).render()
+    assert "K = 513 in blocks of 512: 2 passes of 256 k steps on average (the last 1)" in text
 
 
 def test_tiny_and_prime_problems_still_have_configs():

@@ -6,7 +6,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from uol_core.acg.config import TileConfig, lanes
-from uol_core.acg.cost_model import F32, CostModel, b_streams, c_beyond_l2, roofline_gflops
+from uol_core.acg.cost_model import (
+    F32,
+    CostModel,
+    b_streams,
+    c_beyond_l2,
+    pass_depth,
+    roofline_gflops,
+)
 from uol_core.acg.space import Space
 from uol_core.backends.c_platforms import PLATFORMS
 
@@ -124,6 +131,12 @@ def _l1_line(space: Space, cfg: TileConfig, est) -> str:
         where += (f"; C's share per thread is beyond L2, so each of the "
                   f"{-(-space.plan.K // cfg.kc)} passes over k updates C at "
                   f"{costs.tile_update_cycles_beyond_l2:g} cycles per accumulator vector")
+    K = space.plan.K
+    passes = -(-K // cfg.kc)
+    if passes > 1 and K % cfg.kc:
+        where += (f"; K = {K} in blocks of {cfg.kc}: {passes} passes of {pass_depth(K, cfg.kc):.0f} "
+                  f"k steps on average (the last {K - (passes - 1) * cfg.kc}), each with a "
+                  "tile update")
     return where
 
 
