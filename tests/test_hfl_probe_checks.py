@@ -93,6 +93,22 @@ def test_emerald_rapids_recordings_before_and_after_the_fix() -> None:
     _assert_done_when(after, os_clock, m, vec)
 
 
+def test_zen5_recording_keeps_its_clock_and_reports_a_contended_minute() -> None:
+    """An AMD Zen 5 guest: 3.62 GHz against an OS base of 2.6 GHz (boost, kept), 2 units of
+    512 bits at 4 cycles; its 2-thread peak equal to its 1-thread one is said, not hidden."""
+    m, os_clock, vec = _recorded("epyc-zen5-avx512")
+    assert os_clock.reference_ghz == pytest.approx(2.596, abs=0.01)
+    facts = check_core_facts(m, os_clock, vec, PLAUSIBLE)
+    assert facts.rejected() == []
+    assert facts.clock_ghz.value == pytest.approx(3.616, abs=0.01)
+    assert (facts.fma_units.value, facts.fma_latency_cycles.value) == (2, 4)
+    _assert_done_when(facts, os_clock, m, vec)
+    two_threads = [c for c in facts.checks
+                   if c.fact == "peak_gflops.fp32" and "2 thread" in c.detail]
+    assert [c.verdict for c in two_threads] == ["warning"]
+    assert "share FMA units" in two_threads[0].detail
+
+
 def test_avx2_recording_peaks_match_units_lanes_and_clock() -> None:
     facts = json.loads((HOSTS / "avx2-dev" / "facts.json").read_text())
     lanes = facts["vector_bits"] // 32
