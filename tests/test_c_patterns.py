@@ -130,6 +130,29 @@ def test_line_map_points_at_statements():
     assert {s.line for s in op.stmts} <= mapped
 
 
+def _layernorm_backward():
+    from uol_core.odl.grad import derive_grad
+
+    return derive_grad(load_op("layernorm")).op
+
+
+def test_sibling_row_reductions_share_one_loop_and_verify():
+    """Layer norm's backward reduces each row three times before it writes dX: one loop with
+    three accumulators; a reduction that reads an earlier one's result (the forward's var reads
+    mu) keeps its own loop, and one that reads it only after its loop (d_mu reads d_var) joins."""
+    backward = check(_layernorm_backward(), {"R": 9, "C": 37}, {"generic": 1, "threads": 2})
+    assert backward.src.text.count("sibling reductions in one loop") == 1
+    assert "reduction(+:sib1) reduction(+:sib2) reduction(+:sib3)" in backward.src.text
+    forward = check(load_op("layernorm"), {"R": 9, "C": 37}, {"generic": 1})
+    assert "sibling" not in forward.src.text
+    mixed = parse("op stats(X: f32[R, C]) -> (A: f32[R], B: f32[R], M: f32[R]):\n"
+                  "    A[r] = max[c](X[r, c])\n"
+                  "    B[r] = sum[c](X[r, c] * X[r, c])\n"
+                  "    M[r] = mean[c](X[r, c]) + A[r] * B[r]\n")
+    kernel = check(mixed, {"R": 5, "C": 33}, {"generic": 1, "threads": 2})
+    assert "reduction(max:sib1) reduction(+:sib2) reduction(+:sib3)" in kernel.src.text
+
+
 GOLDEN_CASES = {
     "map_elementwise_chain6": ("elementwise_chain6", {"M": 16, "N": 40}),
     "row_softmax": ("softmax", {"R": 32, "C": 100}),
@@ -147,6 +170,11 @@ def test_emitted_c_matches_golden(case, golden):
     name, sizes = GOLDEN_CASES[case]
     text = c_generic.emit(load_op(name), sizes, TARGET, {"threads": 2}).text
     golden(f"c/pattern_{case}.c", text)
+
+
+def test_layernorm_backward_golden(golden):
+    text = c_generic.emit(_layernorm_backward(), {"R": 8, "C": 64}, TARGET, {"threads": 2}).text
+    golden("c/pattern_generic_layernorm_backward.c", text)
 
 
 def test_outputs_are_written_in_their_declared_dtype():

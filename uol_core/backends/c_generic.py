@@ -33,6 +33,7 @@ from uol_core.backends.c_expr import (
 from uol_core.backends.c_frame import includes, open_entry
 from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_regions import column_rider, hoist_invariant_reads, region_pointers
+from uol_core.backends.c_siblings import emit_siblings, sibling_runs
 from uol_core.backends.c_stencil import (
     emit_halo_copies,
     halo_address,
@@ -199,11 +200,13 @@ def _group(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, cfg: Mapping, th
         for p, extent in enumerate(g.extents):
             w.emit(f"{pad}    {'    ' * p}for (int64_t o{p} = 0; o{p} < {extent}; ++o{p})", line)
         w.emit(f"{pad}    {{", line)
-        for i in g.stmts:
-            if i in riders:
-                riders[i].row(w, pad + "        ")
+        for run in sibling_runs(op, lay, g.stmts, g.depth, cfg, set(riders)):
+            if run[0] in riders:
+                riders[run[0]].row(w, pad + "        ")
+            elif len(run) > 1:
+                emit_siblings(w, op, lay, run, g.depth, pad + "        ", cfg)
             else:
-                _statement(w, op, lay, i, g.depth, pad + "        ", cfg)
+                _statement(w, op, lay, run[0], g.depth, pad + "        ", cfg)
         w.emit(f"{pad}    }}", line)
         for rider in riders.values():
             rider.finish(w, pad + "    ", g.extents[0])
