@@ -127,12 +127,12 @@ def _l1_line(space: Space, cfg: TileConfig, est) -> str:
     else:
         where = (f"L1: {panel} = {100 * est.terms['l1_use']:.0f}% of L1d stays resident while "
                  f"A's {cfg.mr}-row micro-panels stream through")
-    if c_beyond_l2(space.plan, cfg, t):
-        where += (f"; C's share per thread is beyond L2, so each of the "
-                  f"{-(-space.plan.K // cfg.kc)} passes over k updates C at "
-                  f"{costs.tile_update_cycles_beyond_l2:g} cycles per accumulator vector")
     K = space.plan.K
     passes = -(-K // cfg.kc)
+    if c_beyond_l2(space.plan, cfg, t):
+        where += (f"; C's share per thread is beyond L2, so each of the {passes} passes over k "
+                  f"updates C at {costs.tile_update_cycles_beyond_l2:g} cycles per accumulator "
+                  "vector")
     if passes > 1 and K % cfg.kc:
         where += (f"; K = {K} in blocks of {cfg.kc}: {passes} passes of {pass_depth(K, cfg.kc):.0f} "
                   f"k steps on average (the last {K - (passes - 1) * cfg.kc}), each with a "

@@ -156,7 +156,8 @@ def render_affine_c(form: Affine, dims: set[str]) -> str:
     return f"({render_affine(form, dims)})"
 
 
-def _as(ctx: ExprContext, expr: Expr, want: str) -> str:
+def render_as(ctx: ExprContext, expr: Expr, want: str) -> str:
+    """`expr` rendered, converted to the compute type when `want` is "f" and it is not."""
     text = render(expr, ctx)
     if want == "f" and kind(expr, ctx) != "f":
         return f"(({ctx.real})({text}))"
@@ -194,38 +195,38 @@ def _binary(e: Binary, ctx: ExprContext) -> str:
     k = kind(e, ctx)
     if e.op == "div" and isinstance(e.rhs, Reduce) and id(e.rhs) in ctx.cache:
         # Dividing by a reduction hoisted out of this loop: one reciprocal, then multiplies.
-        return f"({_as(ctx, e.lhs, 'f')} * (({ctx.real})1 / {_as(ctx, e.rhs, 'f')}))"
+        return f"({render_as(ctx, e.lhs, 'f')} * (({ctx.real})1 / {render_as(ctx, e.rhs, 'f')}))"
     if e.op == "div":
-        return f"({_as(ctx, e.lhs, 'f')} / {_as(ctx, e.rhs, 'f')})"
+        return f"({render_as(ctx, e.lhs, 'f')} / {render_as(ctx, e.rhs, 'f')})"
     want = "f" if k == "f" else "?"
-    lhs = _as(ctx, e.lhs, want)
-    rhs = _as(ctx, e.rhs, want)
+    lhs = render_as(ctx, e.lhs, want)
+    rhs = render_as(ctx, e.rhs, want)
     return f"({lhs} {BINARY_C[e.op]} {rhs})"
 
 
 def _pow(e: Call, ctx: ExprContext) -> str:
     base = e.args[1]
     if isinstance(base, Const) and float(base.value) in (1.0, 2.0, 3.0):
-        b = _as(ctx, e.args[0], "f")
+        b = render_as(ctx, e.args[0], "f")
         return "(" + " * ".join([b] * int(base.value)) + ")"
     suffix = "f" if ctx.real == "float" else ""
-    return f"pow{suffix}({_as(ctx, e.args[0], 'f')}, {_as(ctx, e.args[1], 'f')})"
+    return f"pow{suffix}({render_as(ctx, e.args[0], 'f')}, {render_as(ctx, e.args[1], 'f')})"
 
 
 def _call(e: Call, ctx: ExprContext) -> str:
     if e.fn == "where":
         k = kind(e, ctx)
         want = "f" if k == "f" else "?"
-        return (f"({render(e.args[0], ctx)} ? {_as(ctx, e.args[1], want)} : "
-                f"{_as(ctx, e.args[2], want)})")
+        return (f"({render(e.args[0], ctx)} ? {render_as(ctx, e.args[1], want)} : "
+                f"{render_as(ctx, e.args[2], want)})")
     if e.fn == "pow":
         return _pow(e, ctx)
     if e.fn in ("max", "min"):
         k = kind(e, ctx)
         suffix = "i" if k != "f" else ("f" if ctx.real == "float" else "d")
         want = "f" if k == "f" else "?"
-        return f"uol_{e.fn}{suffix}({_as(ctx, e.args[0], want)}, {_as(ctx, e.args[1], want)})"
-    return FUNCS[ctx.real][e.fn].format(_as(ctx, e.args[0], "f"))
+        return f"uol_{e.fn}{suffix}({render_as(ctx, e.args[0], want)}, {render_as(ctx, e.args[1], want)})"
+    return FUNCS[ctx.real][e.fn].format(render_as(ctx, e.args[0], "f"))
 
 
 def _cast(e: Cast, ctx: ExprContext) -> str:
@@ -256,26 +257,28 @@ def _reduce(e: Reduce, ctx: ExprContext) -> str:
             mark = len(ctx.pre)
         ctx.pre.append(f"for (int64_t {index_id(name)} = 0; {index_id(name)} < {extents[name]}; "
                        f"++{index_id(name)}) {{")
-    value = _as(ctx, e.body, "f") if body_kind == "f" else render(e.body, ctx)
+    value = render_as(ctx, e.body, "f") if body_kind == "f" else render(e.body, ctx)
     inner_has_loops = any(line.startswith("for ") for line in ctx.pre[mark + 1:])
     if ctx.simd and not inner_has_loops:
         # A reduction clause lets the compiler reassociate (vectorise) this sum without -ffast-math.
         ctx.pre.insert(mark, f"#pragma omp simd reduction({omp}:{acc})")
     ctx.pre.append(update.format(a=acc, v=value))
     ctx.pre.extend("}" for _ in names)
-    if e.op == "mean":
-        count = 1
-        for name in names:
-            count *= extents[name]
-        ctx.cache[id(e)] = f"({acc} / ({ctx.real}){count})"
-    else:
-        ctx.cache[id(e)] = acc
+    count = 1
+    for name in names:
+        count *= extents[name]
+    ctx.cache[id(e)] = reduced_value(e, acc, count, ctx.real)
     return ctx.cache[id(e)]
+
+
+def reduced_value(e: Reduce, acc: str, count: int, real: str) -> str:
+    """The C value of reduction `e` from its accumulator over `count` elements (a mean divides)."""
+    return f"({acc} / ({real}){count})" if e.op == "mean" else acc
 
 
 def _scan(e: Scan, ctx: ExprContext) -> str:
     state = ctx.scans[id(e)]
-    value = _as(ctx, e.body, "f") if kind(e, ctx) == "f" else render(e.body, ctx)
+    value = render_as(ctx, e.body, "f") if kind(e, ctx) == "f" else render(e.body, ctx)
     ctx.pre.append(SCAN_C[e.op][1].format(a=state, v=value))
     return state
 
@@ -340,3 +343,4 @@ def outer_reduces(expr: Expr) -> list[Reduce]:
     if isinstance(expr, Reduce):
         return [expr]
     return [r for child in _children(expr) for r in outer_reduces(child)]
+

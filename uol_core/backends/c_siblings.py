@@ -18,7 +18,9 @@ from uol_core.backends.c_expr import (
     ExprContext,
     kind,
     outer_reduces,
+    reduced_value,
     render,
+    render_as,
     store,
 )
 from uol_core.backends.c_names import index_id
@@ -32,7 +34,7 @@ def _row_reduction(op: Op, lay, i: int, depth: int, cfg: Mapping) -> tuple[Reduc
     if len(stmt.indices) != depth or any(isinstance(n, Scan) for n in walk(stmt.expr)):
         return None
     reds = outer_reduces(stmt.expr)
-    if len(reds) != 1 or len(reds[0].indices) != 1 or reds[0].op not in ("sum", "mean", "max", "min"):
+    if len(reds) != 1 or len(reds[0].indices) != 1 or reds[0].op not in REDUCE_C:
         return None
     red = reds[0]
     if any(isinstance(n, Reduce) for n in walk(red.body) if n is not red):
@@ -93,11 +95,9 @@ def emit_siblings(w: CodeWriter, op: Op, lay, run: list[int], depth: int, pad: s
         red, extent, ctx = _row_reduction(op, lay, i, depth, cfg)
         inits, update, omp = REDUCE_C[red.op]
         acc = f"sib{n + 1}"
-        body = render(red.body, ctx)
-        if kind(red.body, ctx) != "f":
-            body = f"(({ctx.real})({body}))"
+        body = render_as(ctx, red.body, "f")
         assert not ctx.pre, "a sibling's reduction body needs no loops of its own"
-        ctx.cache[id(red)] = f"({acc} / ({ctx.real}){extent})" if red.op == "mean" else acc
+        ctx.cache[id(red)] = reduced_value(red, acc, extent, ctx.real)
         parts.append((i, red, ctx, acc, body, update, omp))
         w.emit(f"{inner}{ctx.real} {acc} = {inits['f']};", op.stmts[i].line)
     clauses = " ".join(f"reduction({omp}:{acc})" for _, _, _, acc, _, _, omp in parts)
