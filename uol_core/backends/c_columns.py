@@ -143,18 +143,30 @@ class ColumnRider:
                f"{pad}#pragma omp simd\n{pad}for (int64_t {c} = 0; {c} < {self.extent}; ++{c}) "
                f"{self.vacc}[{c}] = {inits[self.body_kind]};", self.stmt.line)
 
-    def row(self, w: CodeWriter, pad: str) -> None:
-        """Inside the row loop (o0 is the row): add this row's column values."""
+    def _update(self) -> str:
+        """C text adding the body at (row o0, column c) into this thread's partial row."""
         _, update, _ = REDUCE_C[self.red.op]
-        c, line = index_id(self.col), self.stmt.line
         body = render(self.red.body, self.ctx)
         if self.body_kind == "f" and kind(self.red.body, self.ctx) != "f":
             body = f"(({self.ctx.real})({body}))"
+        return update.format(a=f"{self.vacc}[{index_id(self.col)}]", v=body)
+
+    def row(self, w: CodeWriter, pad: str) -> None:
+        """Inside the row loop (o0 is the row): add this row's column values."""
+        c, line = index_id(self.col), self.stmt.line
         w.emit(f"{pad}{{ /* line {line}: {self.stmt.target}[{self.col}], this row's share */\n"
                f"{pad}    const int64_t {index_id(self.red.indices[0])} = o0;\n"
                f"{pad}    #pragma omp simd\n"
                f"{pad}    for (int64_t {c} = 0; {c} < {self.extent}; ++{c})\n"
-               f"{pad}        {update.format(a=f'{self.vacc}[{c}]', v=body)}\n{pad}}}", line)
+               f"{pad}        {self._update()}\n{pad}}}", line)
+
+    def share(self, w: CodeWriter, pad: str, loop_index: str) -> None:
+        """Inside another statement's loop over the same columns (`loop_index`, its C name),
+        its row index declared before that loop: add this row's value at that column."""
+        c, line = index_id(self.col), self.stmt.line
+        column = "" if c == loop_index else f" const int64_t {c} = {loop_index};"
+        w.emit(f"{pad}{{ /* line {line}: {self.stmt.target}[{self.col}], this row's share */"
+               f"{column}\n{pad}    {self._update()}\n{pad}}}", line)
 
     def finish(self, w: CodeWriter, pad: str, rows: int) -> None:
         """After the row loop's barrier: combine the partial rows and store f(total)."""

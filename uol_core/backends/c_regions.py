@@ -30,11 +30,13 @@ def region_pointers(w: CodeWriter, op: Op, lay, g: FusionGroup, pad: str, line: 
         lay.region_names[name] = local
 
 
-def hoist_invariant_reads(w: CodeWriter, lay, stmt, index: str, pad: str) -> None:
+def hoist_invariant_reads(w: CodeWriter, lay, stmt, index: str, pad: str, expr=None) -> None:
     """Read the elements the vector loop over `index` does not move along (a row's mean, a
     scale) once, before the loop: gcc keeps such loads inside and then declines to vectorise
-    when the tensor is also an output of the kernel."""
+    when the tensor is also an output of the kernel. `expr`: the part of `stmt` the loop
+    computes (a column rider's reduction body), by default its whole expression."""
     seen: list = []
+    first = len(lay.hoisted)  # locals already hoisted for the same loop keep their names
 
     def visit(e) -> None:
         if isinstance(e, (Reduce, Scan)):
@@ -45,8 +47,8 @@ def hoist_invariant_reads(w: CodeWriter, lay, stmt, index: str, pad: str) -> Non
         for c in children(e):
             visit(c)
 
-    visit(stmt.expr)
-    for k, a in enumerate(seen):
+    visit(stmt.expr if expr is None else expr)
+    for k, a in enumerate(seen, first):
         text = lay.access(a)
         local = invariant_id(a.tensor, k)
         w.emit(f"{pad}const {lay.elem_type(a.tensor)} {local} = {text};", stmt.line)

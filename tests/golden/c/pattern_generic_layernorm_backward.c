@@ -5,7 +5,8 @@
      - d_mu fused into the pass of d_var: it reads earlier results only at the current iteration of 1 shared loop(s)
      - dX fused into the pass of d_var: it reads earlier results only at the current iteration of 1 shared loop(s)
      - dgamma rides the pass of d_var: a column reduction over its rows, summed per thread and combined after the pass (its inputs are read once)
-     - dbeta rides the pass of d_var: a column reduction over its rows, summed per thread and combined after the pass (its inputs are read once) */
+     - dbeta rides the pass of d_var: a column reduction over its rows, summed per thread and combined after the pass (its inputs are read once)
+   row loop of dX (line 5): dgamma, dbeta add their rows' shares in its column loop (each row read once) */
 #include <stdint.h>
 #include <stdlib.h>
 #include <math.h>
@@ -123,22 +124,19 @@ void uol_layernorm_grad(void **args, const int64_t *strides)
                 const float v1_d_var = t_d_var[0];
                 const float v2_mu = r_mu[(i_x0)];
                 const float v3_d_mu = t_d_mu[0];
+                const int64_t i_r = o0;
+                const float v4_mu = r_mu[(i_r)];
+                const float v5_var = r_var[(i_r)];
                 #pragma omp simd
                 for (int64_t i_x1 = 0; i_x1 < 64; ++i_x1) {
                     r_dX[i_x0 * 64 + i_x1] = (float)((((r_dY[(i_x0) * 64 + (i_x1)] * ((1.0f / sqrtf((v0_var + ((float)1e-05)))) * r_gamma[(i_x1)])) + (v1_d_var * ((((float)(INT64_C(2))) * (r_X[(i_x0) * 64 + (i_x1)] - v2_mu)) / ((float)(D_C))))) + (v3_d_mu * (((float)(INT64_C(1))) / ((float)(D_C))))));
+                    { /* line 6: dgamma[gamma0], this row's share */ const int64_t i_gamma0 = i_x1;
+                        rows_dgamma2[i_gamma0] += (r_dY[(i_r) * 64 + (i_gamma0)] * ((r_X[(i_r) * 64 + (i_gamma0)] - v4_mu) * (1.0f / sqrtf((v5_var + ((float)1e-05))))));
+                    }
+                    { /* line 7: dbeta[beta0], this row's share */ const int64_t i_beta0 = i_x1;
+                        rows_dbeta2[i_beta0] += r_dY[(i_r) * 64 + (i_beta0)];
+                    }
                 }
-            }
-            { /* line 6: dgamma[gamma0], this row's share */
-                const int64_t i_r = o0;
-                #pragma omp simd
-                for (int64_t i_gamma0 = 0; i_gamma0 < 64; ++i_gamma0)
-                    rows_dgamma2[i_gamma0] += (r_dY[(i_r) * 64 + (i_gamma0)] * ((r_X[(i_r) * 64 + (i_gamma0)] - r_mu[(i_r)]) * (1.0f / sqrtf((r_var[(i_r)] + ((float)1e-05))))));
-            }
-            { /* line 7: dbeta[beta0], this row's share */
-                const int64_t i_r = o0;
-                #pragma omp simd
-                for (int64_t i_beta0 = 0; i_beta0 < 64; ++i_beta0)
-                    rows_dbeta2[i_beta0] += r_dY[(i_r) * 64 + (i_beta0)];
             }
         }
         #pragma omp for schedule(static)
