@@ -1,16 +1,27 @@
 """CPU operator benchmark: UOL's non-GEMM C kernels vs torch eager and torch.compile, one run.
 
-Run: `.venv/bin/python benchmarks/cpu_ops.py [--quick] [--no-compile]`.
+Run: `.venv/bin/python benchmarks/cpu_ops.py [--quick] [--no-compile] [--section NAME]`.
 Writes docs/benchmarks/cpu_ops.json and the "CPU operators" section of docs/benchmarks.md.
-GB/s counts each input and output once; fractions are of the HFL STREAM figure and of a
-torch copy measured in the same run, on the target's cores.
+
+Memory policy: every contender allocates its outputs on every call, all on transparent huge
+pages (UOL's large outputs ask for them, runtime/pages.py; torch's through its own switch,
+THP_MEM_ALLOC_ENABLE=1, so the run restarts itself with it): on a large fresh output the
+first-touch page faults cost as much as a memory-bound kernel, and both sides pay them alike.
+UOL's kernel writing into outputs it already touched is timed too ("in place"): the kernel
+alone, against a torch copy between touched tensors (the bandwidth this run got). A kernel that
+can stream its output with non-temporal stores (config stream=1) is timed that way as well,
+fresh and in place: acg/stores.py chose ordinary stores for fresh outputs from these figures.
+GB/s counts each input and output once.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import re
+import shlex
 import statistics
 import sys
 import time
@@ -32,6 +43,7 @@ from uol_core.ops import load_op  # noqa: E402
 from uol_core.runtime.build import compiler_version  # noqa: E402
 from uol_core.runtime.inputs import random_inputs  # noqa: E402
 from uol_core.runtime.measure import time_call  # noqa: E402
+from uol_core.runtime.pages import fresh_output  # noqa: E402
 from uol_core.runtime.reference import evaluate_all  # noqa: E402
 from uol_core.runtime.verify import compare  # noqa: E402
 
@@ -63,6 +75,12 @@ CASES = [
 ]
 
 
+HUGE_FOR_ALL = "THP_MEM_ALLOC_ENABLE"
+# What runs before the one-policy rule measured (their reports carry no policy of their own).
+OLD_POLICY = ("UOL wrote into outputs it had touched before while torch allocated its own, on "
+              "4 KiB pages: these ratios overstate UOL by torch's page faults")
+
+
 def seconds(fn) -> float:
     """Median seconds per call."""
     return time_call(fn, warmup=2, repeats=9, min_seconds=0.3).median_s
@@ -92,6 +110,12 @@ def copy_gbps(threads: int) -> float:
     return 2 * src.numel() * 4 / t / 1e9
 
 
+def _fresh(kernel):
+    """A call of `kernel` that allocates its outputs, as the product's calls do."""
+    shapes = {n: (t.shape, t.dtype) for n, t in kernel.outputs_like().items()}
+    return lambda ins: kernel.run(ins, {n: fresh_output(s, d) for n, (s, d) in shapes.items()})
+
+
 def run_case(label, name, sizes, torch_fn, target, use_compile: bool) -> dict:
     op = load_op(name)
     ins = random_inputs(op, sizes, seed=0)
@@ -105,10 +129,17 @@ def run_case(label, name, sizes, torch_fn, target, use_compile: bool) -> dict:
                  kernel.src.meta["reduction_length"]).ok if name != "conv2d_pad1" else \
         compare(out, evaluate_all(op, small), kernel.src.meta["reduction_length"]).ok
     nbytes = sum(t.numel() * t.element_size() for t in list(ins.values()) + list(out.values()))
-    fns = {"uol": lambda: kernel.run(ins, out), "eager": lambda: torch_fn(*args)}
+    uol = _fresh(kernel)
+    fns = {"uol": lambda: uol(ins), "eager": lambda: torch_fn(*args),
+           "in_place": lambda: kernel.run(ins, out)}
     row = {"case": label, "op": name, "sizes": sizes, "config": cfg, "verified": ok,
            "bytes": nbytes, "fusion": kernel.src.meta.get("fusion", ""),
            "generator": kernel.src.meta.get("generator", "")}
+    streamed = compile_c(op, sizes, target, {**cfg, "stream": 1})
+    if "non-temporal stores" in streamed.src.text.split("*/", 1)[0]:
+        streamed_out, streamed_fresh = streamed.outputs_like(), _fresh(streamed)
+        fns["streamed"] = lambda: streamed_fresh(ins)
+        fns["streamed_in_place"] = lambda: streamed.run(ins, streamed_out)
     if use_compile:
         try:
             compiled = torch.compile(torch_fn)
@@ -117,7 +148,7 @@ def run_case(label, name, sizes, torch_fn, target, use_compile: bool) -> dict:
         except Exception as exc:  # torch.compile needs a working C++ toolchain; say why not
             row["compile_error"] = str(exc).splitlines()[0][:200]
     row.update({f"{k}_ms": v for k, v in interleaved_ms(fns).items()})
-    for key in ("uol", "eager", "compile"):
+    for key in ("uol", "eager", "compile", "in_place"):
         if f"{key}_ms" in row:
             row[f"{key}_gbps"] = nbytes / (row[f"{key}_ms"] / 1e3) / 1e9
     best_torch = min(row["eager_ms"], row.get("compile_ms", float("inf")))
@@ -125,6 +156,9 @@ def run_case(label, name, sizes, torch_fn, target, use_compile: bool) -> dict:
     row["speedup_vs_eager"] = row["eager_ms"] / row["uol_ms"]
     if "compile_ms" in row:
         row["speedup_vs_compile"] = row["compile_ms"] / row["uol_ms"]
+    if "streamed_ms" in row:  # > 1: streaming pays
+        row["streamed_speedup"] = row["uol_ms"] / row["streamed_ms"]
+        row["streamed_in_place_speedup"] = row["in_place_ms"] / row["streamed_in_place_ms"]
     return row
 
 
@@ -138,20 +172,27 @@ def _flops(name: str, sizes: dict) -> float:
 
 
 def write_markdown(report: dict) -> None:
-    """Replace (or append) the "CPU operators" section of docs/benchmarks.md."""
-    lines = ["## CPU operators", "",
+    """Replace (or append) the report's section of docs/benchmarks.md."""
+    lines = [f"## {report.get('section', 'CPU operators')}", "",
              f"Command: `{report['command']}` ({report['date']}, {report['machine']}, "
              f"{report['threads']} threads, {report['compiler']}, torch {report['torch']}).",
+             *([f"Host ISA (HFL host target): {' '.join(report['isa'])}."] if report.get("isa") else []),
+             f"Memory policy: {report.get('policy', OLD_POLICY)}.",
              f"Bandwidth references: STREAM (HFL host target) {report['stream_gbps']:.1f} GB/s, "
-             f"torch copy in this run {report['copy_gbps']:.1f} GB/s. The VM shares its host: "
-             "compare the ratios, measured in one run.", "",
-             "| case | UOL ms | eager ms | compile ms | UOL GB/s | x best torch | x eager "
-             "| % of copy | verified |", "|---|---|---|---|---|---|---|---|---|"]
+             f"torch copy between touched tensors in this run {report['copy_gbps']:.1f} GB/s. "
+             "The VM shares its host: compare the ratios, measured in one run.", "",
+             "| case | UOL ms | eager ms | compile ms | x best torch | x eager | UOL in place ms "
+             "| in place GB/s | % of copy | streamed: x fresh / x in place | verified |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["cases"]:
         comp = f"{r['compile_ms']:.2f}" if "compile_ms" in r else "-"
+        place = r.get("in_place_gbps", r["uol_gbps"])
+        stores = (f"{r['streamed_speedup']:.2f} / {r['streamed_in_place_speedup']:.2f}"
+                  if "streamed_speedup" in r else "-")
         lines.append(f"| {r['case']} | {r['uol_ms']:.2f} | {r['eager_ms']:.2f} | {comp} | "
-                     f"{r['uol_gbps']:.1f} | {r['speedup_vs_best_torch']:.2f} | "
-                     f"{r['speedup_vs_eager']:.2f} | {100 * r['uol_gbps'] / report['copy_gbps']:.0f}% "
+                     f"{r['speedup_vs_best_torch']:.2f} | {r['speedup_vs_eager']:.2f} | "
+                     f"{r.get('in_place_ms', r['uol_ms']):.2f} | {place:.1f} | "
+                     f"{100 * place / report['copy_gbps']:.0f}% | {stores} "
                      f"| {'yes' if r['verified'] else 'NO'} |")
     for r in report["cases"]:
         flops = _flops(r["op"], r["sizes"])
@@ -161,10 +202,11 @@ def write_markdown(report: dict) -> None:
     lines += ["", "Kernels (each one's own summary of what it fused):"]
     lines += [f"- {r['case']}: {r.get('generator', '?')}: {r['fusion'].splitlines()[0]}"
               for r in report["cases"] if r.get("fusion")]
-    lines += ["", "Contenders alternate call by call; ratios use the median of each. The copy "
-              "figure shows how loaded the shared cores were.",
+    lines += ["", "Contenders alternate call by call; ratios use the median of each. \"streamed\": "
+              "the same kernel with non-temporal stores (config stream=1) against the default "
+              "one, with fresh outputs and written in place (> 1: streaming is faster).",
               "Rerun: `.venv/bin/python benchmarks/cpu_ops.py` (`--quick` small sizes, "
-              "`--no-compile` without torch.compile, `--only softmax,rmsnorm`).", ""]
+              "`--no-compile` without torch.compile, `--only softmax,rmsnorm`, `--section NAME`).", ""]
     replace_section("\n".join(lines))
 
 
@@ -175,17 +217,24 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated op names to run")
     parser.add_argument("--markdown-only", action="store_true",
                         help="rewrite the docs section from docs/benchmarks/cpu_ops.json")
+    parser.add_argument("--section", default="CPU operators",
+                        help="the docs/benchmarks.md section to write (one per kind of host)")
     args = parser.parse_args()
+    if os.environ.get(HUGE_FOR_ALL) != "1":  # torch reads it once, at its first allocation
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, HUGE_FOR_ALL: "1"})
     if args.markdown_only:
         write_markdown(json.loads((ROOT / "docs" / "benchmarks" / "cpu_ops.json").read_text()))
         return
     target = load_target("host")
     threads = int(target.cores or 1)
     torch.set_num_threads(threads)
-    report = {"command": "python benchmarks/cpu_ops.py " + " ".join(sys.argv[1:]),
+    report = {"command": shlex.join(["python", "benchmarks/cpu_ops.py", *sys.argv[1:]]),
               "date": time.strftime("%Y-%m-%d %H:%M"),
               "machine": platform.processor() or platform.machine(), "threads": threads,
               "compiler": compiler_version(), "torch": torch.__version__,
+              "section": args.section, "isa": list(target.isa or []),
+              "policy": "every contender allocates its outputs on every call, on huge pages "
+                        f"({HUGE_FOR_ALL}=1 for torch)",
               "stream_gbps": float(target.mem_bandwidth_gbps or 0), "copy_gbps": copy_gbps(threads),
               "cases": []}
     for label, name, sizes, quick, fn in CASES:
@@ -198,7 +247,9 @@ def main() -> None:
               f"x{row['speedup_vs_best_torch']:.2f} best torch, verified={row['verified']}",
               flush=True)
         report["cases"].append(row)
-    out = ROOT / "docs" / "benchmarks" / "cpu_ops.json"
+    host = args.section.removeprefix("CPU operators").strip(" ,")  # "AMD Zen 5 host" -> a suffix
+    slug = "_".join(["cpu_ops", *re.findall(r"\w+", host.lower())])
+    out = ROOT / "docs" / "benchmarks" / f"{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     write_markdown(report)

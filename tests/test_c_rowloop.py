@@ -18,33 +18,34 @@ from uol_core.ops import load_op
 MIB = 1 << 20
 
 
-def test_store_policy_streams_only_past_the_last_level_cache():
+def test_store_policy_streams_only_in_place_outputs_past_the_last_level_cache():
     target = fixed_target()  # 32 MiB L3
-    big = store_policy("Y", 32 * MIB, 32 * MIB, target)
+    big = store_policy("Y", 32 * MIB, 32 * MIB, target, fresh=False)
     assert big.stream
     assert big.why == ("non-temporal stores: Y (32 MiB) and the kernel's inputs (32 MiB) exceed "
                        "the last-level cache (32 MiB)")
-    small = store_policy("Y", 8 * MIB, 8 * MIB, target)
+    fresh = store_policy("Y", 32 * MIB, 32 * MIB, target)  # a fresh output: zeroed in the cache
+    assert not fresh.stream and "a fresh Y's pages are zeroed through the cache" in fresh.why
+    small = store_policy("Y", 8 * MIB, 8 * MIB, target, fresh=False)
     assert not small.stream and "fit in the last-level cache (32 MiB)" in small.why
     no_l3 = dataclasses.replace(target, l3_bytes=None)  # the L2 is the last level then
-    assert store_policy("Y", 600 << 10, 600 << 10, no_l3).stream
+    assert store_policy("Y", 600 << 10, 600 << 10, no_l3, fresh=False).stream
     bare = dataclasses.replace(target, l3_bytes=None, l2_bytes=None)
-    assert not store_policy("Y", 64 * MIB, 64 * MIB, bare).stream
+    assert not store_policy("Y", 64 * MIB, 64 * MIB, bare, fresh=False).stream
 
 
-def _small_cache(l3_bytes: int):
-    return dataclasses.replace(TARGET, l3_bytes=l3_bytes)
-
-
-def test_layernorm_rows_stream_when_the_kernel_outgrows_the_cache():
+def test_layernorm_rows_stream_when_asked_and_say_why_not_otherwise():
     op = load_op("layernorm")
     sizes = {"R": 64, "C": 256}  # X and Y 64 KiB each
-    streamed = c_generic.emit(op, sizes, _small_cache(96 << 10), {"threads": 2}).text
-    assert "non-temporal stores: Y (64 KiB) and the kernel's inputs (66 KiB) exceed" in streamed
+    small_cache = dataclasses.replace(TARGET, l3_bytes=96 << 10)
+    auto = c_generic.emit(op, sizes, small_cache, {"threads": 2}).text
+    assert "uol_stream_row" not in auto and "stage" not in auto
+    streamed = c_generic.emit(op, sizes, small_cache, {"threads": 2, "stream": 1}).text
+    assert "row loop of Y (line 5): non-temporal stores (the config's choice" in streamed
     assert "uol_stream_row(&r_Y[i_r * 256 + 0], stage, 256);" in streamed
     assert "_mm256_stream_ps" in streamed and "_mm_sfence();" in streamed
-    cached = c_generic.emit(op, sizes, TARGET, {"threads": 2}).text
-    assert "uol_stream_row" not in cached and "stage" not in cached
+    off = c_generic.emit(op, sizes, small_cache, {"threads": 2, "stream": 0}).text
+    assert off == auto
 
 
 @pytest.mark.parametrize("sizes", [{"R": 9, "C": 37}, {"R": 16, "C": 64}, {"R": 3, "C": 5}])
@@ -85,7 +86,8 @@ def test_a_rider_reading_the_row_statement_keeps_its_own_loop():
     assert "row loop of" not in kernel.src.text
     shared = check(parse(head.replace(", S: f32[C]", "") + y + t), {"R": 13, "C": 21}, config)
     assert ("row loop of Y (line 2): T add their rows' shares in its column loop (each row read "
-            "once); non-temporal stores (the config's choice)") in shared.src.text
+            "once); non-temporal stores (the config's choice: an output written in place)") \
+        in shared.src.text
 
 
 def test_streamed_layernorm_golden(golden):

@@ -6,10 +6,10 @@ over the row's columns, often followed by column reductions riding the pass (dga
 - the riders right after it add their share inside its column loop, so the row's operands are
   read once for all of them rather than once per statement (a layer norm's backward: dX,
   dgamma and dbeta in one loop);
-- when its output is larger than the last-level cache (acg/stores.py, an HFL fact), the row is
-  computed into a stage buffer in L1 and copied out with non-temporal stores, which write each
-  line without reading it first: a third of the memory traffic of a pass that reads one row
-  and writes one.
+- when the kernel streams its output (acg/stores.py: an output written in place, with the
+  kernel and its inputs beyond the last-level cache), the row is computed into a stage buffer
+  in L1 and copied out with non-temporal stores, which write each line without reading it
+  first: a third of the memory traffic of a pass that reads one row and writes one.
 """
 
 from __future__ import annotations
@@ -112,8 +112,7 @@ def _stream_policy(op: Op, shapes: Mapping[str, tuple], i: int, extent: int, lat
                    cfg: Mapping, target) -> StorePolicy | None:
     """The store policy when statement i's rows stream out, else None: the ISA has
     non-temporal stores of fixed width, the row's stage fits in half of L1, no later statement
-    of the pass reads the output, and the output and the inputs exceed the last-level cache
-    (or the config says `stream`)."""
+    of the pass reads the output, and the store policy (or the config's `stream`) says so."""
     stmt = op.stmts[i]
     isa = cfg.get("isa", "")
     if isa not in PLATFORMS or not platform(isa).stream or platform(isa).vla:
@@ -129,7 +128,8 @@ def _stream_policy(op: Op, shapes: Mapping[str, tuple], i: int, extent: int, lat
     wanted = cfg.get("stream")
     if wanted is None:
         return policy if policy.stream else None
-    return StorePolicy(True, "non-temporal stores (the config's choice)") if int(wanted) else None
+    return StorePolicy(True, "non-temporal stores (the config's choice: an output written in "
+                             "place)") if int(wanted) else None
 
 
 def _bytes(op: Op, shapes: Mapping[str, tuple], name: str) -> int:

@@ -3,7 +3,7 @@
    pass 1: mu (line 3), var (line 4), Y (line 5); 1 shared loop(s) [8]; private per thread: mu, var
      - var fused into the pass of mu: it reads earlier results only at the current iteration of 1 shared loop(s)
      - Y fused into the pass of mu: it reads earlier results only at the current iteration of 1 shared loop(s)
-   row loop of Y (line 5): non-temporal stores (the config's choice): each row is computed into an L1 stage and streamed out */
+   row loop of Y (line 5): non-temporal stores (the config's choice: an output written in place): each row is computed into an L1 stage and streamed out */
 #include <stdint.h>
 #include <stdlib.h>
 #include <math.h>
