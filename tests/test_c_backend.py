@@ -129,6 +129,17 @@ def test_overrides_that_break_packing_are_refused_with_the_constraint_named(conf
         uol_core.compile("matmul", shapes={"A": (512, 512), "B": (512, 64)}, config=config)
 
 
+def test_a_split_override_rederives_nc_unless_it_names_it():
+    """The model's nc for a row split is all of N; a jr split hands out nc-column chunks, so
+    keeping it would leave one chunk and one busy thread (2048^3 ran at 1-thread speed)."""
+    shapes = {"A": (512, 512), "B": (512, 512)}
+    jr = uol_core.compile("matmul", shapes=shapes, target=TARGET, config="par=jr,threads=2")
+    assert jr.config["nc"] < 512
+    fixed = uol_core.compile("matmul", shapes=shapes, target=TARGET,
+                             config="par=jr,threads=2,nc=512")
+    assert fixed.config["nc"] == 512
+
+
 @pytest.mark.parametrize("path", ["packed", "direct"])
 @pytest.mark.parametrize("par", ["jr", "ir", "batch", "k"])
 def test_every_split_override_is_correct_on_both_paths(path, par):

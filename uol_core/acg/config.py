@@ -65,6 +65,13 @@ FIELD_NAMES = tuple(f.name for f in fields(TileConfig))
 FIELD_TYPES = {f.name: (str if f.type in ("str", str) else int) for f in fields(TileConfig)}
 
 
+def named_keys(text: str | dict) -> set[str]:
+    """The keys a config request names ('mr=6,par=jr' -> {'mr', 'par'})."""
+    if isinstance(text, dict):
+        return {str(k).strip() for k in text}
+    return {part.split("=", 1)[0].strip() for part in text.replace(" ", ",").split(",") if part}
+
+
 def parse_config(text: str | dict, base: TileConfig) -> TileConfig:
     """Apply 'mr=6,nr=16' (or a dict) on top of `base`; unknown keys raise ValueError naming them."""
     items = text.items() if isinstance(text, dict) else (

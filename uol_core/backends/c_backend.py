@@ -126,7 +126,7 @@ class CBackend:
 
 
 def _choose_tile(plan: Plan, request: Any) -> Choice:
-    from uol_core.acg.config import lanes, parse_config, target_isas
+    from uol_core.acg.config import lanes, named_keys, parse_config, target_isas
     from uol_core.acg.cost_model import CostModel
     from uol_core.acg.space import build_space
     from uol_core.odl.shapes import ShapeError
@@ -143,6 +143,11 @@ def _choose_tile(plan: Plan, request: Any) -> Choice:
     if request == "tuned":
         return Choice(tuned_tile(plan.op, plan.sizes, target) or best, space, model)
     cfg = parse_config(request, best)
+    if space.derive is not None and isinstance(request, (str, dict)) \
+            and "nc" not in named_keys(request):
+        # nc follows the knobs the request changed (a jr split hands out nc-column chunks:
+        # the model's nc = N for an ir split would leave one chunk, one busy thread)
+        cfg = cfg.replace(**space.derive(cfg.to_dict()))
     # The space's other constraints only cost speed, so overrides may break them to explore;
     # these two are what the packing and the unrolled k loop rely on (an mc that is not a
     # multiple of mr overran the A panel).
