@@ -178,7 +178,9 @@ class RankClock:
         self.writer, self.step = writer, 0
         self.recv_asked: dict[tuple[str, int, int], float] = {}
         self.open_send: tuple[float, int, int] | None = None
-        self.busy: dict[int, float] = {}  # step -> forward + backward seconds of this rank
+        # step -> forward + backward CPU seconds of this rank's thread: what the stage costs,
+        # without the time a shared host's other processes held its core (the rebalance's input)
+        self.busy: dict[int, float] = {}
         self.step_cpu: dict[int, float] = {}  # step -> CPU seconds of the rank's thread in schedule.step()
 
     def close_send(self, t: float) -> None:
@@ -233,9 +235,10 @@ def timed_stage(module: nn.Module, virtual: int, num_virtual: int, clock: RankCl
             out = run()
             t1 = now()
             # the thread's own CPU time: wall time beyond it is time the rank waited for a core
+            cpu = time.thread_time() - cpu0
             clock.writer.record(kind, t0, t1, step=clock.step, mb=mb, chunk=chunk, stage=virtual,
-                                cpu=time.thread_time() - cpu0)
-            clock.busy[clock.step] = clock.busy.get(clock.step, 0.0) + t1 - t0
+                                cpu=cpu)
+            clock.busy[clock.step] = clock.busy.get(clock.step, 0.0) + cpu
             return out
 
         def forward_one_chunk(self, fwd_chunk_id: int, *args, **kwargs):
