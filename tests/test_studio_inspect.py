@@ -102,6 +102,21 @@ def test_knob_text_is_parsed_or_refused_with_the_form():
             parse_knobs(bad)
 
 
+def test_a_diff_against_a_knob_the_kernel_has_not_says_so():
+    """A typed knob the space does not offer was dropped, and B came out the same as A."""
+    from app.callbacks.studio_inspect import diff_kernels
+    from app.services.kernels import compile_odl
+
+    odl, sizes = op_text("layernorm"), {"R": 64, "C": 64}
+    a = compile_odl(odl, "c", "host", sizes)
+    state = {"ok": True, "odl": odl, "backend": "c", "target": "host", "sizes": sizes,
+             "kernel": a.source, "config": a.config}
+    _, status = diff_kernels(1, state, "c", "mr=4")
+    assert status == "✗ no knob mr for c here; its knobs: threads, chunk, vec, fuse"
+    _, status = diff_kernels(1, state, "c", "fuse=0")
+    assert status.startswith("A → B: knobs fuse: 1 → 0;")
+
+
 def test_triton_row_kernel_does_not_offer_knobs_that_change_nothing():
     from app.services.kernels import compile_odl
 

@@ -71,7 +71,7 @@ def diff_kernels(_clicks, state, backend, knob_text):
     """This kernel (A) beside the same op, sizes and target with other knobs or backend (B)."""
     from app.components.inspect_view import diff_html
     from app.services.history import diff_configs
-    from app.services.kernels import compile_odl
+    from app.services.kernels import compile_odl, knob_names
 
     if not state or not state.get("ok"):
         return {"note": "Compile a kernel first: the diff compares it with another."}, ""
@@ -80,6 +80,11 @@ def diff_kernels(_clicks, state, backend, knob_text):
     except ValueError as exc:
         return {"note": ""}, f"✗ {exc}"
     backend = backend or state["backend"]
+    known = knob_names(state["odl"], backend, state["target"], state["sizes"])
+    unknown = [k for k in knobs if k not in known]
+    if unknown:  # dropped silently, B would look like A and the diff say nothing
+        return {"note": ""}, (f"✗ no knob {', '.join(unknown)} for {backend} here; its knobs: "
+                              f"{', '.join(known) or 'none'}")
     other = compile_odl(state["odl"], backend, state["target"], state["sizes"], knobs)
     if not other.ok:
         return {"note": ""}, f"✗ B does not compile: {other.error}"

@@ -172,6 +172,14 @@ def inert_knobs(odl: str, backend: str, target: str, sizes: dict[str, int],
     return frozenset(h["name"] for h in _unoffered(odl, backend, target, sizes, config, text))
 
 
+def knob_names(odl: str, backend: str, target: str, sizes: dict[str, int]) -> list[str]:
+    """The knobs the Studio offers for this op, backend, target and sizes (their space's)."""
+    from uol_core.odl.shapes import bind_sizes
+
+    bound = bind_sizes(_parse(odl), sizes)
+    return list(knob_space.space_for(odl, backend, target, tuple(sorted(bound.items()))).default)
+
+
 def _describe(exc: Exception) -> str:
     """One readable message: OdlError keeps its hint, others keep their type name."""
     from uol_core import OdlError
