@@ -122,7 +122,7 @@ def test_ide_knobs_render_pattern_spaces_and_scope_isa_rules():
     softmax = load_op("softmax").source
     knobs = space_for(softmax, "c", "avx2-desktop", (("C", 64), ("R", 64)))
     names = {row["name"] for row in knobs.knob_rows(knobs.default)}
-    assert names and names <= {"threads", "chunk", "vec", "fuse"}
+    assert names and names <= {"threads", "chunk", "vec", "fuse", "stream"}
 
     gemm = load_op("matmul").source
     knobs = space_for(gemm, "c", "xeon-spr-8480", (("K", 256), ("M", 256), ("N", 256)))

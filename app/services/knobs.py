@@ -174,7 +174,28 @@ def _space(odl: str, backend: str, target: str, sizes: dict[str, int]) -> KnobSp
                       [*space.notes, *choice.notes], dict(space.derived), space.derive,
                       space.scope_knob, dict(space.scoped),
                       bool(getattr(chosen, "knobs_named_in_source", False)))
+    _offer_streaming(knobs, chosen, plan)
     return knobs
+
+
+def _offer_streaming(knobs: KnobSpace, chosen, plan) -> None:
+    """A C kernel that can write its large output with non-temporal stores gets a `stream`
+    knob (0: ordinary stores, the default). The tuner does not search it: it pays only for an
+    output written in place (acg/stores.py), and a tuning run cannot tell how the kernel's
+    callers will allocate. Offered where stream=1 emits another kernel."""
+    if chosen.name != "c" or plan.kind == "gemm" or "stream" in knobs.domains:
+        return
+    base = dict(knobs.default)
+    try:
+        differs = (chosen.emit(plan, {**base, "stream": 1}).text
+                   != chosen.emit(plan, {**base, "stream": 0}).text)
+    except Exception:  # a kernel that cannot be emitted offers nothing more
+        return
+    if differs:
+        knobs.domains["stream"] = [0, 1]
+        knobs.default["stream"] = 0
+        knobs.notes.append("stream: 1 writes the output with non-temporal stores, for an output "
+                           "written in place (not searched by the tuner)")
 
 
 @lru_cache(maxsize=32)
