@@ -21,7 +21,6 @@ from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_columns import column_reduction
 from uol_core.backends.c_expr import (
     PRELUDE,
-    REDUCE_C,
     STORAGE,
     ExprContext,
     free_names,
@@ -31,6 +30,7 @@ from uol_core.backends.c_expr import (
     store,
 )
 from uol_core.backends.c_frame import includes, open_entry
+from uol_core.backends.c_interchange import interchangeable, interchanged
 from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_platforms import platform
 from uol_core.backends.c_regions import column_rider, hoist_invariant_reads, region_pointers
@@ -43,11 +43,10 @@ from uol_core.backends.c_stencil import (
     halo_name,
 )
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, DType, Op, Reduce, Scan, walk
+from uol_core.odl.ir import Access, DType, Op, Scan, walk
 from uol_core.odl.shapes import shape_of
 
 GENERATOR = "uol-c-generic-1"
-MAX_VECTOR_ACC = 16384  # elements of a stack accumulator row (64 KiB of f32)
 # "isa" (the build flags the loops are compiled with) defaults to the target's best ISA
 DEFAULTS = {"threads": 0, "fuse": 1, "simd": 1, "chunk": 0, "vec": 0}
 
@@ -267,11 +266,11 @@ def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str
         return
     levels = _reduction_levels(stmt.expr, rest)
     innermost_reduces = bool(levels.get(len(rest))) or (len(rest) == 0 and bool(levels))
-    swap = _interchangeable(levels.get(len(rest), []), rest, free, scan_index, parallel)
+    swap = interchangeable(levels.get(len(rest), []), rest, free, scan_index, parallel)
     for n, name in enumerate(rest):
         inner = _hoisted(w, ctx, levels.get(n, []), inner, stmt.line)
         if swap is not None and n == len(rest) - 1:
-            _interchanged(w, ctx, swap, name, free[name], inner, stmt.line)
+            interchanged(w, ctx, swap, name, free[name], inner, stmt.line)
             innermost_reduces = False
         if name == scan_index:
             _start_scans(w, ctx, scans, inner, stmt.line)
@@ -327,57 +326,6 @@ def _start_scans(w: CodeWriter, ctx: ExprContext, scans: list[Scan], pad: str, l
         ctx.scans[id(s)] = ctx.fresh("run")
         init = {"cumsum": "0", "cumprod": "1", "cummax": "-INFINITY"}[s.op]
         w.emit(f"{pad}{ctx.ctype(kind(s, ctx))} {ctx.scans[id(s)]} = {init};", line)
-
-
-def _interchangeable(reds: list, rest: list[str], free: dict[str, int], scan_index,
-                     parallel: bool) -> Reduce | None:
-    """The innermost reduction to compute as a vector over the innermost free index, if it pays:
-    that index runs with stride 1 along some operand's last (contiguous) axis."""
-    if len(reds) != 1 or not rest or rest[-1] == scan_index or (parallel and len(rest) == 1):
-        return None
-    red, last = reds[0], rest[-1]
-    if red.op not in REDUCE_C or any(isinstance(x, Reduce) for x in walk(red.body) if x is not red):
-        return None
-    if free[last] > MAX_VECTOR_ACC:
-        return None
-    for node in walk(red.body):
-        if isinstance(node, Access) and node.indices:
-            form = node.indices[-1]
-            if dict(form.terms).get(last) == 1:  # contiguous in `last` (a window w + s too)
-                return red
-    return None
-
-
-def _interchanged(w: CodeWriter, ctx: ExprContext, red: Reduce, last: str, extent: int, pad: str,
-                  line: int) -> None:
-    """Reduction loops outside, the free index inside (vectorised): acc[last] += body."""
-    k = kind(red, ctx)
-    body_kind = "f" if k == "f" else "i"
-    vacc = ctx.fresh("vacc")
-    inits, update, _ = REDUCE_C[red.op]
-    i = index_id(last)
-    w.emit(f"{pad}{ctx.ctype(body_kind)} {vacc}[{extent}];", line)
-    w.emit(f"{pad}#pragma omp simd\n{pad}for (int64_t {i} = 0; {i} < {extent}; ++{i}) "
-           f"{vacc}[{i}] = {inits[body_kind]};", line)
-    inner = pad
-    for name in red.indices:
-        ident = index_id(name)
-        w.emit(f"{inner}for (int64_t {ident} = 0; {ident} < {ctx.reductions[red][name]}; ++{ident}) {{",
-               line)
-        inner += "    "
-    value = render(red.body, ctx)
-    if body_kind == "f" and kind(red.body, ctx) != "f":
-        value = f"(({ctx.real})({value}))"
-    w.emit(f"{inner}#pragma omp simd\n{inner}for (int64_t {i} = 0; {i} < {extent}; ++{i})", line)
-    w.emit(f"{inner}    {update.format(a=f'{vacc}[{i}]', v=value)}", line)
-    for _ in red.indices:
-        inner = inner[:-4]
-        w.emit(f"{inner}}}", line)
-    ctx.pre.clear()
-    count = 1
-    for name in red.indices:
-        count *= ctx.reductions[red][name]
-    ctx.cache[id(red)] = f"({vacc}[{i}] / ({ctx.real}){count})" if red.op == "mean" else f"{vacc}[{i}]"
 
 
 def _hoisted(w: CodeWriter, ctx: ExprContext, reds: list, pad: str, line: int) -> str:
