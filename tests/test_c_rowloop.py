@@ -40,6 +40,9 @@ def test_layernorm_rows_stream_when_asked_and_say_why_not_otherwise():
     small_cache = dataclasses.replace(TARGET, l3_bytes=96 << 10)
     auto = c_generic.emit(op, sizes, small_cache, {"threads": 2}).text
     assert "uol_stream_row" not in auto and "stage" not in auto
+    assert ("row loop of Y (line 5): ordinary stores: Y (64 KiB) and the kernel's inputs "
+            "(66 KiB) exceed the last-level cache (96 KiB), but a fresh Y's pages are zeroed"
+            in auto)
     streamed = c_generic.emit(op, sizes, small_cache, {"threads": 2, "stream": 1}).text
     assert "row loop of Y (line 5): non-temporal stores (the config's choice" in streamed
     assert "uol_stream_row(&r_Y[i_r * 256 + 0], stage, 256);" in streamed

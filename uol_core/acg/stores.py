@@ -26,6 +26,7 @@ class StorePolicy:
 
     stream: bool
     why: str
+    beyond_cache: bool = False  # the output and the inputs exceed the last-level cache
 
 
 def last_level_cache(target) -> int:
@@ -54,9 +55,10 @@ def store_policy(output: str, out_bytes: int, in_bytes: int, target,
         return StorePolicy(False, f"ordinary stores: {sizes} exceed the last-level cache "
                                   f"({_size(llc)}), but a fresh {output}'s pages are zeroed "
                                   "through the cache at first touch, where ordinary stores find "
-                                  "them (config stream=1 streams an output written in place)")
+                                  "them (config stream=1 streams an output written in place)",
+                           beyond_cache=True)
     return StorePolicy(True, f"non-temporal stores: {sizes} exceed the last-level cache "
-                             f"({_size(llc)})")
+                             f"({_size(llc)})", beyond_cache=True)
 
 
 def _size(nbytes: int) -> str:

@@ -138,7 +138,7 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     threads = int(cfg["threads"]) or int(getattr(target, "cores", 0) or os.cpu_count() or 1)
     cfg["threads"] = threads
     lay.rows = plan_row_loops(op, lay.shapes, plan, real, cfg, target)
-    streams = any(share.stream is not None for share in lay.rows.values())
+    streams = any(share.streamed for share in lay.rows.values())
     w = CodeWriter(default_line=op.line)
     entry = f"uol_{op.name}"
     args = [d.name for d in op.inputs] + [d.name for d in op.outputs]
@@ -220,7 +220,7 @@ def _group(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, cfg: Mapping, th
                 row = RowLoop(lay.rows[run[0]], riders) if run[0] in lay.rows else None
                 _statement(w, op, lay, run[0], g.depth, pad + "        ", cfg, row=row)
         w.emit(f"{pad}    }}", line)
-        if any(lay.rows[i].stream is not None for i in g.stmts if i in lay.rows):
+        if any(lay.rows[i].streamed for i in g.stmts if i in lay.rows):
             # each thread orders its own weakly ordered stores before the region's barrier
             w.emit(f"{pad}    {platform(cfg['isa']).fence}", line)
         for rider in riders.values():

@@ -35,12 +35,17 @@ STAGE = "stage"  # the C name of a streamed row's buffer
 @dataclass(frozen=True)
 class RowShare:
     """What a row statement's column loop carries: the riders sharing it (statement indices,
-    in order) and, when its row is streamed out, the store policy that chose it."""
+    in order) and the store policy of its output where there was a choice to make (a kernel
+    that moves more than the last-level cache, or a config asking for streaming)."""
 
     col: str
     extent: int
     riders: tuple[int, ...]
-    stream: StorePolicy | None
+    stores: StorePolicy | None
+
+    @property
+    def streamed(self) -> bool:
+        return self.stores is not None and self.stores.stream
 
     def describe(self, op: Op, i: int) -> str:
         """One line for the kernel header."""
@@ -49,8 +54,10 @@ class RowShare:
         if self.riders:
             names = ", ".join(op.stmts[j].target for j in self.riders)
             parts.append(f"{names} add their rows' shares in its column loop (each row read once)")
-        if self.stream is not None:
-            parts.append(f"{self.stream.why}: each row is computed into an L1 stage and streamed out")
+        if self.streamed:
+            parts.append(f"{self.stores.why}: each row is computed into an L1 stage and streamed out")
+        elif self.stores is not None and self.stores.beyond_cache:  # a choice was made
+            parts.append(self.stores.why)
         return f"{stmt.target} (line {stmt.line}): " + "; ".join(parts)
 
 
@@ -75,11 +82,11 @@ def plan_row_loops(op: Op, shapes: Mapping[str, tuple], plan: FusionPlan, real: 
                     break
                 riders.append(j)
             later = g.stmts[k + 1:]
-            stream = None
+            stores = None
             if stmt.target in outputs and real == "float" and op.tensor(stmt.target).dtype == DType.f32:
-                stream = _stream_policy(op, shapes, i, extent, later, cfg, target)
-            if riders or stream is not None:
-                found[i] = RowShare(col, extent, tuple(riders), stream)
+                stores = _store_policy(op, shapes, i, extent, later, cfg, target)
+            if riders or (stores is not None and (stores.stream or stores.beyond_cache)):
+                found[i] = RowShare(col, extent, tuple(riders), stores)
     return found
 
 
@@ -108,11 +115,12 @@ def _can_share(op: Op, shapes: Mapping[str, tuple], i: int, j: int, col: str, ex
     return all(not (isinstance(n, Access) and n.tensor == op.stmts[i].target) for n in walk(red.body))
 
 
-def _stream_policy(op: Op, shapes: Mapping[str, tuple], i: int, extent: int, later: list[int],
-                   cfg: Mapping, target) -> StorePolicy | None:
-    """The store policy when statement i's rows stream out, else None: the ISA has
-    non-temporal stores of fixed width, the row's stage fits in half of L1, no later statement
-    of the pass reads the output, and the store policy (or the config's `stream`) says so."""
+def _store_policy(op: Op, shapes: Mapping[str, tuple], i: int, extent: int, later: list[int],
+                  cfg: Mapping, target) -> StorePolicy | None:
+    """The store policy of statement i's rows where they could stream out, else None: the ISA
+    has non-temporal stores of fixed width, the row's stage fits in half of L1 and no later
+    statement of the pass reads the output. The config's `stream=1` streams; otherwise the
+    policy decides (acg/stores.py)."""
     stmt = op.stmts[i]
     isa = cfg.get("isa", "")
     if isa not in PLATFORMS or not platform(isa).stream or platform(isa).vla:
@@ -125,11 +133,10 @@ def _stream_policy(op: Op, shapes: Mapping[str, tuple], i: int, extent: int, lat
         return None
     policy = store_policy(stmt.target, _bytes(op, shapes, stmt.target),
                           sum(_bytes(op, shapes, d.name) for d in op.inputs), target)
-    wanted = cfg.get("stream")
-    if wanted is None:
-        return policy if policy.stream else None
-    return StorePolicy(True, "non-temporal stores (the config's choice: an output written in "
-                             "place)") if int(wanted) else None
+    if int(cfg.get("stream") or 0):
+        return StorePolicy(True, "non-temporal stores (the config's choice: an output written in "
+                                 "place)", policy.beyond_cache)
+    return policy
 
 
 def _bytes(op: Op, shapes: Mapping[str, tuple], name: str) -> int:
@@ -159,7 +166,7 @@ class RowLoop:
     def __init__(self, share: RowShare | None, riders: Mapping[int, ColumnRider]) -> None:
         self.share = share
         self.riders = [riders[j] for j in share.riders] if share is not None else []
-        self.streamed = share is not None and share.stream is not None
+        self.streamed = share is not None and share.streamed
 
     def open(self, w: CodeWriter, pad: str, line: int) -> None:
         """Before the column loop: the stage of a streamed row."""
