@@ -15,6 +15,7 @@ from uol_core.acg.cost_model import (
     roofline_gflops,
 )
 from uol_core.acg.space import Space
+from uol_core.acg.stores import last_level_cache
 from uol_core.backends.c_platforms import PLATFORMS
 
 HFL_FIELDS = ("isa", "vector_bits", "vector_registers", "fma_units", "fma_latency_cycles",
@@ -157,7 +158,7 @@ def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | No
         f"L2: A block {cfg.mc} x {cfg.kc} x 4 B = {cfg.mc * cfg.kc * F32 // 1024} KiB = "
         f"{100 * est.terms['l2_use']:.0f}% of L2",
         f"L3: B block {cfg.kc} x {cfg.nc} x 4 B = {cfg.kc * cfg.nc * F32 // 1024} KiB = "
-        f"{100 * cfg.kc * cfg.nc * F32 / (t.l3_bytes or t.l2_bytes):.0f}% of L3 (nc derived)",
+        f"{100 * cfg.kc * cfg.nc * F32 / last_level_cache(t):.0f}% of L3 (nc derived)",
         f"parallel split over {cfg.par} with {cfg.threads} threads: balance "
         f"{100 * est.terms['balance']:.0f}%",
         _path_line(cfg, plan),

@@ -22,6 +22,7 @@ from uol_core.acg.formula import compile_formula
 from uol_core.acg.lower import GemmPlan
 from uol_core.acg.space_core import Constraint, count_removed
 from uol_core.acg.space_core import Space as BaseSpace
+from uol_core.acg.stores import last_level_cache
 from uol_core.backends.c_platforms import PLATFORMS
 
 F32 = 4  # bytes per element: the C GEMM path is f32 only (lower.py checks)
@@ -189,7 +190,7 @@ def block_nc(plan: GemmPlan, target, kc: int, nr: int, par: str = "ir", threads:
     """NC (derived, not searched): the B block kc x nc capped at half of L3 (BLIS rule); a jr
     split hands out NC-column chunks, CHUNKS_PER_THREAD per thread, to balance dynamically."""
     whole = -(-plan.N // nr) * nr
-    l3 = target.l3_bytes or target.l2_bytes
+    l3 = last_level_cache(target)
     cap = max(nr, (l3 // 2) // (kc * F32) // nr * nr)
     if par == "jr" and threads > 1:
         chunk = -(-plan.N // (CHUNKS_PER_THREAD * threads))
