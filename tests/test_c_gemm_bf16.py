@@ -4,6 +4,8 @@ and the HFL matrix-unit facts it reads."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -81,6 +83,8 @@ def test_only_bf16_gemms_match():
 
 
 CASES = [(MATMUL, {"A": (64, 96), "B": (96, 64)}), (MATMUL, {"A": (37, 50), "B": (50, 45)}),
+         (MATMUL, {"A": (48, 64), "B": (64, 40)}),  # A in place, whole blocks
+         (MATMUL, {"A": (30, 2048), "B": (2048, 20)}),  # rows 4 KiB apart: packed, padded rows
          (LINEAR, {"X": (70, 130), "W": (33, 130)}), (TRANSPOSED_A, {"A": (33, 40), "B": (20, 33)}),
          (BATCHED, {"A": (3, 40, 64), "W": (3, 64, 50)}),
          (SHARED_WEIGHT, {"X": (2, 40, 24), "W": (24, 50)}),
@@ -106,6 +110,24 @@ def test_results_match_float64(isa):
             torch.testing.assert_close(got.double(), ref.double(), rtol=2 ** -7, atol=1e-2)
         else:  # exact bf16 products summed in f32
             torch.testing.assert_close(got.double(), ref.double(), rtol=1e-5, atol=1e-4)
+
+
+def test_a_is_read_in_place_unless_its_rows_alias_or_k_is_ragged():
+    def route(shapes: dict, isa: str = "avx512bf16") -> str:
+        op, sizes = _sizes(MATMUL, shapes)
+        text = c_gemm_bf16.emit(op, sizes, None, {"bf16_isa": isa, "threads": 2}).text
+        return re.search(r"; A (.*?); \d+ B panel", text, re.S).group(1)
+
+    assert route({"A": (48, 64), "B": (64, 40)}) == "read in place"
+    # 64 rows are 5 blocks of 12 and 4 rows: those come from a padded copy
+    assert route({"A": (64, 96), "B": (96, 64)}) == \
+        "read in place, its last 4 row(s) from a zero-padded copy"
+    # AMX tile loads read whole 32-row blocks: a short one packs all of A
+    assert route({"A": (40, 64), "B": (64, 32)}, "amx").startswith("packed")
+    assert "K=50 not a multiple of 32" in route({"A": (37, 50), "B": (50, 45)})
+    # rows 4 KiB apart share L1 sets: A is packed with one cache line more per row
+    assert "rows 2080 elements apart; rows 4096 bytes apart" in \
+        route({"A": (30, 2048), "B": (2048, 20)})
 
 
 def test_c_backend_routes_bf16_gemms_to_the_template():

@@ -5,6 +5,12 @@ Packed B layout, per 32-column panel and 32-deep k step: two 16-column halves of
 pairs) x 32 bf16 (each column's two k values side by side): one AMX B tile per half, contiguous
 (1 KiB, row stride 64 bytes), and the same bytes two zmm loads per k pair for VDPBF16PS.
 Every micro-kernel writes a whole BM x BN block over the whole (padded) k.
+
+A reaches a micro-kernel as rows LDA elements apart: A itself where the template reads it in
+place, else a zero-padded copy in the micro-kernel's layout (A_LAYOUT): 1 rows (the copy keeps
+A's row order, its rows LDA_P elements apart), 2 AMX tiles (per k step, 32 rows x 32 k), 3 f32
+(per k, the BM rows' values widened side by side). A_TAIL: A is read in place but its row
+count is not a multiple of BM; the last block row comes from a zero-padded copy of its rows.
 """
 
 from __future__ import annotations
@@ -25,9 +31,13 @@ class MicroKernel:
     thread_setup: str = ""
     thread_teardown: str = ""
     process_setup: str = ""
-    a_in_place: bool = False  # may read A's rows where they are (tile loads take a row stride)
-    a_pairs: bool = True  # packed A interleaves k pairs across rows (else 32 x 32 tiles)
-    a_f32: bool = False  # packed A is widened to f32, k by k across rows
+    a_in_place: bool = False  # may read A's rows where they are (they take a row stride)
+    a_layout: int = 1  # the layout of packed A: 1 rows, 2 AMX tiles, 3 widened to f32
+    a_tail: bool = False  # in place, the last block row may come from a padded copy
+
+    @property
+    def a_f32(self) -> bool:
+        return self.a_layout == 3
 
 
 PACKING = r"""
@@ -83,17 +93,17 @@ static void pack_b(const uint16_t *restrict B, uint16_t *restrict Bp)
         }
 }
 
-/* A (M x K, any strides) -> Ap, zero padded, per block row ib (BM rows) at Ap + ib * BM * KP
-   elements of A_ELEM bytes:
-   A_F32: per k, the BM rows' values widened to f32 side by side (one broadcast each);
-   A_PAIRS: per k pair, the BM rows' (k, k+1) bf16 pairs side by side;
-   else per k step s, 32 rows x 32 k (two AMX A tiles of 16 rows, row stride 64 bytes). */
-static void pack_a(const uint16_t *restrict A, uint16_t *restrict Ap)
+/* A (M x K, any strides) -> Ap, zero padded, block rows ib >= ib0 (BM rows each) from Ap:
+   A_LAYOUT 1: rows LDA_P elements apart, in A's order (one memcpy per row and k step);
+   A_LAYOUT 2: per block row BM * KP elements, per k step 32 rows x 32 k (two AMX A tiles of 16
+   rows, row stride 64 bytes);
+   A_LAYOUT 3: per block row BM * KP f32, per k the BM rows' values widened side by side. */
+static void pack_a(const uint16_t *restrict A, uint16_t *restrict Ap, int64_t ib0)
 {
     #pragma omp for collapse(2) schedule(static)
-    for (int64_t ib = 0; ib < MP / BM; ++ib)
+    for (int64_t ib = ib0; ib < MP / BM; ++ib)
         for (int64_t s = 0; s < KS; ++s) {
-            uint16_t *restrict dst = Ap + (ib * BM * KP + s * 32 * BM) * (A_ELEM / 2);
+            const int64_t block = (ib - ib0) * BM;
             for (int64_t i = 0; i < BM; ++i) {
                 const int64_t row = ib * BM + i, k0 = s * 32;
                 uint16_t line[32];
@@ -103,15 +113,16 @@ static void pack_a(const uint16_t *restrict A, uint16_t *restrict Ap)
                     for (int64_t k = 0; k < 32; ++k)
                         line[k] = row < MDIM && k0 + k < KDIM ? A[row * SAM + (k0 + k) * SAK] : 0;
                 }
-                if (A_F32) {
+                if (A_LAYOUT == 1) {
+                    memcpy(Ap + (block + i) * LDA_P + k0, line, 64);
+                } else if (A_LAYOUT == 2) {
+                    memcpy(Ap + block * KP + s * 32 * BM + i * 32, line, 64);
+                } else {
+                    float *restrict dst = (float *)Ap + block * KP + s * 32 * BM;
                     for (int64_t k = 0; k < 32; ++k) {
                         const uint32_t bits = (uint32_t)line[k] << 16;
-                        memcpy((float *)dst + k * BM + i, &bits, 4);
+                        memcpy(dst + k * BM + i, &bits, 4);
                     }
-                } else if (A_PAIRS) {
-                    for (int64_t r = 0; r < 16; ++r) memcpy(dst + 2 * (r * BM + i), line + 2 * r, 4);
-                } else {
-                    memcpy(dst + i * 32, line, 64);
                 }
             }
         }
@@ -204,11 +215,12 @@ static inline void block(const uint16_t *a, int64_t lda, const uint16_t *bp, flo
     return MicroKernel("amx", 32, 32, "AMX TDPBF16PS, 32 x 32 block in 4 accumulator tiles",
                        '#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,'
                        'amx-bf16")', text, "tile_config();", "_tile_release();",
-                       "amx_permission();", a_in_place=True, a_pairs=False)
+                       "amx_permission();", a_in_place=True, a_layout=2)
 
 
 AVX512BF16 = r"""
-/* 12 rows x 32 columns: 24 zmm accumulators, 2 B vectors and 1 broadcast A pair of 32. */
+/* 12 rows x 32 columns: 24 zmm accumulators, 2 B vectors and 1 broadcast A pair of 32. A's
+   rows lda elements apart: each row is read along k, 4 bytes per k pair. */
 static inline void block(const uint16_t *a, int64_t lda, const uint16_t *bp, float *c, int64_t ldc)
 {
     __m512 acc[BM][2];
@@ -222,7 +234,7 @@ static inline void block(const uint16_t *a, int64_t lda, const uint16_t *bp, flo
             #pragma GCC unroll 12
             for (int i = 0; i < BM; ++i) {
                 int32_t pair;
-                memcpy(&pair, a + 2 * ((s * 16 + r) * BM + i), 4);
+                memcpy(&pair, a + i * lda + s * 32 + 2 * r, 4);
                 const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
                 acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
                 acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
@@ -282,16 +294,17 @@ def _register() -> None:
     KERNELS["amx"] = _amx_kernel()
     KERNELS["avx512bf16"] = MicroKernel(
         "avx512bf16", 12, 32, "VDPBF16PS, 12 x 32 block in 24 zmm accumulators",
-        '#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")', AVX512BF16)
+        '#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")', AVX512BF16,
+        a_in_place=True, a_tail=True)
     KERNELS["f32"] = MicroKernel("f32", 6, 16, "bf16 widened to f32, 6 x 16 block of FMAs",
-                                 "", F32, a_f32=True)
+                                 "", F32, a_layout=3)
 
 
 _register()
 
 DRIVER = r"""
 /* Packing buffers kept between calls of the calling thread (no page faults per call). */
-static __thread uint16_t *keep_b, *keep_a;
+static __thread uint16_t *keep_b, *keep_a, *keep_tail;
 
 void ENTRY(void **args, const int64_t *strides)
 {
@@ -300,8 +313,9 @@ void ENTRY(void **args, const int64_t *strides)
     void *C = args[ARG_C];
     PROCESS_SETUP
     if (!keep_b) keep_b = aligned_alloc(64, (size_t)NP * KP * 2);
-    if (!A_DIRECT && !keep_a) keep_a = aligned_alloc(64, (size_t)MP * KP * A_ELEM);
-    uint16_t *Bp = keep_b, *Ap = keep_a;
+    if (!A_DIRECT && !keep_a) keep_a = aligned_alloc(64, (size_t)A_PACKED * 2);
+    if (A_TAIL && !keep_tail) keep_tail = aligned_alloc(64, (size_t)BM * LDA_P * 2);
+    uint16_t *Bp = keep_b, *Ap = keep_a, *At = keep_tail;
     #pragma omp parallel num_threads(THREADS)
     {
         THREAD_SETUP
@@ -310,10 +324,10 @@ void ENTRY(void **args, const int64_t *strides)
             int64_t oa, ob, oc;
             batch_offsets(bt, &oa, &ob, &oc);
             if (!B_SHARED || bt == 0) pack_b(B + ob, Bp);  /* a B the batch shares: once */
-            if (!A_DIRECT) pack_a(A + oa, Ap);
-            /* a block row: in place (rows SAM apart) or packed (BM * KP elements apart) */
+            if (!A_DIRECT) pack_a(A + oa, Ap, 0);
+            if (A_TAIL) pack_a(A + oa, At, MP / BM - 1);  /* the last, short block row */
+            /* block rows LDA elements apart: A's own rows, or the packed copy's */
             const uint16_t *a0 = A_DIRECT ? A + oa : Ap;
-            const int64_t lda = A_DIRECT ? SAM : KP * (A_ELEM / 2);
             /* CHUNK panels of B stay in L2 while every block row of A passes over them */
             for (int64_t jc = 0; jc < NP / 32; jc += CHUNK) {
                 const int64_t blocks_n = (jc + CHUNK <= NP / 32 ? CHUNK : NP / 32 - jc) * (32 / BN);
@@ -322,10 +336,13 @@ void ENTRY(void **args, const int64_t *strides)
                     for (int64_t jb = 0; jb < blocks_n; ++jb) {
                         const int64_t row = ib * BM, col = jc * 32 + jb * BN;
                         const uint16_t *bp = Bp + (col / 32) * KS * 1024 + (col % 32) / 16 * 512;
+                        const int tail = A_TAIL && row + BM > MDIM;
+                        const uint16_t *a = tail ? At : a0 + row * LDA;
+                        const int64_t lda = tail ? LDA_P : LDA;
                         if (C_F32 && SCN == 1 && row + BM <= MDIM && col + BN <= NDIM) {
-                            block(a0 + row * lda, lda, bp, (float *)C + oc + row * SCM + col, SCM);
+                            block(a, lda, bp, (float *)C + oc + row * SCM + col, SCM);
                         } else {
-                            block(a0 + row * lda, lda, bp, buf, BN);
+                            block(a, lda, bp, buf, BN);
                             write_block(buf, (char *)C + oc * (C_F32 ? 4 : 2), row, col);
                         }
                     }
