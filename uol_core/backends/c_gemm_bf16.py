@@ -2,9 +2,11 @@
 
 C[batch, m, n] = sum[k](A[.., m, k] * B[.., k, n]) with A and B in bf16. B is packed per batch
 entry (once when the batch shares it) into VNNI panels: pairs of k interleaved, the layout
-TDPBF16PS and VDPBF16PS read. The AMX kernel reads A in place when its k axis is contiguous,
-its sizes fill whole blocks and its rows are not a multiple of 4 KiB apart; every other case
-packs A, zero padded, in the layout its micro-kernel reads. Three micro-kernels share the
+TDPBF16PS and VDPBF16PS read. The AMX and VDPBF16PS kernels read A in place when its k axis
+is contiguous, k fills whole 32-deep steps and its rows are not a multiple of 4 KiB apart (rows
+in the same L1 sets evict each other); AMX also needs whole 32-row blocks, while VDPBF16PS takes
+a last, short block row from a padded copy. Every other case packs A, zero padded, in the
+layout its micro-kernel reads (packing cost 3-8% of a call on Zen 5). Three micro-kernels share the
 packing and the driver (c_gemm_bf16_kernels.py):
   amx        AMX tiles: a 32 x 32 block in 4 accumulator tiles, 2 A and 2 B tiles per k step
   avx512bf16 VDPBF16PS: 12 rows x 32 columns in 24 zmm accumulators
