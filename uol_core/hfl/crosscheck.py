@@ -232,7 +232,8 @@ def check_peaks(fma_gflops: dict[str, dict[str, float]], units: int, lanes32: in
 
     A multi-thread peak below the range is reported, not corrected: it is what those threads
     attain when the CPUs share FMA units (SMT siblings, vCPUs of one physical core) or others
-    hold the cores, and the scaling over 1 thread says which it looks like.
+    hold the cores, and the scaling over 1 thread says which it looks like. (The probe has
+    measured again a run that got less than its CPUs: `probe.best_unstarved`.)
     """
     bounds, fp64_bounds = plausible["peak_vs_theory"], plausible["fp64_vs_fp32"]
     checks = []
