@@ -9,11 +9,12 @@ root an interval; `memory_plan.plan_memory` packs them into one arena, allocated
 pre-faulted, with transparent huge pages requested. Each kernel's argument array (pointers and
 strides) is then built once; a run only patches the pointers of inputs and outputs.
 
-Running: consecutive C kernels run in one call of a small C driver (`uol_graph_run`) that loops
-over the prebuilt (function, arguments, strides) triples; copies that make an input contiguous
-for a kernel that needs it write into the arena; torch calls that allocate (opaque ops) run as
-they are. Outputs go into the caller's buffers when given, else into fresh tensors: a returned
-tensor never aliases the arena, so the next call cannot overwrite it.
+Running: consecutive C kernels run in one call of a small C driver (`uol_graph_run`, in
+runtime/driver.py) that loops over the prebuilt (function, arguments, strides) triples; copies
+that make an input contiguous for a kernel that needs it write into the arena; torch calls
+that allocate (opaque ops) run as they are. Outputs go into the caller's buffers when given,
+else into fresh tensors: a returned tensor never aliases the arena, so the next call cannot
+overwrite it.
 """
 
 from __future__ import annotations
@@ -21,36 +22,12 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
 from uol_core.graph.arena import Arena
 from uol_core.graph.memory_plan import Buffer, MemoryPlan
-
-DRIVER_C = """#include <stdint.h>
-typedef void (*uol_kernel)(void **, const int64_t *);
-void uol_graph_run(int64_t n, void **fns, void ***args, const int64_t **strides) {
-    for (int64_t i = 0; i < n; i++) ((uol_kernel)fns[i])(args[i], strides[i]);
-}
-void uol_graph_noop(void **args, const int64_t *strides) { (void)args; (void)strides; }
-"""
-
-
-@lru_cache(maxsize=1)
-def driver() -> ctypes.CDLL | None:
-    """The C driver library (built once and cached like any kernel); None when it cannot be
-    built, and then kernels are called one by one from Python."""
-    from uol_core.backends.base import KernelSource
-    from uol_core.runtime.build import build
-
-    try:
-        lib = ctypes.CDLL(str(build(KernelSource(DRIVER_C, "c", "uol_graph_run", "uol_graph_driver"))))
-    except Exception:  # no compiler: the Python loop below does the same work, slower
-        return None
-    lib.uol_graph_run.restype = None
-    lib.uol_graph_run.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    return lib
+from uol_core.runtime.driver import driver
 
 
 @dataclass

@@ -4,7 +4,8 @@ A training step calls each small kernel thousands of times at the same shapes. T
 path finds the kernel by name and shape, checks every argument and rebuilds the stride array
 on every call (tens of microseconds, as long as a 128x256x256 GEMM here). A plan does that
 work once: argument slots, output shapes and the strides of contiguous tensors are fixed when
-it is made, so a call allocates the outputs and passes pointers, nothing else.
+it is made, so a call allocates the outputs and passes pointers, nothing else: one pointer
+per tensor, and one foreign call for all its kernels (runtime/driver.py `uol_plan_run`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from uol_core.runtime.dispatch import OpRunner
+from uol_core.runtime.driver import driver
 from uol_core.runtime.pages import fresh_output, wants_huge_pages
 
 
@@ -40,6 +42,7 @@ class LaunchPlan:
             self.steps.append((native.fn, tuple(slot[name] for name, _, _ in args),
                                (ctypes.c_int64 * max(1, len(strides)))(*strides)))
         self.outputs = tuple(slot[name] for name in outputs)
+        self._table = _step_table(self.steps)
         # Intermediates between kernels never leave the plan: one set per thread is reused
         # (a fresh one would cost an allocation each, and first-touch page faults when large).
         first = len(inputs)
@@ -57,9 +60,14 @@ class LaunchPlan:
         env.extend(self._scratch())
         for i, shape, dtype, large in self._output_allocs:
             env[i] = fresh_output(shape, dtype) if large else torch.empty(shape, dtype=dtype)
-        for fn, slots, strides in self.steps:
-            ptrs = array("q", [env[i].data_ptr() for i in slots])  # held until the call returns
-            fn(ptrs.buffer_info()[0], strides)
+        lib = driver()
+        if lib is not None:
+            ptrs = array("q", [t.data_ptr() for t in env])  # held until the call returns
+            lib.uol_plan_run(self._table.buffer_info()[0], ptrs.buffer_info()[0])
+        else:
+            for fn, slots, strides in self.steps:
+                ptrs = array("q", [env[i].data_ptr() for i in slots])
+                fn(ptrs.buffer_info()[0], strides)
         return [env[i] for i in self.outputs]
 
     def _scratch(self) -> list:
@@ -73,6 +81,17 @@ class LaunchPlan:
                 scratch[i - first] = torch.empty(shape, dtype=dtype)
             self._local.tensors = scratch
         return scratch
+
+
+def _step_table(steps: list[tuple]) -> array:
+    """The driver's table of `steps` (function, argument slots, strides): the step count, then
+    per step the function's address, the strides' address, the argument count and the slots.
+    The strides arrays and functions stay referenced by the plan's steps."""
+    table = array("q", [len(steps)])
+    for fn, slots, strides in steps:
+        table.extend((ctypes.cast(fn, ctypes.c_void_p).value, ctypes.addressof(strides),
+                      len(slots), *slots))
+    return table
 
 
 def plan_for(runner: OpRunner, tensors: Mapping[str, torch.Tensor],
