@@ -35,6 +35,11 @@ class MicroKernel:
     a_layout: int = 1  # the layout of packed A: 1 rows, 2 AMX tiles, 3 widened to f32
     a_tail: bool = False  # in place, the last block row may come from a padded copy
 
+    def __post_init__(self) -> None:
+        # the tail copy is packed in the kernel's own layout and read as rows LDA_P apart
+        if self.a_tail and not (self.a_in_place and self.a_layout == 1):
+            raise ValueError(f"{self.name}: a padded tail needs A read in place, packed as rows")
+
     @property
     def a_f32(self) -> bool:
         return self.a_layout == 3
