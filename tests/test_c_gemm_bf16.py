@@ -130,6 +130,19 @@ def test_a_is_read_in_place_unless_its_rows_alias_or_k_is_ragged():
         route({"A": (30, 2048), "B": (2048, 20)})
 
 
+def test_the_run_worker_verifies_a_bf16_gemm_on_bf16_inputs():
+    """The IDE's Run and the tuner go through the worker: it draws each input in its declared
+    dtype and calls the kernel with them (f32 data read as bf16 pairs gave inf)."""
+    from uol_core.runtime.worker import execute_job, make_job
+
+    op, sizes = _sizes(MATMUL, {"A": (100, 96), "B": (96, 64)})
+    src = c_gemm_bf16.emit(op, sizes, HOST, {"bf16_isa": "f32", "threads": 2})
+    result = execute_job(make_job(src, MATMUL, "mm_bf16.odl", dict(sizes), repeats=2,
+                                  min_seconds=0.0))
+    assert result["status"] == "ok", result
+    assert result["max_abs_err"] < 1e-3 and result["median_s"] > 0
+
+
 def test_c_backend_routes_bf16_gemms_to_the_template():
     kernel = uol_core.compile(LINEAR, shapes={"X": (16, 32), "W": (24, 32)}, backend="c")
     assert kernel.kernel_source.meta["generator"] == c_gemm_bf16.GENERATOR_VERSION

@@ -39,17 +39,21 @@ def call_entry(fn, ptrs: list[int], strides: list[int]) -> None:
 
 
 class NativeKernel:
-    """A loaded kernel entry `void f(void **args, const int64_t *strides)` over named tensors."""
+    """A loaded kernel entry `void f(void **args, const int64_t *strides)` over named tensors,
+    each of the dtype `dtypes` gives it (float32 where it names none: the GEMM template)."""
 
-    def __init__(self, path: Path, entry: str, args: Sequence[str], shapes: Mapping[str, tuple]):
+    def __init__(self, path: Path, entry: str, args: Sequence[str], shapes: Mapping[str, tuple],
+                 dtypes: Mapping[str, torch.dtype] | None = None):
         self.fn = load_entry(path, entry)
         self.args = list(args)
         self.shapes = {k: tuple(v) for k, v in shapes.items()}
-        self._expected = [(name, torch.Size(self.shapes[name])) for name in self.args]
+        self.dtypes = {name: (dtypes or {}).get(name, _F32) for name in self.args}
+        self._expected = [(name, torch.Size(self.shapes[name]), self.dtypes[name])
+                          for name in self.args]
 
     def launch_args(self) -> list[tuple[str, tuple, torch.dtype]]:
         """Name, shape and dtype of every argument, in the order the entry takes them."""
-        return [(name, self.shapes[name], torch.float32) for name in self.args]
+        return [(name, self.shapes[name], self.dtypes[name]) for name in self.args]
 
     def __call__(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Run on `tensors` (every arg by name; outputs written in place)."""
@@ -57,17 +61,20 @@ class NativeKernel:
         # each tensor property read here costs 0.1-0.2 of one.
         ptrs: list[int] = []
         strides: list[int] = []
-        for name, shape in self._expected:
+        for name, shape, dtype in self._expected:
             t = tensors[name]
-            if t.dtype is not _F32 or t.shape != shape or not t.is_cpu:
+            if t.dtype is not dtype or t.shape != shape or not t.is_cpu:
                 self._refuse(name, t)
             ptrs.append(t.data_ptr())
             strides += t.stride()
         call_entry(self.fn, ptrs, strides)
 
     def _refuse(self, name: str, t: torch.Tensor) -> None:
-        if t.dtype != _F32:
-            raise ShapeError(f"{name} must be float32 (got {t.dtype}); convert with .float()")
+        want = self.dtypes[name]
+        if t.dtype != want:
+            hint = "; convert with .float()" if want == _F32 else ""
+            raise ShapeError(f"{name} must be {str(want).removeprefix('torch.')} (got {t.dtype})"
+                             f"{hint}")
         if not t.is_cpu:
             raise ShapeError(f"{name} must be a CPU tensor, got one on {t.device}")
         raise ShapeError(f"{name} has shape {tuple(t.shape)}; this kernel was built for "

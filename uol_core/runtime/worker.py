@@ -123,7 +123,7 @@ def execute_job(job: dict) -> dict:
     check_memory(op, sizes)  # a too-big request is an error here, not an OOM-killed machine
     if src.meta.get("cross"):  # built for another architecture: verified under emulation
         return _execute_emulated(src, op, sizes, job["seed"])
-    result, call = _built_and_verified(src, *_reference(job, op))
+    result, call = _built_and_verified(src, op, *_reference(job, op))
     if call is None or job["check_only"]:
         return result
     timing = time_call(call, warmup=job["warmup"], repeats=job["repeats"],
@@ -135,28 +135,27 @@ def execute_job(job: dict) -> dict:
 def _reference(job: dict, op) -> tuple[dict, dict]:
     """The job's seeded random inputs and the reference outputs (kept for the next job of
     the same op, sizes and seed)."""
-    import torch
-
-    from uol_core.odl.shapes import shape_of
+    from uol_core.runtime.inputs import random_inputs
     from uol_core.runtime.reference import evaluate_all
 
     key = (job["op_text"], tuple(sorted(job["sizes"].items())), job["seed"])
     if key not in _REFERENCE:
         _REFERENCE.clear()
-        gen = torch.Generator().manual_seed(job["seed"])
-        inputs = {d.name: torch.randn(shape_of(op, d.name, job["sizes"]), generator=gen)
-                  for d in op.inputs}
+        # typed as declared: bf16 data for a bf16 GEMM, class labels for integer inputs
+        inputs = random_inputs(op, job["sizes"], job["seed"])
         _REFERENCE[key] = (inputs, evaluate_all(op, inputs))
     return _REFERENCE[key]
 
 
-def _built_and_verified(src: KernelSource, inputs: dict, reference: dict):
+def _built_and_verified(src: KernelSource, op, inputs: dict, reference: dict):
     """(result, call): the kernel built and run once into its own outputs, compared with the
-    reference; `call` runs it again, None when it failed to build or verify."""
+    reference; `call` runs it again, None when it failed to build or verify. Every tensor has
+    the dtype `op` declares (a bf16 GEMM reads bf16 inputs)."""
     import torch
 
     from uol_core.runtime.build import BuildError, build
     from uol_core.runtime.native import NativeKernel
+    from uol_core.runtime.reference import TORCH_DTYPES
     from uol_core.runtime.verify import compare
 
     try:
@@ -166,7 +165,8 @@ def _built_and_verified(src: KernelSource, inputs: dict, reference: dict):
     outputs = {name: torch.full_like(reference[name], float("nan")) for name in reference}
     tensors = {**inputs, **outputs}
     kernel = NativeKernel(path, src.entry, src.meta["args"],
-                          {n: tuple(t.shape) for n, t in tensors.items()})
+                          {n: tuple(t.shape) for n, t in tensors.items()},
+                          {d.name: TORCH_DTYPES[d.dtype] for d in (*op.inputs, *op.outputs)})
     kernel(tensors)
     verdict = compare(outputs, reference, int(src.meta.get("reduction_length", 1)))
     result = {"status": "ok" if verdict.ok else "mismatch", "max_abs_err": verdict.max_abs_err,
@@ -209,7 +209,7 @@ def execute_race(job: dict) -> dict:
     results, calls, flops = [], [], []
     for raw in job["sources"]:
         src = KernelSource(**raw)
-        result, call = _built_and_verified(src, inputs, reference)
+        result, call = _built_and_verified(src, op, inputs, reference)
         results.append(result)
         if call is not None:
             calls.append((result, call))
