@@ -143,6 +143,29 @@ def test_the_run_worker_verifies_a_bf16_gemm_on_bf16_inputs():
     assert result["max_abs_err"] < 1e-3 and result["median_s"] > 0
 
 
+@pytest.mark.parametrize("target, unit", [("xeon-spr-8480", "amx"),
+                                          ("epyc-turin-9755", "avx512bf16"),
+                                          ("avx2-desktop", "f32")])
+def test_the_space_offers_the_knobs_the_template_reads(target, unit):
+    """bf16_isa and threads, nothing else; a unit the target lacks is forbidden by a named rule
+    and the model picks the first unit isa.toml lists for the target."""
+    from uol_core.backends import get_backend
+
+    c = get_backend("c")
+    op, sizes = _sizes(MATMUL, {"A": (64, 96), "B": (96, 64)})
+    plan = c.plan(op, sizes, target)
+    choice = c.choose(plan)
+    assert set(choice.space.domains) == {"threads", "bf16_isa"}
+    assert choice.config["bf16_isa"] == unit
+    usable = {cfg["bf16_isa"] for cfg in choice.space.configs}
+    assert unit in usable and ("amx" in usable) == (unit == "amx")
+    rule = next(r for r in choice.space.constraints if r.name == "matrix unit")
+    assert rule.provenance == ("isa",)
+    # another legal unit is one knob away, and it emits its own micro-kernel
+    src = c.emit(plan, {**choice.config, "bf16_isa": "f32"})
+    assert src.meta["bf16_isa"] == "f32" and src.config["bf16_isa"] == "f32"
+
+
 def test_c_backend_routes_bf16_gemms_to_the_template():
     kernel = uol_core.compile(LINEAR, shapes={"X": (16, 32), "W": (24, 32)}, backend="c")
     assert kernel.kernel_source.meta["generator"] == c_gemm_bf16.GENERATOR_VERSION

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import constraint
 
 from uol_core.acg.fusion import FusionPlan, plan_fusion
+from uol_core.acg.space_bf16 import bf16_domains_and_rules, is_bf16_gemm, predict_bf16_seconds
 from uol_core.acg.space_core import (
     Config,
     Constraint,
@@ -26,7 +27,7 @@ from uol_core.acg.space_core import (
 from uol_core.odl.ir import Access, Op, walk
 from uol_core.odl.shapes import shape_of
 
-VARIABLES = ("threads", "chunk", "vec", "fuse")
+VARIABLES = ("threads", "chunk", "vec", "fuse", "bf16_isa")  # bf16_isa: bf16 GEMMs only
 
 
 @dataclass
@@ -65,7 +66,11 @@ def _private_bytes(op: Op, sizes: Mapping[str, int], plan: FusionPlan) -> int:
 
 
 def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpace:
-    """Solve the space with python-constraint2; constraints carry the target's numbers."""
+    """Solve the space with python-constraint2; constraints carry the target's numbers. A bf16
+    GEMM gets the knobs its template reads (acg/space_bf16.py)."""
+    if is_bf16_gemm(op):
+        domains, named = bf16_domains_and_rules(target)
+        return _solved(domains, named, op, sizes, target)
     cores = int(target.cores or 1)
     lanes = int(target.vector_bits or 128) // 32
     fused = plan_fusion(op, sizes)
@@ -86,18 +91,24 @@ def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpac
         ("parallel pays", f"threads == 1 or {outer} >= threads * 4",
          lambda threads: threads == 1 or outer >= threads * 4, ("cores",)),
     ]
-    problem = constraint.Problem()
-    for var, dom in domains.items():
-        problem.addVariable(var, dom)
     named = []
     for name, formula, test, facts in rows:
         variables = tuple(v for v in VARIABLES if v in formula)
-        rule = count_removed(Constraint(name, formula, variables, keyword_test(test, variables),
-                                        facts), domains)
-        named.append(rule)
-        problem.addConstraint(constraint.FunctionConstraint(rule.test), list(variables))
+        named.append(count_removed(Constraint(name, formula, variables,
+                                              keyword_test(test, variables), facts), domains))
+    return _solved(domains, named, op, sizes, target)
+
+
+def _solved(domains: dict[str, list], named: list[Constraint], op: Op,
+            sizes: Mapping[str, int], target) -> PatternSpace:
+    """The space's legal configs, in knob order."""
+    problem = constraint.Problem()
+    for var, dom in domains.items():
+        problem.addVariable(var, dom)
+    for rule in named:
+        problem.addConstraint(constraint.FunctionConstraint(rule.test), list(rule.variables))
     configs = [pattern_config(c) for c in problem.getSolutions()]
-    configs.sort(key=lambda c: (c["threads"], c["chunk"], c["vec"], c["fuse"]))
+    configs.sort(key=lambda c: tuple(str(c[k]) if k == "bf16_isa" else c[k] for k in c))
     return PatternSpace(domains, named, configs, op=op, sizes=dict(sizes), target=target)
 
 
@@ -119,7 +130,12 @@ def traffic_bytes(op: Op, sizes: Mapping[str, int], fuse: bool) -> int:
 
 
 def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> float:
-    """Roofline estimate: memory traffic over bandwidth (scaled by threads), plus a per-chunk cost."""
+    """Roofline estimate: memory traffic over bandwidth (scaled by threads), plus a per-chunk
+    cost; a bf16 GEMM's FLOPs over its unit's peak."""
+    if "bf16_isa" in cfg:
+        from uol_core.odl.cost import op_cost
+
+        return predict_bf16_seconds(op_cost(op, sizes).flops, target, cfg)
     bw = float(target.mem_bandwidth_gbps or 10.0) * 1e9
     share = min(1.0, 0.5 + 0.5 * cfg["threads"] / max(1, int(target.cores or 1)))
     seconds = traffic_bytes(op, sizes, bool(cfg["fuse"])) / (bw * share)
@@ -132,7 +148,8 @@ def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
     """The model's best legal config with the user's overrides on top ('chunk=4,vec=8' or a dict;
     'tuned' the best recorded config, tuning with a small budget when there is none)."""
     space = build_pattern_space(op, sizes, target)
-    best = min(space.configs, key=lambda c: (predict_seconds(op, sizes, target, c), -c["fuse"])) \
+    best = min(space.configs, key=lambda c: (predict_seconds(op, sizes, target, c),
+                                             -c.get("fuse", 1))) \
         if space.configs else _defaults()
     if request == "tuned":
         from uol_core.acg.pattern_tuner import tuned_pattern_config
@@ -156,6 +173,14 @@ def explain_pattern(space: PatternSpace, cfg: Mapping, src, measured: dict | Non
              for f in ("cores", "vector_bits", "l2_bytes", "mem_bandwidth_gbps")]
     roofline = {"bound": "memory", "bytes": nbytes, "predicted_seconds": seconds,
                 "attainable_gflops": 0.0, "predicted_gflops": 0.0}
+    if "bf16_isa" in cfg:  # a GEMM: bound by its unit's peak (acg/space_bf16.py)
+        from uol_core.odl.cost import op_cost
+
+        flops = op_cost(op, sizes).flops
+        roofline.update(bound="compute", attainable_gflops=flops / seconds / 1e9,
+                        predicted_gflops=flops / seconds / 1e9)
+        facts.append({"field": "isa", "value": list(getattr(target, "isa", []) or []),
+                      "provenance": "HFL target"})
     return Explanation(op.name, dict(sizes), dict(cfg), binding=binding, roofline=roofline,
                        legal_configs=len(space.configs), measured=dict(measured or {}),
                        hfl_facts=facts, constraints=space.report(),
