@@ -51,9 +51,10 @@ CURVE_MIN_BYTES = 4 << 10
 # one-thread run was disturbed, and is measured again up to this many times
 SUPERLINEAR_SLACK = 1.1
 RETRIES_SUPERLINEAR = 2
-# a peak run that got less than isa.toml's peak_min_cpu_utilization of its threads' CPUs ran
-# beside other work (one host record held a 2-thread fp32 peak equal to its 1-thread one, and
-# every kernel's cost model read it): measured again up to this many times, the best kept
+# a multi-thread peak run that got less than isa.toml's peak_min_cpu_utilization of its CPUs,
+# or scaled below its peak_min_scaling (one host record held a 2-thread fp32 peak equal to its
+# 1-thread one, and every kernel's cost model read it): measured again up to this many times,
+# the best kept
 RETRIES_STARVED = 3
 
 
@@ -199,12 +200,15 @@ def measure(info: HostInfo, quick: bool = True, progress: Progress | None = None
         lanes32 = vec["vector_bits"] // 32
         peaks: dict[str, dict[str, float]] = {"fp32": {}, "fp64": {}}
         min_util = table["plausible"]["peak_min_cpu_utilization"]
+        min_scaling = table["plausible"]["peak_min_scaling"]
         for dtype, lanes in (("fp32", lanes32), ("fp64", lanes32 // 2)):
             def peak(n: int, dtype: str = dtype, lanes: int = lanes) -> float:
                 def once() -> tuple[float, float]:
                     vfmas, secs, util = prog.run(f"fma{dtype[2:]}", t, r, threads=n)
                     return round(vfmas * lanes * 2 / secs / 1e9, 2), util
-                return best_unstarved(once, min_util)
+                one = peaks[dtype].get("1")
+                floor = min_scaling * n * one if one and n > 1 else 0.0
+                return best_unstarved(once, min_util, floor)
 
             for n in threads:
                 step(f"FMA peak {dtype}, {n} thread{'s' if n > 1 else ''}")
@@ -237,14 +241,14 @@ def measure(info: HostInfo, quick: bool = True, progress: Progress | None = None
 
 
 def best_unstarved(measure: Callable[[], tuple[float, float]], min_util: float,
-                   retries: int = RETRIES_STARVED) -> float:
-    """The best figure of `measure` (figure, CPU utilisation), run again while its runs got
-    less than `min_util` of their CPUs, at most `retries` more times."""
+                   floor: float = 0.0, retries: int = RETRIES_STARVED) -> float:
+    """The best figure of `measure` (figure, CPU utilisation), run again while a run got less
+    than `min_util` of its CPUs or the best is below `floor`, at most `retries` more times."""
     best = 0.0
     for _ in range(1 + retries):
         figure, util = measure()
         best = max(best, figure)
-        if util >= min_util:
+        if util >= min_util and best >= floor:
             break
     return best
 
