@@ -164,6 +164,10 @@ def test_the_space_offers_the_knobs_the_template_reads(target, unit):
     # another legal unit is one knob away, and it emits its own micro-kernel
     src = c.emit(plan, {**choice.config, "bf16_isa": "f32"})
     assert src.meta["bf16_isa"] == "f32" and src.config["bf16_isa"] == "f32"
+    # a bf16 op that is not a GEMM goes to the pattern templates, with their knobs
+    add, add_sizes = _sizes("op addb(X: bf16[N], Y: bf16[N]) -> Z: bf16[N]:\n"
+                            "    Z[i] = X[i] + Y[i]\n", {"X": (1000,), "Y": (1000,)})
+    assert "bf16_isa" not in c.choose(c.plan(add, add_sizes, target)).space.domains
 
 
 def test_c_backend_routes_bf16_gemms_to_the_template():

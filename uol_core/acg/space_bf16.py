@@ -19,9 +19,12 @@ from uol_core.odl.ir import DType, Op
 KNOBS = ("threads", "bf16_isa")
 
 
-def is_bf16_gemm(op: Op) -> bool:
-    """Whether the C backend runs `op` as its bf16 GEMM: the only bf16 ops it takes."""
-    return any(d.dtype == DType.bf16 for d in op.inputs)
+def is_bf16_gemm(op: Op, sizes: Mapping[str, int]) -> bool:
+    """Whether the C backend runs `op` as its bf16 GEMM (other bf16 ops, an elementwise map,
+    go to the pattern templates and keep the pattern knobs)."""
+    from uol_core.backends.c_gemm_bf16 import match
+
+    return any(d.dtype == DType.bf16 for d in op.inputs) and match(op, sizes) is not None
 
 
 def kernels_for(target) -> tuple[list[str], list[str]]:

@@ -68,7 +68,7 @@ def _private_bytes(op: Op, sizes: Mapping[str, int], plan: FusionPlan) -> int:
 def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpace:
     """Solve the space with python-constraint2; constraints carry the target's numbers. A bf16
     GEMM gets the knobs its template reads (acg/space_bf16.py)."""
-    if is_bf16_gemm(op):
+    if is_bf16_gemm(op, sizes):
         domains, named = bf16_domains_and_rules(target)
         return _solved(domains, named, op, sizes, target)
     cores = int(target.cores or 1)
