@@ -23,3 +23,11 @@ def test_the_history_shows_a_tiny_rate_too():
     runs = [{"id": 2, "op": "softmax", "sizes": {"R": 64, "C": 64}, "backend": "c",
              "target": "host", "mode": "timed", "ok": 1, "gflops": 0.0013, "median_s": 1.6e-5}]
     assert "0.0013" in _texts(history_panel(runs))
+
+
+def test_the_largest_error_reads_as_numbers_not_a_dict():
+    res = {"ok": True, "id": 8, "median_s": 1e-3, "gflops": 300.0,
+           "max_error": {"abs": 4.76837158203125e-05, "rel": 0.0012469673529267311}}
+    texts = _texts(run_result(res))
+    assert "abs 4.77e-05 · rel 1.25e-03" in texts
+    assert not any("{" in t for t in texts)

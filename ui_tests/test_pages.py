@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ARTIFACTS, wait_idle
+from conftest import ARTIFACTS, check_layout_at_widths, wait_idle
 from playwright.sync_api import expect
 
 PAGES = ["/graph", "/debugger", "/profiler", "/communication", "/training", "/hardware", "/guide",
@@ -24,11 +24,26 @@ def test_page_opens_without_console_errors(page, live_server, path):
 
 def test_hardware_table_sorts_and_draws_rooflines(page, live_server):
     page.goto(live_server + "/hardware")
-    expect(page.locator("#hardware-table")).to_contain_text("h100-sxm")
-    expect(page.locator("#hardware-roofline .scatterlayer .trace").first).to_be_attached()
+    expect(page.locator("#hardware-table")).to_contain_text("h100-sxm", timeout=30_000)
+    expect(page.locator("#hardware-roofline .scatterlayer .trace").first).to_be_attached(
+        timeout=30_000)
     page.locator("#hardware-table th").filter(has_text="cores").locator(
         ".column-header--sort").click()
     wait_idle(page)
+    assert page.js_errors == []
+
+
+def test_the_host_probe_fits_beside_the_rooflines(page, live_server):
+    """A probed host's facts (a long ISA list, long provenance) wrap in their panel: they
+    once widened their grid column until the roofline plot beside them covered its names."""
+    page.goto(live_server + "/hardware")
+    expect(page.locator("#hardware-table")).to_contain_text("h100-sxm", timeout=30_000)
+    expect(page.locator("#hardware-roofline .scatterlayer .trace").first).to_be_attached(
+        timeout=30_000)
+    page.click("#probe-button")
+    expect(page.locator("#probe-facts")).to_contain_text("peak_gflops.fp32", timeout=120_000)
+    expect(page.locator("#probe-facts")).not_to_contain_text("['")  # a list reads as a list
+    check_layout_at_widths(page, "hardware_probed")
     assert page.js_errors == []
 
 

@@ -46,6 +46,14 @@ def _fmt_rate(value: float | None) -> str:
     return f"{value:.4g}" if value else "-"
 
 
+def _fmt_error(error) -> str:
+    """The largest deviation from the reference: absolute and relative, three digits each
+    (the worker reports a dict; older runs a bare number)."""
+    if isinstance(error, dict):
+        return " · ".join(f"{k} {v:.2e}" for k, v in error.items() if isinstance(v, (int, float)))
+    return "-" if error is None else (f"{error:.2e}" if isinstance(error, float) else str(error))
+
+
 def run_result(res: dict) -> list:
     """Correctness, time, GFLOP/s, GB/s and roofline position of one run (or its error)."""
     if res.get("error") and not res.get("ok"):
@@ -63,7 +71,7 @@ def run_result(res: dict) -> list:
             ("roofline", f"{roof.get('bound', '?')}-bound, attainable "
                          f"{roof.get('attainable_gflops', 0):.1f} GFLOP/s"
                          + (f", achieved {100 * frac:.1f}%" if frac else "")),
-            ("mode", res.get("mode", "")), ("max error", str(res.get("max_error", "")))]
+            ("mode", res.get("mode", "")), ("max error", _fmt_error(res.get("max_error")))]
     return [html.Div(verdict, className="result-ok" if res.get("ok") else "result-bad",
                      id="run-verdict"),
             html.Div([item for k, v in rows for item in (html.Span(k, className="muted"),

@@ -48,7 +48,11 @@ def layout(**_query) -> html.Div:
             html.Div([html.H3("Rooflines"),
                       dcc.Dropdown(id="hardware-roof-select", options=names, multi=True,
                                    value=[n for n in DEFAULT_ROOFS if n in names]),
-                      dcc.Graph(id="hardware-roofline", config={"displayModeBar": False})],
+                      # responsive: the shared chart's fixed export width would spill
+                      # out of the panel on a narrower window
+                      dcc.Graph(id="hardware-roofline",
+                                config={"displayModeBar": False, "responsive": True},
+                                style={"height": "440px"})],
                      className="panel"),
             html.Div([html.H3("Host probe"),
                       html.Div([html.Button("Run host probe", id="probe-button"),
@@ -57,18 +61,23 @@ def layout(**_query) -> html.Div:
                                className="toolbar"),
                       html.Div(_facts(cached) if cached else "The host was not probed yet.",
                                id="probe-result")], className="panel"),
-        ], className="studio-grid", style={"gridTemplateColumns": "1.4fr 1fr",
+        ], className="studio-grid", style={"gridTemplateColumns": "minmax(0, 1.4fr) minmax(0, 1fr)",
                                            "marginTop": "10px"}),
     ])
 
 
-def _facts(record: dict) -> html.Table:
+def _facts(record: dict) -> html.Div:
     """A target record's numbers with provenance, as a small table."""
     rows = [html.Tr([html.Th("field"), html.Th("value"), html.Th("provenance")])]
     for name, f in record.get("fields", {}).items():
-        rows.append(html.Tr([html.Td(name), html.Td(str(f["value"])),
-                             html.Td(f"{f['prov']}: {f['source']}" if f["source"] else f["prov"])]))
-    return html.Table(rows, className="simple", id="probe-facts")
+        value = ", ".join(map(str, f["value"])) if isinstance(f["value"], list) else str(f["value"])
+        rows.append(html.Tr([html.Td(name), html.Td(value),
+                             # long paths and manual titles may break anywhere
+                             html.Td(f"{f['prov']}: {f['source']}" if f["source"] else f["prov"],
+                                     style={"overflowWrap": "anywhere"})]))
+    # a table wider than its panel scrolls inside it (its grid column stays put)
+    return html.Div(html.Table(rows, className="simple", id="probe-facts"),
+                    style={"overflowX": "auto"})
 
 
 @callback(Output("hardware-roofline", "figure"), Input("hardware-roof-select", "value"))

@@ -54,7 +54,12 @@ def roofline_for(names: list[str]):
             curves.append(roof_curve(name))
         except Exception:  # a target without an fp32 peak has no roof to draw
             continue
-    return roofline_chart(curves, [], "Roofline per target (fp32)")
+    fig = roofline_chart(curves, [], "Roofline per target (fp32)")
+    # in the page the chart fills its panel (the shared chart's size is the export's)
+    fig.layout.width = None
+    fig.layout.height = None
+    fig.layout.autosize = True
+    return fig
 
 
 def probe(refresh: bool = True, progress=None) -> dict:
