@@ -11,7 +11,7 @@ from __future__ import annotations
 from uol_core.acg.config import TileConfig, lanes
 from uol_core.acg.lower import GemmPlan, epilogue_reads
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import GENERATOR_VERSION, CodeWriter, render_affine
+from uol_core.backends.c import GENERATOR_VERSION, MICRO_KERNEL, CodeWriter, render_affine
 from uol_core.backends.c_expr import PRELUDE, render_epilogue
 from uol_core.backends.c_frame import includes, open_entry
 from uol_core.backends.c_names import fused_id, index_id, size_id, stride_id, tensor_id
@@ -84,7 +84,7 @@ def _micro_kernel(w: CodeWriter, cfg: TileConfig, target, line: int) -> None:
     lane = lanes(cfg.isa, target)
     w.emit(f"/* Micro-kernel: tile[MR x NR] = A panel (kc x MR) * B panel (kc x NR); {cfg.mr * nv} "
            f"accumulators of {lane} lanes stay in registers ({cfg.isa}). */", line)
-    w.emit("static inline void uol_micro(int64_t kc, const float *restrict a, "
+    w.emit(f"{MICRO_KERNEL} uol_micro(int64_t kc, const float *restrict a, "
            "const float *restrict b, float *restrict tile)\n{", line)
     acc = [[f"c{i}_{v}" for v in range(nv)] for i in range(cfg.mr)]
     for row in acc:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from uol_core.acg.config import TileConfig, lanes
 from uol_core.acg.lower import GemmPlan
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import GENERATOR_VERSION, CodeWriter
+from uol_core.backends.c import GENERATOR_VERSION, MICRO_KERNEL, CodeWriter
 from uol_core.backends.c_frame import open_entry
 from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_platforms import platform
@@ -79,7 +79,7 @@ def _micro_kernel(w: CodeWriter, cfg: TileConfig, target, line: int, plain: bool
            f"({cfg.isa}). Rows at or past mr re-read row mr-1: in bounds, never stored. "
            "mode 0: store to tile; 1: C = tile; 2: C += tile (C: rows ldc apart, unit stride, "
            "NR columns). */", line)
-    w.emit("static inline void uol_micro_direct(int64_t kc, int64_t mr, const float *restrict a,"
+    w.emit(f"{MICRO_KERNEL} uol_micro_direct(int64_t kc, int64_t mr, const float *restrict a,"
            "\n    int64_t ars, int64_t acs, const float *restrict b, int64_t brs, "
            "float *restrict tile,\n    float *restrict c, int64_t ldc, int mode)\n{", line)
     for i in range(cfg.mr):

@@ -76,7 +76,7 @@ static inline int64_t uol_mini(int64_t a, int64_t b) { return a < b ? a : b; }
 
 
 /* Micro-kernel: tile[MR x NR] = A panel (kc x MR) * B panel (kc x NR); 8 accumulators of 4 lanes stay in registers (vecext). */
-static inline void uol_micro(int64_t kc, const float *restrict a, const float *restrict b, float *restrict tile)
+static __attribute__((noinline)) void uol_micro(int64_t kc, const float *restrict a, const float *restrict b, float *restrict tile)
 {
     uol_vf c0_0 = (uol_vf){0}, c0_1 = (uol_vf){0};
     uol_vf c1_0 = (uol_vf){0}, c1_1 = (uol_vf){0};

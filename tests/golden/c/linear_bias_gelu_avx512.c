@@ -74,7 +74,7 @@ static inline int64_t uol_mini(int64_t a, int64_t b) { return a < b ? a : b; }
 
 
 /* Micro-kernel: tile[MR x NR] = A panel (kc x MR) * B panel (kc x NR); 28 accumulators of 16 lanes stay in registers (avx512). */
-static inline void uol_micro(int64_t kc, const float *restrict a, const float *restrict b, float *restrict tile)
+static __attribute__((noinline)) void uol_micro(int64_t kc, const float *restrict a, const float *restrict b, float *restrict tile)
 {
     __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps();
     __m512 c1_0 = _mm512_setzero_ps(), c1_1 = _mm512_setzero_ps();

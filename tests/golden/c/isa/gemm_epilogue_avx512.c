@@ -77,7 +77,7 @@ static inline int64_t uol_mini(int64_t a, int64_t b) { return a < b ? a : b; }
 #define B_REUSED 1
 
 /* Micro-kernel: tile[MR x NR] = A rows (MR x kc, row stride ars, k stride acs) * B panel (kc x NR, row stride brs); 21 accumulators of 16 lanes (avx512). Rows at or past mr re-read row mr-1: in bounds, never stored. mode 0: store to tile; 1: C = tile; 2: C += tile (C: rows ldc apart, unit stride, NR columns). */
-static inline void uol_micro_direct(int64_t kc, int64_t mr, const float *restrict a,
+static __attribute__((noinline)) void uol_micro_direct(int64_t kc, int64_t mr, const float *restrict a,
     int64_t ars, int64_t acs, const float *restrict b, int64_t brs, float *restrict tile,
     float *restrict c, int64_t ldc, int mode)
 {
