@@ -84,13 +84,17 @@ print(json.dumps({"median_s": statistics.median(s), "blas": info}))
 """
 
 
-def numpy_matmul(m: int, n: int, k: int, threads: int, ours, rounds: int = 3) -> dict:
-    """numpy in its own process (OpenBLAS picks its native kernel: no core-type overrides; one
-    BLAS thread pool only), alternated round by round with our kernel in this process."""
+def numpy_matmul(m: int, n: int, k: int, threads: int, ours, rounds: int = 3,
+                 coretype: str | None = None) -> dict:
+    """numpy in its own process (OpenBLAS picks its native kernel: no core-type overrides,
+    unless `coretype` names one, e.g. Haswell for its AVX2 kernel; one BLAS thread pool only),
+    alternated round by round with our kernel in this process."""
     import statistics
     env = {key: v for key, v in os.environ.items()
            if key not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     env["OPENBLAS_NUM_THREADS"] = str(threads)
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
     theirs, mine, blas = [], [], {}
     for _ in range(rounds):
         out = subprocess.run([sys.executable, "-c", NUMPY_CHILD, str(m), str(n), str(k),

@@ -3,6 +3,10 @@ alternated call by call with torch.matmul (all write into existing buffers). Wri
 
     python benchmarks/gemm_tiles.py --size 1024 1024 1024 \
         --config isa=avx512,path=packed,mr=6,nr=64,kc=128,mc=1020,ku=4,pf=0,par=ir,threads=2
+
+`--numpy CORETYPE` adds numpy's OpenBLAS (its own process, alternated round by round with the
+first --config): `native` for the kernel OpenBLAS picks, `Haswell` for its AVX2 kernel, the
+peer of an isa=avx2 config on an AVX-512 host.
 """
 
 from __future__ import annotations
@@ -17,15 +21,16 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cpu_gemm import interleaved
+from cpu_gemm import interleaved, numpy_matmul
 from docs_section import write_report
 
 from uol_core import compile as uol_compile
 from uol_core.ops import load_op
 
 
-def compare(sizes: dict, configs: list[str], seconds: float) -> dict:
-    """ours/torch per config (the model's pick first), from one alternating run."""
+def compare(sizes: dict, configs: list[str], seconds: float, numpy: str | None = None) -> dict:
+    """ours/torch per config (the model's pick first), from one alternating run; with `numpy`
+    (an OpenBLAS core type, or 'native') numpy's row too, against the first given config."""
     op = load_op("matmul")
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(sizes["M"], sizes["K"], generator=gen)
@@ -40,8 +45,17 @@ def compare(sizes: dict, configs: list[str], seconds: float) -> dict:
     peer = torch.empty(sizes["M"], sizes["N"])
     fns["torch"] = lambda: torch.matmul(a, b, out=peer)
     timed = interleaved(fns, 2 * sizes["M"] * sizes["N"] * sizes["K"], seconds)
-    return {name: {"config": chosen.get(name), "gflops": row["gflops"],
+    rows = {name: {"config": chosen.get(name), "gflops": row["gflops"],
                    "vs_torch": timed["torch"]["ms"] / row["ms"]} for name, row in timed.items()}
+    if numpy:
+        first = configs[0] if configs else "model"
+        peer = numpy_matmul(sizes["M"], sizes["N"], sizes["K"], chosen[first].get("threads", 2),
+                            fns[first], coretype=None if numpy == "native" else numpy)
+        rows[f"numpy ({peer['kernel']})"] = {
+            "config": None, "gflops": peer["gflops"],
+            "vs_torch": timed["torch"]["ms"] / peer["ms"],
+            "ours_over_numpy": peer["ours_same_time_gflops"] / peer["gflops"]}
+    return rows
 
 
 PACKED = "isa=avx512,path=packed,ku=4,pf=0,par=ir,threads=2"
@@ -93,6 +107,8 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=[], help="a config to compare (repeatable)")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--out", default="gemm_tiles.json")
+    parser.add_argument("--numpy", metavar="CORETYPE",
+                        help="add numpy's OpenBLAS: 'native' or a core type (Haswell: AVX2)")
     parser.add_argument("--doc", action="store_true",
                         help="run the documented cases and write the 'Register tiles' section")
     args = parser.parse_args()
@@ -101,10 +117,12 @@ def main() -> None:
         return
     sizes = dict(zip("MNK", args.size))
     result = {"date": time.strftime("%Y-%m-%d %H:%M"), "sizes": sizes, "load_average": os.getloadavg()[0],
-              "rows": compare(sizes, args.config, args.seconds)}
+              "rows": compare(sizes, args.config, args.seconds, args.numpy)}
     Path(args.out).write_text(json.dumps(result, indent=2))
     for name, row in result["rows"].items():
-        print(f"{row['vs_torch']:.3f}x torch  {row['gflops']:.0f} GFLOP/s  {name}")
+        mine = f"  (first config / numpy, same rounds: {row['ours_over_numpy']:.3f})" \
+            if "ours_over_numpy" in row else ""
+        print(f"{row['vs_torch']:.3f}x torch  {row['gflops']:.0f} GFLOP/s  {name}{mine}")
 
 
 if __name__ == "__main__":
