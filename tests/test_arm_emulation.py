@@ -36,9 +36,10 @@ from uol_core.runtime.verify import compare
 
 LONG = os.environ.get("UOL_LONG") == "1"
 ARM_TARGETS = ("graviton3", "mobile-a78")  # SVE at 256 bits; NEON only
-# One op per C template and pattern: GEMM (+ epilogue), rows, flash, conv, scan, stencil,
-# generic reductions, integer labels, a scalar output.
-SAMPLE = ("matmul", "linear_bias_gelu", "softmax", "causal_attention", "conv2d_pad1",
+# One op per C template and pattern: GEMM (+ epilogue, + a transposed B: its 8 x 8 register
+# transposes), rows, flash, conv, scan, stencil, generic reductions, integer labels, a scalar
+# output.
+SAMPLE = ("matmul", "linear_bias_gelu", "matmul_nt", "softmax", "causal_attention", "conv2d_pad1",
           "cumsum", "stencil3_pad", "layernorm", "cross_entropy", "trace")
 MISSING = toolchain("aarch64").missing()
 needs_tools = pytest.mark.skipif(

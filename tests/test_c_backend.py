@@ -45,6 +45,20 @@ def test_transposed_operands_and_epilogues(name):
     _check(name, {"M": 29, "N": 45, "K": 67})
 
 
+@pytest.mark.parametrize("sizes", [{"M": 64, "N": 128, "K": 256}, {"M": 29, "N": 45, "K": 67},
+                                   {"M": 9, "N": 7, "K": 5}],
+                         ids=["whole 8x8 blocks", "ragged edges", "under one block"])
+@pytest.mark.parametrize("config", ["path=packed,mr=6,nr=16,kc=64,mc=24",
+                                    "path=direct,mr=6,nr=16,kc=64,mc=24,par=jr,threads=2",
+                                    "isa=vecext,path=packed,mr=4,nr=16,kc=32,mc=16"])
+def test_a_transposed_b_is_packed_by_blocks_and_edges(sizes, config):
+    """B stored n-major (matmul_nt, a linear layer's dX = dY W^T) is packed by 8 x 8 register
+    transposes where whole blocks fit and element by element on the edges."""
+    if "isa=" not in config:
+        config = f"isa={ISA}," + config
+    _check("matmul_nt", sizes, config=config, calls=2)
+
+
 def test_batched_matmul_splits_over_batch_or_panels():
     for par in ("batch", "jr", "ir"):
         _check("bmm", {"B": 3, "M": 19, "N": 40, "K": 23}, config={"par": par, "threads": 2})
