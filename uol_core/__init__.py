@@ -6,6 +6,9 @@
     'scale'
 """
 
+# First: without a GPU it switches Triton to its interpreter, which only works when set before
+# anything imports triton (torch.compile does, on its first call).
+from uol_core.runtime import triton_runner as _triton_runner  # noqa: F401, I001
 from uol_core.api import compile, explain, run, tune
 from uol_core.odl import OdlError, parse, parse_module
 from uol_core.odl.cost import op_cost

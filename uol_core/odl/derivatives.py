@@ -21,7 +21,8 @@ from uol_core.odl.ir import (
 )
 from uol_core.odl.simplify import ONE, ZERO, const
 
-SQRT_2 = math.sqrt(2.0)
+# x / sqrt(2) as a product: a division per element is a vector divide in the kernel
+INV_SQRT_2 = 1.0 / math.sqrt(2.0)
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
@@ -162,7 +163,7 @@ class Differentiator:
             "sigmoid": lambda: Binary("mul", fx, Binary("sub", ONE, fx)),
             "relu": lambda: Call("where", (Binary("gt", x, ZERO), ONE, ZERO)),
             "gelu": lambda: Binary("add", Binary("mul", const(0.5), Binary(
-                "add", ONE, Call("erf", (Binary("div", x, const(SQRT_2)),)))), Binary(
+                "add", ONE, Call("erf", (Binary("mul", x, const(INV_SQRT_2)),)))), Binary(
                 "mul", Binary("mul", x, const(INV_SQRT_2PI)),
                 Call("exp", (Binary("mul", const(-0.5), Binary("mul", x, x)),)))),
             "silu": lambda: Binary("mul", sig, Binary("add", ONE, Binary(

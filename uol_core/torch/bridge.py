@@ -83,12 +83,14 @@ class TorchOp:
         return self._variants[dtype]
 
     def __call__(self, *args: torch.Tensor, **kwargs: torch.Tensor):
-        tensors = dict(zip(self.inputs, args))
-        tensors.update(kwargs)
-        missing = [n for n in self.inputs if n not in tensors]
-        if missing:
-            raise TypeError(f"{self.op.name} needs inputs {', '.join(missing)}")
-        ordered = [tensors[n] for n in self.inputs]
+        if kwargs or len(args) != len(self.inputs):
+            tensors = dict(zip(self.inputs, args))
+            tensors.update(kwargs)
+            missing = [n for n in self.inputs if n not in tensors]
+            if missing:
+                raise TypeError(f"{self.op.name} needs inputs {', '.join(missing)}")
+            args = tuple(tensors[n] for n in self.inputs)
+        ordered = list(args)
         if torch.compiler.is_compiling() or not _plain(ordered):
             result = self._op(*ordered)  # the registered custom op: traced, no graph break
         else:
