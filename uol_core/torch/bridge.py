@@ -187,7 +187,8 @@ class TorchOp:
         ctx.save_for_backward(*inputs, *outs)
 
     def _backward(self, ctx, *upstream: torch.Tensor):
-        saved = ctx.saved_tensors
+        # the eager call keeps the op's intermediates (never returned) beside the saved tensors
+        saved = ctx.saved_tensors + getattr(ctx, "intermediates", ())
         inputs = saved[: len(self.inputs)]
         grad, runner = self.grad, lambda: self.runners(inputs)[1]
         traced = torch.compiler.is_compiling() or not _plain(list(saved))
@@ -234,12 +235,17 @@ class _EagerCall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, top: TorchOp, *values: torch.Tensor):
-        ctx.set_materialize_grads(False)  # saved-only outputs (z of a linear) get no gradient
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None
         ctx.top = top
         outputs = _as_tuple(top._forward_impl(*values))
-        top._setup(ctx, values, outputs)
-        ctx.mark_non_differentiable(*outputs[len(top.outputs):])
-        return outputs
+        returned = len(top.outputs)
+        # Inputs and returned outputs are saved with version checks (a caller may change them
+        # in place); the intermediates the backward reads (z of a linear, a norm's row
+        # statistics) never leave this call, so they ride on ctx as they are: each would
+        # otherwise be a Function output and a saved variable, about 1 us apiece.
+        ctx.save_for_backward(*values, *outputs[:returned])
+        ctx.intermediates = outputs[returned:]
+        return outputs[:returned]
 
     @staticmethod
     def backward(ctx, *upstream: torch.Tensor):

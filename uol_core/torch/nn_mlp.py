@@ -134,10 +134,12 @@ class UolMLP(nn.Module):
         return mlp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1])
         # the parameter dict directly: Module.__getattr__ costs about 0.5 us a name
         params = self._parameters
-        y = self.fn(rows, *[params[n] for n in self.param_names])
+        weights = [params[n] for n in self.param_names]
+        if x.dim() == 2:  # rows already: no views (each a node in the backward graph)
+            return self.fn(x, *weights)
+        y = self.fn(x.reshape(-1, x.shape[-1]), *weights)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     def extra_repr(self) -> str:
