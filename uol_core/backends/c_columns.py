@@ -168,8 +168,9 @@ class ColumnRider:
         w.emit(f"{pad}{{ /* line {line}: {self.stmt.target}[{self.col}], this row's share */"
                f"{column}\n{pad}    {self._update()}\n{pad}}}", line)
 
-    def finish(self, w: CodeWriter, pad: str, rows: int) -> None:
-        """After the row loop's barrier: combine the partial rows and store f(total)."""
+    def finish(self, w: CodeWriter, pad: str, rows: int, wait: bool = True) -> None:
+        """After the row loop's barrier: combine the partial rows and store f(total); without
+        `wait`, threads go on past the loop at once (nothing after it in the region reads it)."""
         _, update, _ = REDUCE_C[self.red.op]
         c, line, ctx = index_id(self.col), self.stmt.line, self.ctx
         acc = ctx.fresh("acc")
@@ -178,7 +179,7 @@ class ColumnRider:
         decl = self.op.tensor(self.stmt.target)
         if self.stmt.target in {d.name for d in self.op.outputs} or not decl.dtype.is_float:
             value = store(decl.dtype, value, kind(self.stmt.expr, ctx))
-        w.emit(f"{pad}#pragma omp for schedule(static)\n"
+        w.emit(f"{pad}#pragma omp for schedule(static){'' if wait else ' nowait'}\n"
                f"{pad}for (int64_t {c} = 0; {c} < {self.extent}; ++{c}) {{\n"
                f"{pad}    {self.ctype} {acc} = {self.part}[{c}];\n"
                f"{pad}    for (int t = 1; t < omp_get_num_threads(); ++t)\n"

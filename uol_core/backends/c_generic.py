@@ -223,8 +223,14 @@ def _group(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, cfg: Mapping, th
         if any(lay.rows[i].streamed for i in g.stmts if i in lay.rows):
             # each thread orders its own weakly ordered stores before the region's barrier
             w.emit(f"{pad}    {platform(cfg['isa']).fence}", line)
-        for rider in riders.values():
-            rider.finish(w, pad + "    ", g.extents[0])
+        # Each rider's combine loop writes only its own output, so it need not wait for the
+        # others (one barrier instead of one per rider), unless a later rider's value reads it.
+        order = list(riders)
+        for k, i in enumerate(order):
+            later = {n.tensor for j in order[k + 1:] for n in walk(op.stmts[j].expr)
+                     if isinstance(n, Access)}
+            riders[i].finish(w, pad + "    ", g.extents[0],
+                             wait=op.stmts[i].target in later)
         for name in g.private:
             w.emit(f"{pad}    free({tensor_id(name)});", line)
         w.emit(f"{pad}}}", line)

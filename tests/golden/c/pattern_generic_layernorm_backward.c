@@ -139,14 +139,14 @@ void uol_layernorm_grad(void **args, const int64_t *strides)
                 }
             }
         }
-        #pragma omp for schedule(static)
+        #pragma omp for schedule(static) nowait
         for (int64_t i_gamma0 = 0; i_gamma0 < 64; ++i_gamma0) {
             float acc3 = part_dgamma1[i_gamma0];
             for (int t = 1; t < omp_get_num_threads(); ++t)
                 acc3 += part_dgamma1[(int64_t)t * 64 + i_gamma0];
             r_dgamma[i_gamma0] = (float)(acc3);
         }
-        #pragma omp for schedule(static)
+        #pragma omp for schedule(static) nowait
         for (int64_t i_beta0 = 0; i_beta0 < 64; ++i_beta0) {
             float acc3 = part_dbeta1[i_beta0];
             for (int t = 1; t < omp_get_num_threads(); ++t)
