@@ -200,7 +200,8 @@ def run_zoo(args) -> None:
               f"{report['median_x_compile_best'] or float('nan'):.2f}x from each contender's "
               "fastest call (less sensitive to other jobs on the host). Goals (medians): "
               + "; ".join(f"{k}: {'met' if v else 'not met'}" for k, v in met.items()) + "."]
-    write_report("Graph model zoo", report, lines, slug="graph_zoo")
+    section = args.section or "Graph model zoo"
+    write_report(section, report, lines, slug=None if args.section else "graph_zoo")
 
 
 def _isa() -> str:
@@ -235,6 +236,8 @@ def main() -> None:
     ap.add_argument("--zoo", action="store_true", help="every model of benchmarks/models.py")
     ap.add_argument("--models", default="", help="with --zoo: comma-separated model names")
     ap.add_argument("--batches", default="1,8", help="with --zoo: batch sizes")
+    ap.add_argument("--section", default="", help="with --zoo: the docs section to write "
+                    "(default 'Graph model zoo'; another host's run keeps its own)")
     args = ap.parse_args()
     if args.zoo:
         run_zoo(args)

@@ -74,7 +74,27 @@ def _max_depth(op: Op, i: int, sizes: Mapping[str, int], starting: bool = False)
         return 0  # rows outside, columns inside: the C path gives it a pass of its own
     pure_map = not any(isinstance(n, Reduce) for n in walk(stmt.expr))
     keep_inner = starting and stmt.indices and (pure_map or _contiguous_in(stmt, stmt.indices[-1]))
+    if keep_inner and not pure_map and short_inner_axis(op, i, sizes):
+        return len(stmt.indices) - 2  # both inner loops: the C path vectorises the longer one
     return len(stmt.indices) - 1 if keep_inner else len(stmt.indices)
+
+
+# An innermost free axis this short fills no vector of any target (4 f32 lanes at the least).
+SHORT_EXTENT = 4
+
+
+def short_inner_axis(op: Op, i: int, sizes: Mapping[str, int]) -> bool:
+    """A reduction whose statement's last free axis runs fewer than SHORT_EXTENT times, where
+    the axis before it runs at least twice as long and some read inside the reduction walks it
+    with stride 1: y[n, k, h, a, w, e] = sum[c](x[n, c, h, w] * W[c, k, a, e]), a transposed
+    convolution with a and e of extent 2. The C path then accumulates along w, not e."""
+    stmt = op.stmts[i]
+    if len(stmt.indices) < 2:
+        return False
+    free = stmt_extents(op, i).free
+    outer, inner = stmt.indices[-2], stmt.indices[-1]
+    inner_n, outer_n = (free[n].evaluate(dict(sizes)) for n in (inner, outer))
+    return inner_n < SHORT_EXTENT and outer_n >= 2 * inner_n and _contiguous_in(stmt, outer)
 
 
 def _contiguous_in(stmt, index: str) -> bool:

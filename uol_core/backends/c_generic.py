@@ -30,7 +30,7 @@ from uol_core.backends.c_expr import (
     store,
 )
 from uol_core.backends.c_frame import includes, open_entry
-from uol_core.backends.c_interchange import interchangeable, interchanged
+from uol_core.backends.c_interchange import interchangeable, interchanged, short_innermost
 from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_platforms import platform
 from uol_core.backends.c_regions import column_rider, hoist_invariant_reads, region_pointers
@@ -271,6 +271,9 @@ def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str
         w.emit(f"{pad}}}", stmt.line)
         return
     levels = _reduction_levels(stmt.expr, rest)
+    if levels.get(len(rest)) and short_innermost(levels[len(rest)], rest, free, scan_index):
+        rest[-2], rest[-1] = rest[-1], rest[-2]
+        levels = _reduction_levels(stmt.expr, rest)
     innermost_reduces = bool(levels.get(len(rest))) or (len(rest) == 0 and bool(levels))
     swap = interchangeable(levels.get(len(rest), []), rest, free, scan_index, parallel)
     for n, name in enumerate(rest):

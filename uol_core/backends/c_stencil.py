@@ -19,6 +19,7 @@ def halo_margins(op: Op, sizes: Mapping[str, int]) -> dict[HaloKey, list[tuple[i
     """Per padded input and pad value: (low, high) margin of each axis that the reads reach."""
     inputs = {d.name for d in op.inputs}
     found: dict[HaloKey, list[tuple[int, int]]] = {}
+    extents: dict[HaloKey, list[int]] = {}
     for i, stmt in enumerate(op.stmts):
         ext = stmt_extents(op, i)
         env = {n: Affine.constant(f.evaluate(dict(sizes))) for n, f in ext.free.items()}
@@ -28,13 +29,19 @@ def halo_margins(op: Op, sizes: Mapping[str, int]) -> dict[HaloKey, list[tuple[i
             if not (isinstance(node, Access) and node.pad is not None and node.tensor in inputs):
                 continue
             shape = [f.evaluate(dict(sizes)) for f in op.tensor(node.tensor).shape]
+            extents[(node.tensor, float(node.pad))] = shape
             margins = found.setdefault((node.tensor, float(node.pad)), [(0, 0)] * len(shape))
             for p, form in enumerate(node.indices):
                 low, high = index_range(form, {k: v for k, v in env.items() if k in form.symbols})
                 lo, hi = low.evaluate(dict(sizes)), high.evaluate(dict(sizes))
                 margins[p] = (max(margins[p][0], -lo), max(margins[p][1], hi - (shape[p] - 1)))
-    # A margin wider than the axis itself gains nothing over the bounds test; keep those out.
-    return {k: m for k, m in found.items() if math.prod(a + b + 1 for a, b in m) < 1 << 26}
+    # A margin half as wide as its axis or more (a concatenation's operand, read once at an
+    # offset) makes a buffer that is a third pad or more: filling it costs a pass over memory
+    # and fresh pages for reads the bounds test answers without a load. Those, and huge
+    # buffers, keep the test; a stencil's margin of a few elements pays for its copy.
+    return {k: m for k, m in found.items()
+            if math.prod(a + b + 1 for a, b in m) < 1 << 26
+            and all(2 * max(lo, hi) < extent for (lo, hi), extent in zip(m, extents[k]))}
 
 
 def halo_name(key: HaloKey, keys: list[HaloKey]) -> str:
