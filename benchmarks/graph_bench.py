@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import statistics
 import time
 from pathlib import Path
@@ -151,7 +152,7 @@ def run_zoo(args) -> None:
                   f"({row['x_compile'] or float('nan'):.2f}x) | verified {row['verified']}", flush=True)
     x_eager = [r["x_eager"] for r in rows]
     x_compile = [r["x_compile"] for r in rows if r["x_compile"]]
-    report = {"benchmark": "model zoo end to end (CPU fp32)", "command": " ".join(["python", *sys.argv]),
+    report = {"benchmark": "model zoo end to end (CPU fp32)", "command": shlex.join(["python", *sys.argv]),
               "host": {"machine": platform.machine(), "threads": torch.get_num_threads(),
                        "torch": torch.__version__, "cpu": _cpu_name(), "isa": _isa()},
               "rows": rows, "median_x_eager": statistics.median(x_eager),
