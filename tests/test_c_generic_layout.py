@@ -46,3 +46,17 @@ def test_a_padded_stencil_still_reads_from_a_halo_copy():
             "    Y[n, w] = pad(X[n, w - 1], 0) + X[n, w] + pad(X[n, w + 1], 0)\n")
     source = _compiled(text, {"X": (3, 40)})
     assert "h0_X" in source  # one column of margin each side: the copy pays
+
+
+def test_a_depthwise_convolution_fills_its_halo_row_by_row():
+    text, _ = aten_map.conv2d((2, 3, 9, 11), (3, 1, 3, 3), True, (1, 1), (2, 1), (1, 1), 3)
+    shapes = {"X": (2, 3, 9, 11), "F": (3, 1, 3, 3), "b": (3,)}
+    source = _compiled(text, shapes)
+    gen = torch.Generator().manual_seed(1)
+    x, f, b = (torch.randn(*s, generator=gen) for s in shapes.values())
+    got = uol_compile(parse(text), shapes=shapes, backend="c")(X=x, F=f, b=b)
+    want = torch.nn.functional.conv2d(x, f, b, padding=(2, 1), groups=3)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # one division chain per row of the copy, then three vector loops (margins and interior)
+    assert "h0_X" in source and f"q < {2 * 3 * (9 + 4)}" in source
+    assert "row[1 + j] = t_X[src + j]" in source

@@ -55,27 +55,41 @@ def halo_shape(shape: list[int], margins: list[tuple[int, int]]) -> list[int]:
 
 def emit_halo_copies(w: CodeWriter, op: Op, shapes: Mapping[str, tuple[int, ...]], ctype,
                      halos: dict[HaloKey, list[tuple[int, int]]], threads: int) -> None:
-    """Allocate and fill each halo buffer: pad value outside, the input inside (one pass)."""
+    """Allocate and fill each halo buffer: pad value outside, the input inside (one pass).
+
+    Row by row along the last axis: a row's place is found by division once, then its low
+    margin, interior (a copy of the input's row) and high margin are three vector loops. (Per
+    element, four 64-bit divisions cost more than the stencil after it: a 7x7 depthwise
+    convolution's 3.5 MB copy took most of its 3.4 ms.)"""
     keys = list(halos)
     for key in keys:
         name, pad = key
         shape, margins = list(shapes[name]), halos[key]
         big = halo_shape(shape, margins)
         buf, elem = halo_name(key, keys), ctype(name)
-        total = math.prod(big)
         line = op.tensor(name).line
-        w.emit(f"    {elem} *restrict {buf} = malloc(sizeof({elem}) * {total});", line)
+        value = _stored_pad(op.tensor(name).dtype, elem, pad)
+        (low, high), last, width = margins[-1], shape[-1], big[-1]
+        w.emit(f"    {elem} *restrict {buf} = malloc(sizeof({elem}) * {math.prod(big)});", line)
         w.emit(f"    #pragma omp parallel for num_threads({threads}) schedule(static)\n"
-               f"    for (int64_t q = 0; q < {total}; ++q) {{\n        int64_t rem = q, src = 0, inside = 1;",
+               f"    for (int64_t q = 0; q < {math.prod(big[:-1])}; ++q) {{\n"
+               + ("        int64_t rem = q, src = 0, inside = 1;" if len(shape) > 1 else
+                  "        const int64_t src = 0, inside = 1;  /* one row: the whole tensor */"),
                line)
-        stride = 1
-        for p in range(len(shape) - 1, -1, -1):
-            lo = margins[p][0]
-            w.emit(f"        {{ const int64_t x = rem % {big[p]} - {lo}; rem /= {big[p]}; "
+        stride = last
+        for p in range(len(shape) - 2, -1, -1):
+            w.emit(f"        {{ const int64_t x = rem % {big[p]} - {margins[p][0]}; rem /= {big[p]}; "
                    f"inside &= x >= 0 && x < {shape[p]}; src += x * {stride}; }}", line)
             stride *= shape[p]
-        w.emit(f"        {buf}[q] = inside ? {tensor_id(name)}[src] : "
-               f"{_stored_pad(op.tensor(name).dtype, elem, pad)};\n    }}", line)
+        w.emit(f"        {elem} *restrict row = {buf} + q * {width};\n"
+               f"        if (!inside) {{\n"
+               f"            for (int64_t j = 0; j < {width}; ++j) row[j] = {value};\n"
+               f"            continue;\n        }}\n"
+               f"        for (int64_t j = 0; j < {low}; ++j) row[j] = {value};\n"
+               f"        for (int64_t j = 0; j < {last}; ++j) row[{low} + j] = "
+               f"{tensor_id(name)}[src + j];\n"
+               f"        for (int64_t j = 0; j < {high}; ++j) row[{low + last} + j] = {value};\n"
+               f"    }}", line)
 
 
 def _stored_pad(dtype: DType, elem: str, pad: float) -> str:

@@ -63,10 +63,16 @@ void uol_stencil3_pad(void **args, const int64_t *strides)
     float *restrict t_Y = (float *)args[1];
     float *restrict h0_X = malloc(sizeof(float) * 15);
     #pragma omp parallel for num_threads(2) schedule(static)
-    for (int64_t q = 0; q < 15; ++q) {
-        int64_t rem = q, src = 0, inside = 1;
-        { const int64_t x = rem % 15 - 1; rem /= 15; inside &= x >= 0 && x < 13; src += x * 1; }
-        h0_X[q] = inside ? t_X[src] : (float)0.0;
+    for (int64_t q = 0; q < 1; ++q) {
+        const int64_t src = 0, inside = 1;  /* one row: the whole tensor */
+        float *restrict row = h0_X + q * 15;
+        if (!inside) {
+            for (int64_t j = 0; j < 15; ++j) row[j] = (float)0.0;
+            continue;
+        }
+        for (int64_t j = 0; j < 1; ++j) row[j] = (float)0.0;
+        for (int64_t j = 0; j < 13; ++j) row[1 + j] = t_X[src + j];
+        for (int64_t j = 0; j < 1; ++j) row[14 + j] = (float)0.0;
     }
     { /* line 3: Y[i] */
         #pragma omp parallel for simd num_threads(2) schedule(static)
