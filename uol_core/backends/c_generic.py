@@ -15,7 +15,13 @@ import os
 from collections.abc import Mapping
 
 from uol_core.acg.config import target_isas
-from uol_core.acg.fusion import FusionGroup, FusionPlan, column_reduce, plan_fusion
+from uol_core.acg.fusion import (
+    FusionGroup,
+    FusionPlan,
+    column_reduce,
+    plan_fusion,
+    short_inner_axis,
+)
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_columns import column_reduction
@@ -30,7 +36,7 @@ from uol_core.backends.c_expr import (
     store,
 )
 from uol_core.backends.c_frame import includes, open_entry
-from uol_core.backends.c_interchange import interchangeable, interchanged, short_innermost
+from uol_core.backends.c_interchange import interchangeable, interchanged
 from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_platforms import platform
 from uol_core.backends.c_regions import column_rider, hoist_invariant_reads, region_pointers
@@ -271,7 +277,9 @@ def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str
         w.emit(f"{pad}}}", stmt.line)
         return
     levels = _reduction_levels(stmt.expr, rest)
-    if levels.get(len(rest)) and short_innermost(levels[len(rest)], rest, free, scan_index):
+    if len(rest) >= 2 and scan_index not in rest[-2:] and levels.get(len(rest)) \
+            and short_inner_axis(op, i, sizes):
+        # accumulate along the longer of the two inner axes (see acg.fusion short_inner_axis)
         rest[-2], rest[-1] = rest[-1], rest[-2]
         levels = _reduction_levels(stmt.expr, rest)
     innermost_reduces = bool(levels.get(len(rest))) or (len(rest) == 0 and bool(levels))

@@ -5,29 +5,12 @@ sum[k](a[i, k] * b[k, j]) adds b's rows into acc[j] rather than reducing k lane 
 
 from __future__ import annotations
 
-from uol_core.acg.fusion import SHORT_EXTENT
 from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_expr import REDUCE_C, ExprContext, kind, render
 from uol_core.backends.c_names import index_id
 from uol_core.odl.ir import Access, Reduce, walk
 
 MAX_VECTOR_ACC = 16384  # elements of a stack accumulator row (64 KiB of f32)
-def short_innermost(reds: list, rest: list[str], free: dict[str, int], scan_index) -> bool:
-    """Whether to swap the two innermost free loops around an innermost reduction: the last runs
-    fewer than SHORT_EXTENT times and the one before it, at least twice as long, runs with
-    stride 1 along an operand of the reduction (acg.fusion `short_inner_axis` keeps both loops
-    out of the shared ones). A transposed convolution's output y[n, k, h, a, w, e] =
-    sum[c](x[n, c, h, w] * W[c, k, a, e]) (a, e of extent 2) otherwise accumulates 2 lanes at a
-    time; swapped, it accumulates x's rows, 16 or more lanes wide, and stores every second one."""
-    if len(rest) < 2 or scan_index in rest[-2:] or len(reds) != 1:
-        return False
-    inner, outer = rest[-1], rest[-2]
-    if free[inner] >= SHORT_EXTENT or free[outer] < 2 * free[inner]:
-        return False
-    return any(isinstance(node, Access) and node.indices
-               and dict(node.indices[-1].terms).get(outer) == 1 for node in walk(reds[0].body))
-
-
 def interchangeable(reds: list, rest: list[str], free: dict[str, int], scan_index,
                      parallel: bool) -> Reduce | None:
     """The innermost reduction to compute as a vector over the innermost free index, if it pays:
