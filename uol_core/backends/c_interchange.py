@@ -11,6 +11,8 @@ from uol_core.backends.c_names import index_id
 from uol_core.odl.ir import Access, Reduce, walk
 
 MAX_VECTOR_ACC = 16384  # elements of a stack accumulator row (64 KiB of f32)
+
+
 def interchangeable(reds: list, rest: list[str], free: dict[str, int], scan_index,
                      parallel: bool) -> Reduce | None:
     """The innermost reduction to compute as a vector over the innermost free index, if it pays:
