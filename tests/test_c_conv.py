@@ -10,6 +10,7 @@ from uol_core.backends import c_conv
 from uol_core.backends.c_native import compile_c
 from uol_core.backends.c_route import emit_any
 from uol_core.odl import parse
+from uol_core.odl.inline import inline_maps
 from uol_core.ops import load_op
 from uol_core.runtime.inputs import random_inputs
 from uol_core.runtime.reference import evaluate_all
@@ -103,3 +104,31 @@ def test_direct_and_im2col_paths_both_verify(threads):
     rows = check(load_op("conv2d_pad1"), {"N": 1, "C": 3, "K": 5, "H": 13, "W": 8},
                  {"threads": threads, "chunk": 4})  # rows per work item from the config
     assert "direct" in rows.src.meta["fusion"]
+
+
+CHAIN = ("op chain(X: f32[N, C, H, W], F: f32[K, C, 3, 3], b: f32[K], R: f32[N, K, H, W]) -> "
+         "Y: f32[N, K, H, W]:\n"
+         "    z[n: N, k: K, h: H, w: W] = sum[c, r, s](pad(X[n, c, h + r - 1, w + s - 1], 0)"
+         " * F[k, c, r, s]) + b[k]\n"
+         "    a[n: N, k: K, h: H, w: W] = z[n, k, h, w] + R[n, k, h, w]\n"
+         "    Y[n, k, h, w] = relu(a[n, k, h, w])\n")
+
+
+def test_a_conv_followed_by_maps_of_its_result_takes_the_template():
+    # the graph's fusion of conv, bias, a residual add and relu: one statement with an epilogue
+    op = parse(CHAIN)
+    one = inline_maps(op)
+    assert len(one.stmts) == 1 and one.locals == () and one.outputs == op.outputs
+    assert c_conv.conv_plan(one) is not None
+    for sizes in ({"N": 2, "C": 5, "K": 9, "H": 10, "W": 29}, {"N": 3, "C": 4, "K": 6, "H": 9, "W": 2}):
+        assert check(op, sizes).src.meta["generator"] == c_conv.GENERATOR
+
+
+def test_maps_stay_apart_where_folding_would_repeat_or_misplace_work():
+    # a reduction read twice would be computed twice (silu: z * sigmoid(z))
+    twice = parse(CHAIN.replace("relu(a[n, k, h, w])", "a[n, k, h, w] * z[n, k, h, w]"))
+    # a local read at another element (a shifted read) is not a map of the same element
+    shifted = parse(CHAIN.replace("relu(a[n, k, h, w])", "relu(pad(a[n, k, h, w - 1], 0))"))
+    for op in (twice, shifted):
+        assert inline_maps(op) is op
+        check(op, {"N": 1, "C": 3, "K": 5, "H": 6, "W": 20})  # the generic path, still right

@@ -134,3 +134,40 @@ def test_graph_file_reports_no_whole_graph_speedup(tmp_path):
     assert report["speedup_vs_eager"] is None and report["torch_eager_ms"] is None
     assert "no torch module" in report["speed_baseline"]
     assert graph_to_dict(graph)["nodes"]
+
+
+class ConvNorms(nn.Module):
+    """A conv whose batch norm folds into it, beside one whose output is also read elsewhere
+    (its norm stays a scale and shift) and a depthwise conv with a bias."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(4, 6, 3, padding=1, bias=False), nn.Conv2d(6, 6, 1)
+        self.dw = nn.Conv2d(6, 6, 3, padding=1, groups=6)
+        self.bn_a, self.bn_b, self.bn_dw = nn.BatchNorm2d(6), nn.BatchNorm2d(6), nn.BatchNorm2d(6)
+
+    def forward(self, x):
+        y = torch.relu(self.bn_a(self.a(x)))
+        z = self.b(y)
+        return self.bn_dw(self.dw(self.bn_b(z) + z))
+
+
+def test_an_inference_batch_norm_read_only_by_a_conv_folds_into_its_weight_and_bias():
+    torch.manual_seed(0)
+    module = ConvNorms().eval()
+    with torch.no_grad():
+        for bn in (module.bn_a, module.bn_b, module.bn_dw):
+            bn.running_mean.normal_(0, 0.5)
+            bn.running_var.uniform_(0.3, 2.0)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.normal_(0, 0.5)
+    graph = export_module(module, torch.randn(2, 4, 8, 8))
+    norms = [n.op.name for n in graph.nodes if n.kind == "odl" and n.op.name.startswith("bn_")]
+    assert norms == ["bn_batch_norm_1"], norms  # z is read twice: its norm stays
+    assert "batch_norm folded into conv2d" in graph.description
+    assert "batch_norm_2 folded into conv2d_2" in graph.description
+    convs = [n for n in graph.nodes if n.kind == "odl" and n.op.name.startswith("conv2d")]
+    assert len(convs) == 3 and all("b" in n.inputs for n in convs)  # the bias-free conv gained one
+    for backend in ("reference", "c"):
+        report = run_graph(graph, backend, repeat=1)
+        assert report["verified"], (backend, report["max_rel_error"])

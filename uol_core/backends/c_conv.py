@@ -33,6 +33,7 @@ from uol_core.backends.c_gemm import _micro_kernel, emit_platform_header
 from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_platforms import platform
 from uol_core.odl.check import stmt_extents
+from uol_core.odl.inline import inline_maps
 from uol_core.odl.ir import Access, Binary, DType, Expr, Op, Reduce, Var, children, walk
 from uol_core.odl.pad_reach import padded_escapes
 from uol_core.odl.patterns import classify
@@ -145,7 +146,10 @@ def _strides(shape: list[int]) -> list[int]:
 
 def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None
          ) -> KernelSource | None:
-    """The convolution kernel of `op`, or None when the op is not a convolution this template takes."""
+    """The convolution kernel of `op`, or None when the op is not a convolution this template takes.
+    A convolution followed by maps of its result (a fused bias, relu, residual add) is first
+    folded into one statement whose epilogue they are (`inline_maps`)."""
+    op = inline_maps(op)
     plan = conv_plan(op)
     if plan is None or not _epilogue_ok(op, plan):
         return None

@@ -14,7 +14,7 @@ from torch import fx
 
 from uol_core.graph import aten_map as A
 from uol_core.graph.aten_map import Unmapped
-from uol_core.graph.export_import import ExportImporter, _arg
+from uol_core.graph.export_import import ExportImporter, _arg, packet
 from uol_core.ops import op_text
 
 UNARY = {
@@ -195,19 +195,44 @@ def layer_norm(imp: ExportImporter, n: fx.Node) -> None:
     imp.odl(n, text, ins, "flat", "layernorm" if eps == 1e-5 else "inline")
 
 
-def batch_norm(imp: ExportImporter, n: fx.Node) -> None:
-    """Inference batch norm folded at import into a per-channel scale and shift."""
-    x, weight, bias, mean, var = n.args[:5]
+def _bn_scale_shift(imp: ExportImporter, n: fx.Node) -> tuple[torch.Tensor, torch.Tensor]:
+    """An inference batch norm as y = x * scale + shift, per channel."""
+    _, weight, bias, mean, var = n.args[:5]
     if _arg(n, 5, "training", False):
         raise Unmapped("batch norm in training mode (batch statistics)")
     eps = float(_arg(n, 7, "eps", 1e-5))
-    channels = imp.shape(x)[1]
     scale = torch.rsqrt(_const(imp, var, "running variance") + eps)
     if weight is not None:
         scale = scale * _const(imp, weight, "weight")
     shift = -_const(imp, mean, "running mean") * scale
     if bias is not None:
         shift = shift + _const(imp, bias, "bias")
+    return scale, shift
+
+
+def _foldable_batch_norm(imp: ExportImporter, conv: fx.Node) -> fx.Node | None:
+    """The inference batch norm that is `conv`'s only reader, with constant statistics and
+    affine terms, or None: such a norm folds into the convolution's weight and bias."""
+    if len(conv.users) != 1:
+        return None
+    bn = next(iter(conv.users))
+    if packet(bn.target) != "batch_norm" or bn.args[0] is not conv or _arg(bn, 5, "training", False):
+        return None
+    if len(bn.args) < 5 or bn.args[3] is None or bn.args[4] is None:
+        return None
+    terms = [a for a in bn.args[1:5] if a is not None]
+    return bn if all(isinstance(a, fx.Node) and a.name in imp.consts for a in terms) else None
+
+
+def batch_norm(imp: ExportImporter, n: fx.Node) -> None:
+    """Inference batch norm: folded into the convolution before it when it is that
+    convolution's only reader (`conv2d`), else a per-channel scale and shift."""
+    if n.name in imp.absorbed:
+        imp.forms[n.name] = dict(imp.forms[n.args[0].name])
+        return
+    x = n.args[0]
+    scale, shift = _bn_scale_shift(imp, n)
+    channels = imp.shape(x)[1]
     rank = len(imp.shape(x))
     text = A.elementwise(f"bn_{n.name}", "{X} * {S} + {T}", imp.shape(x),
                          {"X": imp.shape(x), "S": (channels,) + (1,) * (rank - 2),
@@ -269,12 +294,23 @@ def conv2d(imp: ExportImporter, n: fx.Node) -> None:
         raise Unmapped("an unbatched (3-D) input")
     if weight.name in imp.consts and patchify(imp, n, x, weight, bias):
         return
-    text, _ = A.conv2d(imp.shape(x), imp.shape(weight), bias is not None, _arg(n, 3, "stride", 1),
+    filt, shift = _const(imp, weight, "weight"), _const(imp, bias, "bias")
+    bn = _foldable_batch_norm(imp, n)
+    if bn is not None:  # conv then norm is one conv: W * scale, b * scale + shift (per channel)
+        scale, bn_shift = _bn_scale_shift(imp, bn)
+        filt = filt * scale.reshape(-1, *[1] * (filt.dim() - 1))
+        shift = bn_shift if shift is None else shift * scale + bn_shift
+    text, _ = A.conv2d(imp.shape(x), imp.shape(weight), shift is not None, _arg(n, 3, "stride", 1),
                        _arg(n, 4, "padding", 0), _arg(n, 5, "dilation", 1), _arg(n, 6, "groups", 1))
-    ins = {"X": imp.tensor(x), "F": imp.param(weight.name, _const(imp, weight, "weight"))}
-    if bias is not None:
-        ins["b"] = imp.param(bias.name, _const(imp, bias, "bias"))
+    folded = f"_{bn.name}" if bn is not None else ""
+    ins = {"X": imp.tensor(x), "F": imp.param(weight.name + folded, filt)}
+    if shift is not None:
+        base = bias.name if bias is not None else f"{weight.name}_bias"
+        ins["b"] = imp.param(base + folded, shift)
     imp.odl(n, text, ins, "nd")
+    if bn is not None:
+        imp.absorbed[bn.name] = n.name
+        imp.notes.append(f"{bn.name} folded into {n.name}")
 
 
 def conv_transpose2d(imp: ExportImporter, n: fx.Node) -> None:

@@ -50,6 +50,8 @@ class ExportImporter:
         self.forms: dict[str, dict[str, str]] = {}  # fx node -> {"nd"|"flat": graph tensor}
         self.consts: dict[str, torch.Tensor] = {}  # fx node -> value, for nodes known at import
         self.used: set[str] = set()
+        self.absorbed: dict[str, str] = {}  # fx node -> the node whose op computes it (a folded norm)
+        self.notes: list[str] = []  # import decisions the graph's description reports
 
     # ------------------------------------------------------------ names and tensors
 
@@ -194,7 +196,8 @@ class ExportImporter:
             else:
                 raise GraphError(f"exported graph node {n.name}: unexpected kind {n.op}")
         return Graph(self.name, self.inputs, self.params, self.nodes, out_names,
-                     f"imported from {self.name} with torch.export", self.values, dict(self.shapes))
+                     f"imported from {self.name} with torch.export"
+                     + (f"; {', '.join(self.notes)}" if self.notes else ""), self.values, dict(self.shapes))
 
     def visit(self, n: fx.Node, rules: dict) -> None:
         kind = packet(n.target)
