@@ -77,10 +77,12 @@ static inline uint16_t uol_bf16_store(float f)
     union { float f; uint32_t i; } v = { .f = f };
     return (uint16_t)((v.i + 0x7fffu + ((v.i >> 16) & 1u)) >> 16);
 }
-static inline double uol_maxd(double a, double b) { return a > b || a != a ? a : b; }
-static inline double uol_mind(double a, double b) { return a < b || a != a ? a : b; }
-static inline float uol_maxf(float a, float b) { return a > b || a != a ? a : b; }
-static inline float uol_minf(float a, float b) { return a < b || a != a ? a : b; }
+/* NaN-propagating max/min (a NaN on either side wins), in the one form gcc 12 if-converts to
+   vector compares and blends under -fno-trapping-math; `a > b || a != a` stays scalar branches */
+static inline double uol_maxd(double a, double b) { return !(a <= b) && b == b ? a : b; }
+static inline double uol_mind(double a, double b) { return !(a >= b) && b == b ? a : b; }
+static inline float uol_maxf(float a, float b) { return !(a <= b) && b == b ? a : b; }
+static inline float uol_minf(float a, float b) { return !(a >= b) && b == b ? a : b; }
 static inline int64_t uol_maxi(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t uol_mini(int64_t a, int64_t b) { return a < b ? a : b; }
 
