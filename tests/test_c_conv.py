@@ -4,11 +4,15 @@ match, verified against the reference at odd shapes; golden file updated with --
 from __future__ import annotations
 
 import pytest
+import torch
 
+from uol_core import compile as uol_compile
 from uol_core.acg.fixtures import fixed_target
 from uol_core.backends import c_conv
+from uol_core.backends.c_conv_depthwise import depthwise_plan
 from uol_core.backends.c_native import compile_c
 from uol_core.backends.c_route import emit_any
+from uol_core.graph import aten_map
 from uol_core.odl import parse
 from uol_core.odl.inline import inline_maps
 from uol_core.ops import load_op
@@ -64,8 +68,8 @@ def test_template_is_chosen_for_conv2d_and_maps_lines():
 
 
 def test_declines_depthwise_strided_and_dilated():
-    assert c_conv.conv_plan(load_op("depthwise_conv2d")) is None
-    sizes = {"N": 1, "C": 3, "H": 7, "W": 7, "R": 3, "S": 3}
+    assert c_conv.conv_plan(load_op("depthwise_conv2d")) is None  # the depthwise plan's
+    sizes = {"N": 1, "C": 3, "H": 5, "W": 5, "R": 3, "S": 3}  # 3-wide rows: under half a vector
     kernel = check(load_op("depthwise_conv2d"), sizes)
     assert kernel.src.meta["generator"] != c_conv.GENERATOR
     strided = parse("op cs(X: f32[N, C, 2 * H + 2, W + 2], F: f32[K, C, 3, 3]) -> "
@@ -132,3 +136,41 @@ def test_maps_stay_apart_where_folding_would_repeat_or_misplace_work():
     for op in (twice, shifted):
         assert inline_maps(op) is op
         check(op, {"N": 1, "C": 3, "K": 5, "H": 6, "W": 20})  # the generic path, still right
+
+
+DEPTHWISE = [
+    ("depthwise_conv2d", {"N": 2, "C": 5, "H": 9, "W": 13, "R": 3, "S": 3}, None),
+    ("depthwise_conv2d", {"N": 1, "C": 3, "H": 12, "W": 40, "R": 5, "S": 2}, None),
+    # padded 7x7 with bias (convnext), a short last tile and several row blocks
+    (CONVNEXT := ("op dw(X: f32[N, C, H, W], F: f32[C, 1, 7, 7], b: f32[C]) -> Y: f32[N, C, H, W]:\n"
+                  "    Y[n, k, h, w] = relu(sum[r, s](pad(X[n, k, h + r - 3, w + s - 3], 0.5)"
+                  " * F[k, 0, r, s]) + b[k])\n"), {"N": 2, "C": 3, "H": 17, "W": 28}, None),
+    (CONVNEXT, {"N": 1, "C": 2, "H": 9, "W": 20}, {"threads": 3, "nv": 5}),
+]
+
+
+@pytest.mark.parametrize("op, sizes, config", DEPTHWISE, ids=["valid", "5x2", "7x7-pad", "7x7-nv5"])
+def test_a_depthwise_convolution_takes_the_direct_path(op, sizes, config):
+    op = parse(op) if "\n" in op else load_op(op)
+    assert c_conv.conv_plan(op) is None and depthwise_plan(op) is not None
+    kernel = check(op, sizes, config or {"threads": 2})
+    assert kernel.src.meta["generator"] == c_conv.GENERATOR
+    assert "depthwise" in kernel.src.meta["fusion"] and "1x" in kernel.src.meta["fusion"]
+
+
+def test_a_depthwise_convolution_matches_torch():
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(6, 6, 7, padding=3, groups=6)
+    x = torch.randn(2, 6, 14, 21)
+    text, _ = aten_map.conv2d(tuple(x.shape), tuple(conv.weight.shape), True, (1, 1), (3, 3), (1, 1), 6)
+    shapes = {"X": tuple(x.shape), "F": tuple(conv.weight.shape), "b": (6,)}
+    kernel = uol_compile(parse(text), shapes=shapes, backend="c")  # the host's ISA
+    assert "depthwise" in kernel.source
+    with torch.no_grad():
+        torch.testing.assert_close(kernel(X=x, F=conv.weight, b=conv.bias), conv(x), rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_template_golden(golden):
+    op = parse(DEPTHWISE[2][0])
+    golden("c/pattern_conv_depthwise.c", emit_any(op, {"N": 2, "C": 3, "H": 17, "W": 28}, TARGET,
+                                                   {"threads": 2}).text)

@@ -13,9 +13,9 @@ from uol_core.odl import parse
 from uol_core.runtime.reference import evaluate_all
 
 
-def _compiled(text: str, shapes: dict):
+def _compiled(text: str, shapes: dict, config=None):
     op = parse(text)
-    kernel = uol_compile(op, shapes=shapes, backend="c")
+    kernel = uol_compile(op, shapes=shapes, backend="c", config=config)
     gen = torch.Generator().manual_seed(0)
     inputs = {n: torch.randn(*s, generator=gen) for n, s in shapes.items()}
     got = kernel(**inputs)
@@ -49,12 +49,13 @@ def test_a_padded_stencil_still_reads_from_a_halo_copy():
 
 
 def test_a_depthwise_convolution_fills_its_halo_row_by_row():
+    # the generic path's halo (rows this wide take the conv template's depthwise path)
     text, _ = aten_map.conv2d((2, 3, 9, 11), (3, 1, 3, 3), True, (1, 1), (2, 1), (1, 1), 3)
     shapes = {"X": (2, 3, 9, 11), "F": (3, 1, 3, 3), "b": (3,)}
-    source = _compiled(text, shapes)
+    source = _compiled(text, shapes, "generic=1")
     gen = torch.Generator().manual_seed(1)
     x, f, b = (torch.randn(*s, generator=gen) for s in shapes.values())
-    got = uol_compile(parse(text), shapes=shapes, backend="c")(X=x, F=f, b=b)
+    got = uol_compile(parse(text), shapes=shapes, backend="c", config="generic=1")(X=x, F=f, b=b)
     want = torch.nn.functional.conv2d(x, f, b, padding=(2, 1), groups=3)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # one division chain per row of the copy, then three vector loops (margins and interior)

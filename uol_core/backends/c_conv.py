@@ -34,7 +34,7 @@ from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_platforms import platform
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.inline import inline_maps
-from uol_core.odl.ir import Access, Binary, DType, Expr, Op, Reduce, Var, children, walk
+from uol_core.odl.ir import Access, Affine, Binary, DType, Expr, Op, Reduce, Var, children, walk
 from uol_core.odl.pad_reach import padded_escapes
 from uol_core.odl.patterns import classify
 
@@ -59,6 +59,7 @@ class ConvPlan:
     off_y: int
     off_x: int
     reduce: Reduce
+    depthwise: bool = False  # each channel its own plane and filter (c_conv_depthwise.py)
 
 
 def conv_plan(op: Op) -> ConvPlan | None:
@@ -92,6 +93,21 @@ def conv_plan(op: Op) -> ConvPlan | None:
     if xb.pure_symbol != b or xc.pure_symbol is None:
         return None
     c = xc.pure_symbol
+    win = window(xy, xx, y, xw)
+    if win is None:
+        return None
+    (r, off_y), (s, off_x) = win
+    if set(red.indices) != {c, r, s} or len({c, r, s}) != 3:
+        return None  # depthwise (channel kept) or an unexpected reduction
+    f_names = [i.pure_symbol for i in f.indices]
+    if sorted(f_names) != sorted([m, c, r, s]) or len({b, m, y, xw}) != 4:
+        return None
+    return ConvPlan(x, f, stmt.target, b, m, y, xw, c, r, s, off_y, off_x, red)
+
+
+def window(xy: Affine, xx: Affine, y: str, xw: str) -> list[tuple[str, int]] | None:
+    """The window of X's two spatial reads `y + r + off_y`, `xw + s + off_x`: [(r, off_y),
+    (s, off_x)], or None when strided (2 * y) or dilated (2 * r)."""
     win = []
     for form, free in ((xy, y), (xx, xw)):
         coeffs = dict(form.terms)
@@ -101,13 +117,7 @@ def conv_plan(op: Op) -> ConvPlan | None:
         if coeff != 1:
             return None  # dilation
         win.append((red_name, form.const))
-    (r, off_y), (s, off_x) = win
-    if set(red.indices) != {c, r, s} or len({c, r, s}) != 3:
-        return None  # depthwise (channel kept) or an unexpected reduction
-    f_names = [i.pure_symbol for i in f.indices]
-    if sorted(f_names) != sorted([m, c, r, s]) or len({b, m, y, xw}) != 4:
-        return None
-    return ConvPlan(x, f, stmt.target, b, m, y, xw, c, r, s, off_y, off_x, red)
+    return win
 
 
 def _epilogue_ok(op: Op, plan: ConvPlan) -> bool:
@@ -151,6 +161,10 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     folded into one statement whose epilogue they are (`inline_maps`)."""
     op = inline_maps(op)
     plan = conv_plan(op)
+    if plan is None:
+        from uol_core.backends.c_conv_depthwise import depthwise_plan
+
+        plan = depthwise_plan(op)
     if plan is None or not _epilogue_ok(op, plan):
         return None
     if target is None:
@@ -166,7 +180,7 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     shapes = {d.name: [f.evaluate(dict(sizes)) for f in d.shape] for d in op.inputs + op.outputs}
     strides = {t: _strides(s) for t, s in shapes.items()}
     nb, mdim, oh, ow = (free[i] for i in (plan.b, plan.m, plan.y, plan.xw))
-    cdim, rdim, sdim = red[plan.c], red[plan.r], red[plan.s]
+    cdim, rdim, sdim = red.get(plan.c, 1), red[plan.r], red[plan.s]  # depthwise: one channel
     ih, iw = shapes[plan.x.tensor][2], shapes[plan.x.tensor][3]
     if min(nb, mdim, oh, ow, cdim, rdim, sdim) <= 0 or shapes[plan.out] != [nb, mdim, oh, ow]:
         return None
@@ -176,12 +190,20 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:  # a length-agnostic ISA (SVE): pixels on lanes of a run-time count
+        if plan.depthwise:
+            return None
         return c_conv_sve.emit(op, plan, sizes, target, cfg, vla, threads)
     isa = target_isas(target)[0]
     lane = lanes(isa, target)
     kdim, pix = cdim * rdim * sdim, oh * ow
+    if plan.depthwise:
+        from uol_core.backends.c_conv_depthwise import depthwise_config
+
+        cfg = depthwise_config(isa, cfg, target, oh, math.ceil(ow / lane))
     rows = row_tiles(isa, lane, target, cfg, {"cdim": cdim, "oh": oh, "ow": ow, "rdim": rdim,
                                                "sdim": sdim})
+    if plan.depthwise and rows is None:
+        return None  # rows under half a vector: the generic loop nests
     # im2col: the platform file's register tile (MR rows x NV vectors) and NR micro-panels per
     # pixel block
     mr, nv, panels = platform(isa).tiles["conv_im2col"]
@@ -193,6 +215,7 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     m_pad = math.ceil(mdim / mr) * mr
     fst = {name: strides[plan.f.tensor][d] for d, name in
            enumerate(i.pure_symbol for i in plan.f.indices)}
+    fst.setdefault(plan.c, 0)  # a depthwise plan's channel: one value, no axis of F
     xs = strides[plan.x.tensor]
     ys = strides[plan.out]
     padv = render_const(plan.x.pad if plan.x.pad is not None else 0.0)
@@ -205,9 +228,11 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     how = (f"X windows read from a padded row buffer (RB={rows.rb} rows per item); MR={mr} x "
            f"NV={rows.nv} vectors of {lane}" if rows is not None else
            f"im2col(X); MR={mr} NR={nr} KC={kc} NCB={ncb}")
+    gemm = (f"per image and channel {plan.m} (depthwise): [{plan.y}*{plan.xw}] = "
+            f"F[{plan.m}, ({plan.r},{plan.s})] x" if plan.depthwise else
+            f"per image: [{plan.m}] x [{plan.y}*{plan.xw}] = F[{plan.m}, ({plan.c},{plan.r},{plan.s})] x")
     w.emit(f"/* {op.name}: convolution as implicit GEMM generated by UOL ({GENERATOR}) for target "
-           f"{target.name}.\n   sizes: {dims}\n   per image: [{plan.m}] x [{plan.y}*{plan.xw}] = "
-           f"F[{plan.m}, ({plan.c},{plan.r},{plan.s})] x {how} ({isa}) */")
+           f"{target.name}.\n   sizes: {dims}\n   {gemm} {how} ({isa}) */")
     w.emit(includes("stdint.h", "stdlib.h", "string.h", "math.h", "omp.h"))
     emit_platform_header(w, platform(isa), lane)
     w.emit("")
@@ -228,8 +253,9 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
         row_helpers(w, plan, rows, isa, xs, padv, {"rdim": rdim, "sdim": sdim, "iw": iw}, line)
         _entry_head(w, op, entry, args, line)
         row_driver(w, plan, rows, xs, ys, value, plan.xw in uses, cdim, line)
-        fusion = (f"conv template, direct: padded row buffer ({rows.rb} output rows per item) "
-                  f"read by an {mr}x{rows.nv}-vector micro-kernel; epilogue fused into the store")
+        fusion = (f"conv template, direct{', depthwise' if plan.depthwise else ''}: padded row "
+                  f"buffer ({rows.rb} output rows per item) read by an {mr}x{rows.nv}-vector "
+                  "micro-kernel; epilogue fused into the store")
     else:
         tile = TileConfig(isa=isa, mr=mr, nr=nr, kc=kc, mc=m_pad, nc=ncb, ku=4, pf=0,
                           par="batch", threads=threads)

@@ -25,6 +25,7 @@ PLATFORM = x86_platform(
     hmax="uol_hmax8({0})", hsum="uol_hsum8({0})", helpers=_HORIZONTAL,
     # conv_im2col: 6 rows x 2 vectors (12 accumulators of 16 registers), 8 micro-panels per
     # pixel block;
-    # conv_direct: 4 filter rows x 3 input vectors.
-    tiles={"conv_im2col": (6, 2, 8), "conv_direct": (4, 3)},
+    # conv_direct: 4 filter rows x 3 input vectors; conv_depthwise: 1 filter row x 6 vectors
+    # (6 accumulators + 6 pinned loads + 1 broadcast of the 16 registers).
+    tiles={"conv_im2col": (6, 2, 8), "conv_direct": (4, 3), "conv_depthwise": (1, 6)},
 )

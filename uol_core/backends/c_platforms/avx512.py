@@ -25,6 +25,7 @@ PLATFORM = x86_platform(
     round_template="_mm512_roundscale_ps({0}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
     hmax="_mm512_reduce_max_ps({0})", hsum="_mm512_reduce_add_ps({0})",
     # conv_im2col: MR rows x NV vectors (14 x 2 = 28 accumulators of the 32 registers) and 4
-    # micro-panels per pixel block; conv_direct: MR filter rows x NV input vectors.
-    tiles={"conv_im2col": (14, 2, 4), "conv_direct": (8, 3)}, gemm=GEMM,
+    # micro-panels per pixel block; conv_direct: MR filter rows x NV input vectors;
+    # conv_depthwise: 1 filter row x 12 vectors (12 accumulators + 12 pinned loads + 1 broadcast).
+    tiles={"conv_im2col": (14, 2, 4), "conv_direct": (8, 3), "conv_depthwise": (1, 12)}, gemm=GEMM,
 )

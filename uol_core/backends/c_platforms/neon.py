@@ -83,7 +83,8 @@ PLATFORM = Platform(
     # registers, 16 output pixels per row as the x86 tiles) and 8 micro-panels per pixel block;
     # conv_direct: 6 filter rows x 4 input vectors (29 registers). 24 independent FMA chains
     # cover 4 FMA pipes x latency 4 (Neoverse V1/V2, Cortex-X1), more than 2 x 4 (A78, A76).
-    tiles={"conv_im2col": (6, 4, 8), "conv_direct": (6, 4)},
+    # conv_depthwise: 1 filter row x 12 vectors (25 registers), 12 independent chains.
+    tiles={"conv_im2col": (6, 4, 8), "conv_direct": (6, 4), "conv_depthwise": (1, 12)},
     flash_prelude=_flash_prelude,
     vector_math=_vector_math,
 )

@@ -44,8 +44,9 @@ PLATFORM = Platform(
     max="",  # C has no vector ?: ; the templates needing max use an ISA with vector math
     prefetch="__builtin_prefetch({0}, 0, 3)", pin="",
     # conv_im2col: 4 rows x 2 vectors, 8 micro-panels per pixel block; conv_direct: 4 filter
-    # rows x 2 input vectors: within the 16-32 registers of any SIMD target.
-    tiles={"conv_im2col": (4, 2, 8), "conv_direct": (4, 2)},
+    # rows x 2 input vectors; conv_depthwise: 1 filter row x 6 vectors: within the 16-32
+    # registers of any SIMD target.
+    tiles={"conv_im2col": (4, 2, 8), "conv_direct": (4, 2), "conv_depthwise": (1, 6)},
     typedefs=_typedefs,
     flash_prelude=lambda lanes: _FLASH.format(bytes=lanes * 4, lanes=lanes),
 )
