@@ -151,8 +151,8 @@ def _fill_rows(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], padv: 
     jlo = min(t.wp, max(0, -plan.off_x))
     jhi = max(jlo, min(t.wp, dims["iw"] - plan.off_x))
     w.emit(f"""\
-/* Row buffer of one work item: input rows y0 + {plan.r} + ({plan.off_y}) of every channel \
-{plan.c} of one image of {plan.x.tensor},
+/* Row buffer of one work item: input rows y0 + {plan.r} + ({plan.off_y}) of \
+{"one channel" if plan.depthwise else f"every channel {plan.c}"} of one image of {plan.x.tensor},
    as CDIM planes of nrows x WP; column j holds input column j + ({plan.off_x}); outside the \
 input: {padv}.
    (memcpy for the inside: gcc 12.2 -O3 miscompiles the same copy written as a loop here.) */

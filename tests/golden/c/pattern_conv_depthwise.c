@@ -98,7 +98,7 @@ static void uol_pack_filter(const float *restrict F, float *restrict out, int64_
     }
 }
 
-/* Row buffer of one work item: input rows y0 + r + (-3) of every channel dw_c of one image of X,
+/* Row buffer of one work item: input rows y0 + r + (-3) of one channel of one image of X,
    as CDIM planes of nrows x WP; column j holds input column j + (-3); outside the input: 0.5f.
    (memcpy for the inside: gcc 12.2 -O3 miscompiles the same copy written as a loop here.) */
 static void uol_fill_rows(const float *restrict Xb, int64_t y0, int64_t nrows, float *restrict buf)
