@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from uol_core.acg.config import TileConfig, lanes, target_isas
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c import CodeWriter, render_affine, render_const
+from uol_core.backends.c_conv_depthwise import depthwise_config, depthwise_plan
+from uol_core.backends.c_conv_plan import ConvPlan, conv_plan
 from uol_core.backends.c_conv_tiles import row_driver, row_helpers, row_tiles
 from uol_core.backends.c_expr import PRELUDE, render_epilogue
 from uol_core.backends.c_frame import includes, open_entry
@@ -34,90 +35,18 @@ from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_platforms import platform
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.inline import inline_maps
-from uol_core.odl.ir import Access, Affine, Binary, DType, Expr, Op, Reduce, Var, children, walk
+from uol_core.odl.ir import (
+    Access,
+    Expr,
+    Op,
+    Reduce,
+    Var,
+    children,
+)
 from uol_core.odl.pad_reach import padded_escapes
-from uol_core.odl.patterns import classify
 
 GENERATOR = "uol-c-conv-2"
 KC_MAX = 384  # deepest packed panel; longer reductions are split into even blocks
-
-
-@dataclass(frozen=True)
-class ConvPlan:
-    """Roles of a recognised convolution: tensors, index names and window offsets."""
-
-    x: Access  # the windowed input read
-    f: Access  # the filter read
-    out: str
-    b: str  # batch index
-    m: str  # output-channel index
-    y: str  # output row index
-    xw: str  # output column index
-    c: str  # reduced channel index
-    r: str  # reduced window row index
-    s: str  # reduced window column index
-    off_y: int
-    off_x: int
-    reduce: Reduce
-    depthwise: bool = False  # each channel its own plane and filter (c_conv_depthwise.py)
-
-
-def conv_plan(op: Op) -> ConvPlan | None:
-    """The ConvPlan of `op`, or None when it is not a plain NCHW stride-1 convolution."""
-    if len(op.stmts) != 1 or any(d.dtype != DType.f32 for d in op.inputs + op.outputs + op.locals):
-        return None
-    pattern = classify(op)
-    roles = pattern.main_statement.contraction
-    if pattern.kind != "contraction" or roles is None or not roles.windowed:
-        return None
-    stmt = op.stmts[0]
-    reduces = [n for n in walk(stmt.expr) if isinstance(n, Reduce)]
-    if len(reduces) != 1 or reduces[0].op != "sum" or len(stmt.indices) != 4:
-        return None
-    red = reduces[0]
-    body = red.body
-    if not (isinstance(body, Binary) and body.op == "mul" and isinstance(body.lhs, Access)
-            and isinstance(body.rhs, Access)):
-        return None
-    b, m, y, xw = stmt.indices
-    windowed = [a for a in (body.lhs, body.rhs) if any(i.pure_symbol is None for i in a.indices)]
-    if len(windowed) != 1:
-        return None
-    x = windowed[0]
-    f = body.rhs if x is body.lhs else body.lhs
-    if len(x.indices) != 4 or x.tensor == f.tensor or f.pad is not None:
-        return None
-    if any(i.pure_symbol is None for i in f.indices) or len(f.indices) != 4:
-        return None
-    xb, xc, xy, xx = x.indices
-    if xb.pure_symbol != b or xc.pure_symbol is None:
-        return None
-    c = xc.pure_symbol
-    win = window(xy, xx, y, xw)
-    if win is None:
-        return None
-    (r, off_y), (s, off_x) = win
-    if set(red.indices) != {c, r, s} or len({c, r, s}) != 3:
-        return None  # depthwise (channel kept) or an unexpected reduction
-    f_names = [i.pure_symbol for i in f.indices]
-    if sorted(f_names) != sorted([m, c, r, s]) or len({b, m, y, xw}) != 4:
-        return None
-    return ConvPlan(x, f, stmt.target, b, m, y, xw, c, r, s, off_y, off_x, red)
-
-
-def window(xy: Affine, xx: Affine, y: str, xw: str) -> list[tuple[str, int]] | None:
-    """The window of X's two spatial reads `y + r + off_y`, `xw + s + off_x`: [(r, off_y),
-    (s, off_x)], or None when strided (2 * y) or dilated (2 * r)."""
-    win = []
-    for form, free in ((xy, y), (xx, xw)):
-        coeffs = dict(form.terms)
-        if len(coeffs) != 2 or coeffs.get(free) != 1:
-            return None  # strided output (2 * y) or not this spatial index
-        (red_name, coeff), = [(n, k) for n, k in coeffs.items() if n != free]
-        if coeff != 1:
-            return None  # dilation
-        win.append((red_name, form.const))
-    return win
 
 
 def _epilogue_ok(op: Op, plan: ConvPlan) -> bool:
@@ -162,8 +91,6 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     op = inline_maps(op)
     plan = conv_plan(op)
     if plan is None:
-        from uol_core.backends.c_conv_depthwise import depthwise_plan
-
         plan = depthwise_plan(op)
     if plan is None or not _epilogue_ok(op, plan):
         return None
@@ -197,8 +124,6 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     lane = lanes(isa, target)
     kdim, pix = cdim * rdim * sdim, oh * ow
     if plan.depthwise:
-        from uol_core.backends.c_conv_depthwise import depthwise_config
-
         cfg = depthwise_config(isa, cfg, target, oh, math.ceil(ow / lane))
     rows = row_tiles(isa, lane, target, cfg, {"cdim": cdim, "oh": oh, "ow": ow, "rdim": rdim,
                                                "sdim": sdim})

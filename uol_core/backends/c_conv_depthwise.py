@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from uol_core.backends.c_conv import ConvPlan, window
+from uol_core.backends.c_conv_plan import ConvPlan, window, window_product
 from uol_core.backends.c_platforms import platform
-from uol_core.odl.ir import Access, Binary, DType, Op, Reduce, walk
+from uol_core.odl.ir import Op
 
 DEPTHWISE_CHANNEL = "dw_c"  # the plan's reduced channel: extent 1, not an index of the source
 
@@ -25,17 +25,10 @@ DEPTHWISE_CHANNEL = "dw_c"  # the plan's reduced channel: extent 1, not an index
 def depthwise_plan(op: Op) -> ConvPlan | None:
     """The plan of a stride-1 NCHW depthwise convolution (one statement: a window sum of X's
     own channel times that channel's filter, any epilogue), or None."""
-    if len(op.stmts) != 1 or any(d.dtype != DType.f32 for d in op.inputs + op.outputs + op.locals):
+    product = window_product(op)
+    if product is None:
         return None
-    stmt = op.stmts[0]
-    reduces = [n for n in walk(stmt.expr) if isinstance(n, Reduce)]
-    if len(reduces) != 1 or reduces[0].op != "sum" or len(stmt.indices) != 4:
-        return None
-    red = reduces[0]
-    body = red.body
-    if not (isinstance(body, Binary) and body.op == "mul" and isinstance(body.lhs, Access)
-            and isinstance(body.rhs, Access)):
-        return None
+    stmt, red, body = product
     windowed = [a for a in (body.lhs, body.rhs) if any(len(i.terms) > 1 for i in a.indices)]
     if len(windowed) != 1 or len(set(stmt.indices)) != 4 or DEPTHWISE_CHANNEL in op.dims:
         return None

@@ -23,7 +23,7 @@ from uol_core.backends.c_names import index_id, tensor_id
 from uol_core.backends.c_platforms import platform
 
 if TYPE_CHECKING:
-    from uol_core.backends.c_conv import ConvPlan
+    from uol_core.backends.c_conv_plan import ConvPlan
 
 
 
