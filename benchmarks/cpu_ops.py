@@ -72,6 +72,12 @@ CASES = [
     ("conv2d 3x3 pad 1, N=8 64->64 56x56", "conv2d_pad1",
      {"N": 8, "C": 64, "H": 56, "W": 56, "K": 64}, {"N": 1, "C": 16, "H": 14, "W": 14, "K": 16},
      lambda X, F_: F.conv2d(X, F_, padding=1)),
+    ("conv2d 3x3 pad 1, N=8 64->64 28x28 (resnet_basic)", "conv2d_pad1",
+     {"N": 8, "C": 64, "H": 28, "W": 28, "K": 64}, {"N": 1, "C": 16, "H": 14, "W": 14, "K": 16},
+     lambda X, F_: F.conv2d(X, F_, padding=1)),
+    ("depthwise conv2d 7x7, N=8 C=96 28x28 out (convnext)", "depthwise_conv2d",
+     {"N": 8, "C": 96, "H": 34, "W": 34, "R": 7, "S": 7}, {"N": 1, "C": 16, "H": 20, "W": 20, "R": 7, "S": 7},
+     lambda X, F_: F.conv2d(X, F_.unsqueeze(1), groups=X.shape[1])),
 ]
 
 
@@ -168,6 +174,9 @@ def _flops(name: str, sizes: dict) -> float:
         return 4.0 * sizes["B"] * sizes["NH"] * sizes["S"] * sizes["T"] * sizes["D"]
     if name == "conv2d_pad1":
         return 2.0 * sizes["N"] * sizes["K"] * sizes["H"] * sizes["W"] * sizes["C"] * 9
+    if name == "depthwise_conv2d":
+        out = (sizes["H"] - sizes["R"] + 1) * (sizes["W"] - sizes["S"] + 1)
+        return 2.0 * sizes["N"] * sizes["C"] * out * sizes["R"] * sizes["S"]
     return 0.0
 
 
