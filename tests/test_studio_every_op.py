@@ -26,6 +26,10 @@ def test_library_op_compiles_on_every_pair_with_legal_knobs(name):
             assert chosen, (name, backend, target, knob["name"], "value not among its options")
             assert not chosen[0]["disabled"], (name, backend, target, knob["name"],
                                                chosen[0]["reason"])
+        # Run and Apply send the kernel's recorded config back: every value in it must be legal
+        # (a depthwise conv once recorded its derived row block, chunk=28, and Run refused it)
+        again = compile_odl(text, backend, target, result.sizes, result.config)
+        assert again.ok and again.source == result.source, (name, backend, target, again.error)
 
 
 @pytest.mark.parametrize("name", ["attention_batched", "permute_0213", "bmm", "matmul"])

@@ -57,8 +57,10 @@ def open_graph(kind, sample, model, uploaded):
         s = structure(load_graph_source(source))
     except Exception as exc:  # validation errors name node and edge: show them as they are
         return no_update, None, None, f"✗ {exc}"
+    # how it was imported: torch.export or the fx fallback with export's reason, folded norms
+    how = f" · {s['description'][:300]}" if s.get("description") else ""
     return source, s, None, f"{s['name']}: {len(s['nodes'])} nodes, " \
-                            f"{len(set(s['groups'].values()))} kernels after fusion"
+                            f"{len(set(s['groups'].values()))} kernels after fusion{how}"
 
 
 @callback(Output("graph-view", "figure"), Output("graph-fusion", "children"),

@@ -27,7 +27,7 @@ def layout(**_query) -> html.Div:
         field("Sample", dcc.Dropdown(id="graph-sample", options=samples, clearable=False,
                                      value=DEFAULT_SAMPLE if DEFAULT_SAMPLE in samples
                                      else (samples or [None])[0], className="dropdown")),
-        field("Model (torch.fx)", dcc.Dropdown(
+        field("Model (torch.export)", dcc.Dropdown(
             id="graph-model", clearable=False, value="MLP", className="dropdown",
             options=[{"label": f"{k} {list(v[1])}", "value": k} for k, v in MODELS.items()])),
         dcc.Upload(html.Button("Upload graph JSON", className="secondary"), id="graph-upload",

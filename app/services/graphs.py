@@ -65,7 +65,8 @@ def structure(graph) -> dict:
                              else f"torch {node.source}" + (f": {node.label.removeprefix('opaque: ')}"
                                                             if node.label.startswith("opaque") else ""))
     return {"name": graph.name, "nodes": list(g.nodes), "edges": [list(e) for e in g.edges],
-            "labels": labels, "groups": groups, "decisions": decisions}
+            "labels": labels, "groups": groups, "decisions": decisions,
+            "description": graph.description}
 
 
 def run(source: dict, target: str = "host", timeout: float = RUN_TIMEOUT_S) -> dict:

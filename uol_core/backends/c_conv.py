@@ -123,10 +123,11 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     isa = target_isas(target)[0]
     lane = lanes(isa, target)
     kdim, pix = cdim * rdim * sdim, oh * ow
-    if plan.depthwise:
-        cfg = depthwise_config(isa, cfg, target, oh, math.ceil(ow / lane))
-    rows = row_tiles(isa, lane, target, cfg, {"cdim": cdim, "oh": oh, "ow": ow, "rdim": rdim,
-                                               "sdim": sdim})
+    # a depthwise plan's geometry knobs are derived here, not the user's config (which the
+    # kernel records as given: the Studio checks it against the space's legal values)
+    tiles_cfg = depthwise_config(isa, cfg, target, oh, math.ceil(ow / lane)) if plan.depthwise else cfg
+    rows = row_tiles(isa, lane, target, tiles_cfg, {"cdim": cdim, "oh": oh, "ow": ow, "rdim": rdim,
+                                                     "sdim": sdim})
     if plan.depthwise and rows is None:
         return None  # rows under half a vector: the generic loop nests
     # im2col: the platform file's register tile (MR rows x NV vectors) and NR micro-panels per

@@ -1,4 +1,5 @@
-"""Whole-graph run: compile every group, run end to end, verify, time each group against torch eager."""
+"""Whole-graph run: compile every group, run end to end, verify; time the graph against its torch
+module and each group against the reference evaluator."""
 
 from __future__ import annotations
 
