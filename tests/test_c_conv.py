@@ -174,3 +174,25 @@ def test_depthwise_template_golden(golden):
     op = parse(DEPTHWISE[2][0])
     golden("c/pattern_conv_depthwise.c", emit_any(op, {"N": 2, "C": 3, "H": 17, "W": 28}, TARGET,
                                                    {"threads": 2}).text)
+
+
+@pytest.mark.parametrize("width, flat", [(28, True), (13, True), (29, True), (16, False), (30, False)])
+def test_rows_end_to_end_where_whole_vectors_would_idle_more_lanes(width, flat):
+    # AVX2 (8 lanes), a 3-wide window: a 28-pixel row is 30 buffer lanes end to end, 32 as
+    # whole vectors; 16 is exactly two vectors, 30 (+2) would need 32 either way
+    op = parse("op cbr(X: f32[N, C, H, W], F: f32[K, C, 3, 3], b: f32[K]) -> Y: f32[N, K, H, W]:\n"
+               "    Y[n, k, h, w] = relu(sum[c, r, s](pad(X[n, c, h + r - 1, w + s - 1], 0)"
+               " * F[k, c, r, s]) + b[k] + 0.001 * w)\n")
+    kernel = check(op, {"N": 2, "C": 5, "K": 9, "H": 11, "W": width}, {"threads": 3})
+    assert ("end to end" in kernel.src.meta["fusion"]) == flat, kernel.src.meta["fusion"]
+
+
+def test_flat_rows_and_depthwise_planes_stay_in_their_buffers():
+    # the flat path's last vectors read up to LANES + S - 2 floats past a block's rows: each
+    # plane carries that tail, zeroed; the sanitizers see any read past the allocation
+    from profilers.sanitizer import sanitize_op
+
+    for name, sizes in (("conv2d_pad1", {"N": 2, "C": 3, "K": 5, "H": 7, "W": 13}),
+                        ("depthwise_conv2d", {"N": 2, "C": 3, "H": 9, "W": 30, "R": 3, "S": 3})):
+        report = sanitize_op(name, sizes)
+        assert report.clean, (name, report.findings[:2])

@@ -151,7 +151,8 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     entry = f"uol_{op.name}"
     args = [d.name for d in op.inputs] + [d.name for d in op.outputs]
     dims = ", ".join(f"{k}={v}" for k, v in sizes.items())
-    how = (f"X windows read from a padded row buffer (RB={rows.rb} rows per item); MR={mr} x "
+    how = (f"X windows read from a padded row buffer (RB={rows.rb} rows per item"
+           f"{', rows end to end' if rows.flat else ''}); MR={mr} x "
            f"NV={rows.nv} vectors of {lane}" if rows is not None else
            f"im2col(X); MR={mr} NR={nr} KC={kc} NCB={ncb}")
     gemm = (f"per image and channel {plan.m} (depthwise): [{plan.y}*{plan.xw}] = "
@@ -179,8 +180,10 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
         row_helpers(w, plan, rows, isa, xs, padv, {"rdim": rdim, "sdim": sdim, "iw": iw}, line)
         _entry_head(w, op, entry, args, line)
         row_driver(w, plan, rows, xs, ys, value, plan.xw in uses, cdim, line)
+        flat = (f", vectors over its rows end to end ({ow} of every {rows.wp} lanes, not {ow} of "
+                f"{rows.vpr * lane})" if rows.flat else "")
         fusion = (f"conv template, direct{', depthwise' if plan.depthwise else ''}: padded row "
-                  f"buffer ({rows.rb} output rows per item) read by an {mr}x{rows.nv}-vector "
+                  f"buffer ({rows.rb} output rows per item{flat}) read by an {mr}x{rows.nv}-vector "
                   "micro-kernel; epilogue fused into the store")
     else:
         tile = TileConfig(isa=isa, mr=mr, nr=nr, kc=kc, mc=m_pad, nc=ncb, ku=4, pf=0,

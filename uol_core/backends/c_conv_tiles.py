@@ -35,14 +35,19 @@ class RowTiles:
     mr: int
     nv: int
     vpr: int  # vectors per output row
-    wp: int  # buffer row length: VPR * LANES + S - 1 rounded up to whole vectors
+    wp: int  # buffer row length: VPR * LANES + S - 1 rounded up to whole vectors (flat: OW + S - 1)
     rb: int  # output rows per work item
     br: int  # buffer rows per work item: RB + R - 1
     nrb: int  # work items per image
+    # flat: vectors run over the buffer's rows end to end (WP = OW + S - 1), so an output row
+    # costs WP lanes, not VPR whole vectors: 28-pixel rows of a 3-wide window fill 28 of 30
+    # lanes, not 28 of 32. Taken where WP < VPR * LANES. `tail`: floats read past a plane's rows.
+    flat: bool = False
+    tail: int = 0
 
     @property
     def plane(self) -> int:
-        return self.br * self.wp
+        return self.br * self.wp + self.tail
 
     def defines(self) -> str:
         return (f"#define LANES {self.lanes}\n#define NV {self.nv}\n#define VPR {self.vpr}\n"
@@ -56,7 +61,8 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
     hold output pixels. `dims`: cdim, oh, ow, rdim, sdim. Rows per item: the config's `chunk`
     when set, else the fewest (at least R - 1, so a buffer row is copied for at most two output
     rows) whose vectors fill whole tiles, keeping the buffer within a quarter of the L2.
-    `mr` and `nv` in the config override the ISA's register tile."""
+    `mr` and `nv` in the config override the ISA's register tile. Vectors run over the rows end
+    to end (`flat`) where that idles fewer lanes than whole vectors per row."""
     # the platform file's register tile: MR output channels x NV input vectors (MR * NV
     # accumulators, NV inputs and one broadcast fit the architectural registers)
     mr, nv = platform(isa).tiles["conv_direct"]
@@ -65,15 +71,22 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
     vpr = math.ceil(ow / lanes)
     if 2 * ow < vpr * lanes:
         return None
-    wp = math.ceil((vpr * lanes + sdim - 1) / lanes) * lanes
+    flat = ow + sdim - 1 < vpr * lanes and str(cfg.get("flat", 1)) != "0"  # flat=0: to compare
+    wp = ow + sdim - 1 if flat else math.ceil((vpr * lanes + sdim - 1) / lanes) * lanes
+
+    def vectors(rows: int) -> int:  # output vectors of a block of `rows` rows
+        return -(-((rows - 1) * wp + ow) // lanes) if flat else rows * vpr
+
     if cfg.get("chunk"):
         rb = min(oh, int(cfg["chunk"]))
     else:
         row_bytes = 4 * cdim * wp
         limit = max(1, min(oh, int(target.l2_bytes or 1 << 20) // 4 // row_bytes - (rdim - 1)))
         lo = min(limit, max(1, rdim - 1))
-        rb = next((r for r in range(lo, limit + 1) if r * vpr % nv == 0), lo)
-    return RowTiles(lanes, mr, nv, vpr, wp, rb, rb + rdim - 1, math.ceil(oh / rb))
+        rb = next((r for r in range(lo, limit + 1) if vectors(r) % nv == 0), lo)
+    # a flat block's last vector reads up to LANES - 1 + S - 1 floats past its rows' ends
+    return RowTiles(lanes, mr, nv, vpr, wp, rb, rb + rdim - 1, math.ceil(oh / rb), flat,
+                    lanes + sdim if flat else 0)
 
 
 def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[int], padv: str,
@@ -93,10 +106,13 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
     w.emit(f"    float *buf = aligned_alloc(64, (sizeof(float) * {buf_len} + 63) / 64 * 64);\n"
            "    float tile[MR * NV * LANES] __attribute__((aligned(64)));\n"
            "    int64_t o[NV];", line)
+    if t.flat:  # planes' tails are read by idle lanes only: zeros, never garbage that is subnormal
+        w.emit(f"    memset(buf, 0, sizeof(float) * {buf_len});", line)
     w.emit("#pragma omp for schedule(static)\n"
            "    for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"
            f"        uol_pack_filter({tensor_id(plan.f.tensor)}, Ap + panel * MR * KDIM, panel);",
            line)
+    nvec = "((rows - 1) * WP + OW + LANES - 1) / LANES" if t.flat else "rows * VPR"
     if plan.depthwise:  # one input plane per channel, read by that channel's filter alone
         w.emit(f"    /* work items: (image {plan.b}, channel {plan.m}, block of RB output rows "
                f"{plan.y}) */\n"
@@ -104,7 +120,7 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
                "    for (int64_t item = 0; item < BATCH * MDIM * NRB; ++item) {\n"
                f"        const int64_t {b} = item / (MDIM * NRB), channel = item / NRB % MDIM, "
                "y0 = item % NRB * RB;\n"
-               "        const int64_t rows = OH - y0 < RB ? OH - y0 : RB, nvec = rows * VPR;\n"
+               f"        const int64_t rows = OH - y0 < RB ? OH - y0 : RB, nvec = {nvec};\n"
                f"        uol_fill_rows({tensor_id(plan.x.tensor)} + {b} * {xs[0]} + channel * "
                f"{xs[1]}, y0, rows + RS - 1, buf);\n"
                "        for (int64_t panel = channel; panel <= channel; ++panel)\n"
@@ -114,7 +130,7 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
                "#pragma omp for schedule(dynamic, 1)\n"
                "    for (int64_t item = 0; item < BATCH * NRB; ++item) {\n"
                f"        const int64_t {b} = item / NRB, y0 = item % NRB * RB;\n"
-               "        const int64_t rows = OH - y0 < RB ? OH - y0 : RB, nvec = rows * VPR;\n"
+               f"        const int64_t rows = OH - y0 < RB ? OH - y0 : RB, nvec = {nvec};\n"
                f"        uol_fill_rows({tensor_id(plan.x.tensor)} + {b} * {xs[0]}, y0, "
                "rows + RS - 1, buf);\n"
                "        for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"
@@ -123,9 +139,12 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
            "            for (int64_t v = 0; v < NV; ++v) {  /* a short last tile repeats its "
            "first vector */\n"
            "                const int64_t u = v0 + (v < nv ? v : 0);\n"
-           "                o[v] = u / VPR * WP + u % VPR * LANES;\n"
+           f"                o[v] = {'u * LANES' if t.flat else 'u / VPR * WP + u % VPR * LANES'};\n"
            "            }\n"
            "            uol_micro_rows(Ap + panel * MR * KDIM, buf, o, tile);", line)
+    if t.flat:
+        _flat_epilogue(w, plan, ys, value, uses_x, line)
+        return
     w.emit(f"            /* epilogue: {plan.out}[{plan.b}, {plan.m}, {plan.y}, {plan.xw}] from "
            "the tile */\n"
            "            for (int64_t i = 0; i < MR && panel * MR + i < MDIM; ++i) {\n"
@@ -143,6 +162,37 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
         w.emit(f"                        const int64_t {index_id(plan.xw)} = x0 + j;", line)
     w.emit(f"                        yrow[j] = {value};\n"
            "                    }\n                }\n            }\n        }\n    }", line)
+    w.emit("    free(buf);\n    }\n    free(Ap);\n}", line)
+
+
+def _flat_epilogue(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x: bool,
+                   line: int) -> None:
+    """The flat path's store: a vector's lanes are buffer positions p = row * WP + column,
+    split at row ends; columns past OW and rows past the block are idle lanes."""
+    b, m, y = index_id(plan.b), index_id(plan.m), index_id(plan.y)
+    w.emit(f"            /* epilogue: {plan.out}[{plan.b}, {plan.m}, {plan.y}, {plan.xw}] from "
+           "the tile, row segment by row segment */\n"
+           "            for (int64_t i = 0; i < MR && panel * MR + i < MDIM; ++i) {\n"
+           f"                const int64_t {m} = panel * MR + i;\n"
+           "                for (int64_t v = 0; v < nv; ++v)\n"
+           "                for (int64_t p = (v0 + v) * LANES, end = p + LANES; p < end;) {\n"
+           "                    const int64_t row = p / WP, x0 = p % WP;\n"
+           "                    const int64_t seg = WP - x0 < end - p ? WP - x0 : end - p;\n"
+           "                    const int64_t len = row >= rows || x0 >= OW ? 0 : "
+           "(OW - x0 < seg ? OW - x0 : seg);\n"
+           f"                    const int64_t {y} = y0 + row;\n"
+           "                    const float *restrict lane = tile + (i * NV + v) * LANES + "
+           "(p - (v0 + v) * LANES);\n"
+           f"                    float *restrict yrow = {tensor_id(plan.out)} + {b} * {ys[0]} + "
+           f"{m} * {ys[1]} + {y} * {ys[2]} + x0;\n"
+           "#pragma omp simd\n"
+           "                    for (int64_t j = 0; j < len; ++j) {\n"
+           "                        const float acc = lane[j];", line)
+    if uses_x:
+        w.emit(f"                        const int64_t {index_id(plan.xw)} = x0 + j;", line)
+    w.emit(f"                        yrow[j] = {value};\n"
+           "                    }\n                    p += seg;\n                }\n            }\n"
+           "        }\n    }", line)
     w.emit("    free(buf);\n    }\n    free(Ap);\n}", line)
 
 
