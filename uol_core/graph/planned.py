@@ -189,7 +189,10 @@ class PlannedGraph:
         with self._lock:
             return self._run(env, out)
 
-    def _run(self, env: dict[str, torch.Tensor], out: dict[str, torch.Tensor] | None) -> dict:
+    def _run(self, env: dict[str, torch.Tensor], out: dict[str, torch.Tensor] | None,
+             keep: list | None = None) -> dict:
+        """One replay; `keep` receives every buffer the kernels' pointers were patched to (the
+        outputs, torch steps' results, contiguous copies of inputs), to hold them alive."""
         anchors = list(self._anchors)
         for name, root in self.inputs.items():
             t = env[name]
@@ -212,6 +215,8 @@ class PlannedGraph:
                 for root, tensor in bound:
                     anchors[root] = tensor
                     self._patch(root, tensor)
+        if keep is not None:
+            keep.extend(anchors)
         result = {}
         for name, ref in self.outputs.items():
             value = ref.on(anchors[ref.root])
@@ -221,6 +226,30 @@ class PlannedGraph:
                 value = given[name]
             result[name] = value
         return result
+
+    def kernel_seconds(self, env: dict[str, torch.Tensor], repeat: int = 5) -> dict[str, float]:
+        """Each group's median kernel seconds inside the replay: one run on `env` binds every
+        pointer and fills every kernel's inputs, then each kernel is called `repeat` times on
+        its own, reading and writing where the replay does. A group run alone also allocates
+        its outputs and goes through the Python call path, which at small sizes costs more
+        than the kernel. A kernel that writes over one of its inputs reads its own result on
+        later calls: the time stands, the arena's values after this call do not."""
+        import statistics
+        import time
+
+        out: dict[str, float] = {}
+        held: list = []  # the buffers the patched pointers point at, alive while kernels run
+        with self._lock:
+            self._run(env, None, held)
+            for step in self.steps:
+                for k in step.kernels if isinstance(step, Segment) else ():
+                    times = []
+                    for _ in range(repeat):
+                        start = time.perf_counter()
+                        k.fn(k.ptrs, k.strides)
+                        times.append(time.perf_counter() - start)
+                    out[k.group] = out.get(k.group, 0.0) + statistics.median(times)
+        return out
 
     def overhead_us(self, calls: int = 200) -> dict:
         """Dispatch cost with every kernel replaced by an empty C function: pointer patches,
