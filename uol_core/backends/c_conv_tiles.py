@@ -100,7 +100,7 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
                value: str, uses_x: bool, cdim: int, line: int) -> None:
     """The entry's parallel region (after its head has allocated the packed filter Ap).
     `value`: the rendered statement with the sum as `acc`; `uses_x`: it reads the column index."""
-    b, m, y = index_id(plan.b), index_id(plan.m), index_id(plan.y)
+    b = index_id(plan.b)
     buf_len = math.ceil(cdim * t.plane / 16) * 16
     w.emit("#pragma omp parallel num_threads(THREADS)\n    {", line)
     w.emit(f"    float *buf = aligned_alloc(64, (sizeof(float) * {buf_len} + 63) / 64 * 64);\n"
@@ -142,47 +142,39 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
            f"                o[v] = {'u * LANES' if t.flat else 'u / VPR * WP + u % VPR * LANES'};\n"
            "            }\n"
            "            uol_micro_rows(Ap + panel * MR * KDIM, buf, o, tile);", line)
-    if t.flat:
-        _flat_epilogue(w, plan, ys, value, uses_x, line)
-        return
-    w.emit(f"            /* epilogue: {plan.out}[{plan.b}, {plan.m}, {plan.y}, {plan.xw}] from "
-           "the tile */\n"
-           "            for (int64_t i = 0; i < MR && panel * MR + i < MDIM; ++i) {\n"
-           f"                const int64_t {m} = panel * MR + i;\n"
-           "                for (int64_t v = 0; v < nv; ++v) {\n"
-           f"                    const int64_t {y} = y0 + (v0 + v) / VPR, "
-           "x0 = (v0 + v) % VPR * LANES;\n"
-           "                    const int64_t len = OW - x0 < LANES ? OW - x0 : LANES;\n"
-           f"                    float *restrict yrow = {tensor_id(plan.out)} + {b} * {ys[0]} + "
-           f"{m} * {ys[1]} + {y} * {ys[2]} + x0;\n"
-           "#pragma omp simd\n"
-           "                    for (int64_t j = 0; j < len; ++j) {\n"
-           "                        const float acc = tile[(i * NV + v) * LANES + j];", line)
-    if uses_x:
-        w.emit(f"                        const int64_t {index_id(plan.xw)} = x0 + j;", line)
-    w.emit(f"                        yrow[j] = {value};\n"
-           "                    }\n                }\n            }\n        }\n    }", line)
-    w.emit("    free(buf);\n    }\n    free(Ap);\n}", line)
+    _store_tile(w, plan, ys, value, uses_x, t.flat, line)
 
 
-def _flat_epilogue(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x: bool,
-                   line: int) -> None:
-    """The flat path's store: a vector's lanes are buffer positions p = row * WP + column,
-    split at row ends; columns past OW and rows past the block are idle lanes."""
+# How the store walks a tile's vectors: whole vectors of one output row each, or (flat) buffer
+# positions p = row * WP + column, split at row ends, columns past OW and rows past the block
+# being idle lanes. Each walk sets row y, column x0, `len` lanes to store and where they start.
+_WHOLE_VECTORS = (
+    "                for (int64_t v = 0; v < nv; ++v) {\n"
+    "                    const int64_t {y} = y0 + (v0 + v) / VPR, x0 = (v0 + v) % VPR * LANES;\n"
+    "                    const int64_t len = OW - x0 < LANES ? OW - x0 : LANES;\n"
+    "                    const float *restrict lane = tile + (i * NV + v) * LANES;",
+    "                    }\n                }")
+_ROW_SEGMENTS = (
+    "                for (int64_t v = 0; v < nv; ++v)\n"
+    "                for (int64_t p = (v0 + v) * LANES, end = p + LANES; p < end;) {\n"
+    "                    const int64_t row = p / WP, x0 = p % WP;\n"
+    "                    const int64_t seg = WP - x0 < end - p ? WP - x0 : end - p;\n"
+    "                    const int64_t len = row >= rows || x0 >= OW ? 0 : (OW - x0 < seg ? OW - x0 : seg);\n"
+    "                    const int64_t {y} = y0 + row;\n"
+    "                    const float *restrict lane = tile + (i * NV + v) * LANES + (p - (v0 + v) * LANES);",
+    "                    }\n                    p += seg;\n                }")
+
+
+def _store_tile(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x: bool, flat: bool,
+                line: int) -> None:
+    """The epilogue: the tile's lanes through `value` into the output, then the region's end."""
     b, m, y = index_id(plan.b), index_id(plan.m), index_id(plan.y)
+    walk, close = _ROW_SEGMENTS if flat else _WHOLE_VECTORS
     w.emit(f"            /* epilogue: {plan.out}[{plan.b}, {plan.m}, {plan.y}, {plan.xw}] from "
-           "the tile, row segment by row segment */\n"
+           f"the tile{', row segment by row segment' if flat else ''} */\n"
            "            for (int64_t i = 0; i < MR && panel * MR + i < MDIM; ++i) {\n"
            f"                const int64_t {m} = panel * MR + i;\n"
-           "                for (int64_t v = 0; v < nv; ++v)\n"
-           "                for (int64_t p = (v0 + v) * LANES, end = p + LANES; p < end;) {\n"
-           "                    const int64_t row = p / WP, x0 = p % WP;\n"
-           "                    const int64_t seg = WP - x0 < end - p ? WP - x0 : end - p;\n"
-           "                    const int64_t len = row >= rows || x0 >= OW ? 0 : "
-           "(OW - x0 < seg ? OW - x0 : seg);\n"
-           f"                    const int64_t {y} = y0 + row;\n"
-           "                    const float *restrict lane = tile + (i * NV + v) * LANES + "
-           "(p - (v0 + v) * LANES);\n"
+           + walk.replace("{y}", y) + "\n"
            f"                    float *restrict yrow = {tensor_id(plan.out)} + {b} * {ys[0]} + "
            f"{m} * {ys[1]} + {y} * {ys[2]} + x0;\n"
            "#pragma omp simd\n"
@@ -190,9 +182,8 @@ def _flat_epilogue(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, use
            "                        const float acc = lane[j];", line)
     if uses_x:
         w.emit(f"                        const int64_t {index_id(plan.xw)} = x0 + j;", line)
-    w.emit(f"                        yrow[j] = {value};\n"
-           "                    }\n                    p += seg;\n                }\n            }\n"
-           "        }\n    }", line)
+    w.emit(f"                        yrow[j] = {value};\n{close}\n            }}\n        }}\n    }}",
+           line)
     w.emit("    free(buf);\n    }\n    free(Ap);\n}", line)
 
 
