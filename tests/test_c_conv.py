@@ -138,24 +138,33 @@ def test_maps_stay_apart_where_folding_would_repeat_or_misplace_work():
         check(op, {"N": 1, "C": 3, "K": 5, "H": 6, "W": 20})  # the generic path, still right
 
 
-DEPTHWISE = [
-    ("depthwise_conv2d", {"N": 2, "C": 5, "H": 9, "W": 13, "R": 3, "S": 3}, None),
-    ("depthwise_conv2d", {"N": 1, "C": 3, "H": 12, "W": 40, "R": 5, "S": 2}, None),
+DEPTHWISE = [  # op, sizes, config, whether the window slides down whole rows
+    ("depthwise_conv2d", {"N": 2, "C": 5, "H": 9, "W": 13, "R": 3, "S": 3}, None, True),
+    ("depthwise_conv2d", {"N": 1, "C": 3, "H": 12, "W": 40, "R": 5, "S": 2}, None, False),
     # padded 7x7 with bias (convnext), a short last tile and several row blocks
     (CONVNEXT := ("op dw(X: f32[N, C, H, W], F: f32[C, 1, 7, 7], b: f32[C]) -> Y: f32[N, C, H, W]:\n"
                   "    Y[n, k, h, w] = relu(sum[r, s](pad(X[n, k, h + r - 3, w + s - 3], 0.5)"
-                  " * F[k, 0, r, s]) + b[k])\n"), {"N": 2, "C": 3, "H": 17, "W": 28}, None),
-    (CONVNEXT, {"N": 1, "C": 2, "H": 9, "W": 20}, {"threads": 3, "nv": 5}),
+                  " * F[k, 0, r, s]) + b[k])\n"), {"N": 2, "C": 3, "H": 17, "W": 28}, None, False),
+    (CONVNEXT, {"N": 1, "C": 2, "H": 9, "W": 20}, {"threads": 3, "nv": 5}, False),
+    (CONVNEXT, {"N": 1, "C": 2, "H": 11, "W": 13}, {"threads": 3, "slide": 3}, True),  # 3+3+3+2
+    (CONVNEXT, {"N": 2, "C": 3, "H": 7, "W": 24}, None, True),
+    ("depthwise_conv2d", {"N": 2, "C": 5, "H": 9, "W": 13, "R": 3, "S": 3}, {"slide": 0}, False),
 ]
 
 
-@pytest.mark.parametrize("op, sizes, config", DEPTHWISE, ids=["valid", "5x2", "7x7-pad", "7x7-nv5"])
-def test_a_depthwise_convolution_takes_the_direct_path(op, sizes, config):
+@pytest.mark.parametrize("op, sizes, config, sliding", DEPTHWISE, ids=[
+    "valid", "5x2", "7x7-pad", "7x7-nv5", "7x7-slide3", "7x7-slide", "valid-slide0"])
+def test_a_depthwise_convolution_takes_the_direct_path(op, sizes, config, sliding):
+    # AVX2 (8 lanes, a bound of 6 accumulators): rows of up to 3 vectors slide the window down
+    # whole rows unless the config asks for vectors in a row (nv=5, slide=0); every form verifies
     op = parse(op) if "\n" in op else load_op(op)
     assert c_conv.conv_plan(op) is None and depthwise_plan(op) is not None
-    kernel = check(op, sizes, config or {"threads": 2})
-    assert kernel.src.meta["generator"] == c_conv.GENERATOR
-    assert "depthwise" in kernel.src.meta["fusion"] and "1x" in kernel.src.meta["fusion"]
+    kernel = check(op, sizes, {"threads": 2, **(config or {})})
+    fusion = kernel.src.meta["fusion"]
+    assert kernel.src.meta["generator"] == c_conv.GENERATOR and "depthwise" in fusion
+    assert ("sliding" in fusion) == sliding and ("1x" in fusion) != sliding, fusion
+    if (config or {}).get("slide"):
+        assert f"down {config['slide']} output rows" in fusion
 
 
 def test_a_depthwise_convolution_matches_torch():
@@ -196,3 +205,30 @@ def test_flat_rows_and_depthwise_planes_stay_in_their_buffers():
                         ("depthwise_conv2d", {"N": 2, "C": 3, "H": 9, "W": 30, "R": 3, "S": 3})):
         report = sanitize_op(name, sizes)
         assert report.clean, (name, report.findings[:2])
+
+
+def _busy_lanes(t, oh: int, ow: int) -> float:
+    """Output pixels per lane the direct path computes (whole tiles of NV vectors per block)."""
+    tiles = 0
+    for y0 in range(0, oh, t.rb):
+        rows = min(t.rb, oh - y0)
+        vectors = -(-((rows - 1) * t.wp + ow) // t.lanes) if t.flat else rows * t.vpr
+        tiles += -(-vectors // t.nv)
+    return oh * ow / (tiles * t.nv * t.lanes)
+
+
+def test_row_blocks_keep_lanes_busy_and_every_thread_fed():
+    # resnet's 28x28 3x3 conv on AVX-512: blocks of 3 rows (the fewest that fill whole 8x3
+    # tiles) keep 84 of 96 lanes busy; the modelled choice keeps more, and a single image
+    # still splits into a block per thread
+    from uol_core.backends.c_conv_tiles import row_tiles
+
+    dims = {"cdim": 64, "oh": 28, "ow": 28, "rdim": 3, "sdim": 3, "mdim": 64, "threads": 2}
+    three = row_tiles("avx512", 16, TARGET, {"chunk": 3}, {**dims, "nb": 8})
+    for nb in (8, 1):
+        chosen = row_tiles("avx512", 16, TARGET, {}, {**dims, "nb": nb})
+        assert _busy_lanes(chosen, 28, 28) > _busy_lanes(three, 28, 28) + 0.03, chosen
+        assert nb * chosen.nrb >= 2, chosen
+    kernel = check(load_op("conv2d_pad1"), {"N": 1, "C": 4, "K": 9, "H": 11, "W": 13},
+                   {"threads": 2, "chunk": 4})  # a ragged last block (11 = 4 + 4 + 3)
+    assert "4 output rows per item" in kernel.src.meta["fusion"]

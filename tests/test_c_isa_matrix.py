@@ -61,12 +61,16 @@ CASES = {
     "flash_causal": (lambda: load_op("causal_attention"), {"S": 37, "D": 8}),
     "flash_backward": (lambda: ATTENTION_GRAD.op, None),
     "conv": (lambda: load_op("conv2d_pad1"), {"N": 1, "C": 3, "K": 5, "H": 9, "W": 40}),
+    # 7 output rows of 24: every ISA's window slides down whole rows, its last tile past them
+    "depthwise": (lambda: load_op("depthwise_conv2d"), {"N": 1, "C": 3, "H": 13, "W": 30,
+                                                        "R": 7, "S": 7}),
     "scan": (lambda: load_op("cumsum"), None),
     "stencil": (lambda: load_op("stencil3_pad"), None),
     "generic": (lambda: load_op("layernorm"), {"R": 5, "C": 67}),
 }
 # Templates written with intrinsics: their AVX-512 and AVX2 text must use them.
-INTRINSIC_TEMPLATES = {"gemm", "gemm_epilogue", "rows", "flash", "flash_causal", "conv"}
+INTRINSIC_TEMPLATES = {"gemm", "gemm_epilogue", "rows", "flash", "flash_causal", "conv",
+                      "depthwise"}
 MATRIX = [(case, isa) for case in sorted(CASES) for isa in sorted(TARGETS)]
 
 

@@ -126,8 +126,9 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     # a depthwise plan's geometry knobs are derived here, not the user's config (which the
     # kernel records as given: the Studio checks it against the space's legal values)
     tiles_cfg = depthwise_config(isa, cfg, target, oh, math.ceil(ow / lane)) if plan.depthwise else cfg
-    rows = row_tiles(isa, lane, target, tiles_cfg, {"cdim": cdim, "oh": oh, "ow": ow, "rdim": rdim,
-                                                     "sdim": sdim})
+    rows = row_tiles(isa, lane, target, tiles_cfg, {
+        "cdim": cdim, "oh": oh, "ow": ow, "rdim": rdim, "sdim": sdim, "mdim": mdim, "nb": nb,
+        "threads": threads})
     if plan.depthwise and rows is None:
         return None  # rows under half a vector: the generic loop nests
     # im2col: the platform file's register tile (MR rows x NV vectors) and NR micro-panels per
@@ -152,7 +153,8 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     args = [d.name for d in op.inputs] + [d.name for d in op.outputs]
     dims = ", ".join(f"{k}={v}" for k, v in sizes.items())
     how = (f"X windows read from a padded row buffer (RB={rows.rb} rows per item"
-           f"{', rows end to end' if rows.flat else ''}); MR={mr} x "
+           f"{', rows end to end' if rows.flat else ''}"
+           f"{f', window sliding down {rows.slide} rows' if rows.slide else ''}); MR={mr} x "
            f"NV={rows.nv} vectors of {lane}" if rows is not None else
            f"im2col(X); MR={mr} NR={nr} KC={kc} NCB={ncb}")
     gemm = (f"per image and channel {plan.m} (depthwise): [{plan.y}*{plan.xw}] = "
@@ -182,9 +184,12 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
         row_driver(w, plan, rows, xs, ys, value, plan.xw in uses, cdim, line)
         flat = (f", vectors over its rows end to end ({ow} of every {rows.wp} lanes, not {ow} of "
                 f"{rows.vpr * lane})" if rows.flat else "")
+        kernel = (f"a micro-kernel sliding its {rdim}-row window down {rows.slide} output rows of "
+                  f"{rows.vpr} vectors (each input vector loaded once per filter column)"
+                  if rows.slide else f"an {mr}x{rows.nv}-vector micro-kernel")
         fusion = (f"conv template, direct{', depthwise' if plan.depthwise else ''}: padded row "
-                  f"buffer ({rows.rb} output rows per item{flat}) read by an {mr}x{rows.nv}-vector "
-                  "micro-kernel; epilogue fused into the store")
+                  f"buffer ({rows.rb} output rows per item{flat}) read by {kernel}; epilogue fused "
+                  "into the store")
     else:
         tile = TileConfig(isa=isa, mr=mr, nr=nr, kc=kc, mc=m_pad, nc=ncb, ku=4, pf=0,
                           par="batch", threads=threads)

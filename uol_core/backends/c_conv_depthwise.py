@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_conv_plan import ConvPlan, window, window_product
 from uol_core.backends.c_platforms import platform
 from uol_core.odl.ir import Op
@@ -55,16 +56,64 @@ def depthwise_plan(op: Op) -> ConvPlan | None:
 
 def depthwise_config(isa: str, cfg: Mapping, target, oh: int, vpr: int) -> dict:
     """The direct path's knobs for a depthwise plan (`oh` output rows of `vpr` vectors each),
-    where the config leaves them open: one filter row (mr 1); a whole plane per work item
+    where the config leaves them open: one filter row (mr 1) and a whole plane per work item
     (chunk = oh: a channel's plane is a few KiB, and a block of RB rows copies R - 1 extra
-    rows, twice the block at RB = 6 for a 7x7 window); and the vector count `nv` between the
-    FMA chains that hide the FMA latency (the HFL's fma_latency_cycles x fma_units) and the
-    platform file's `conv_depthwise` register bound that leaves the fewest idle vectors in a
-    plane's last tile (56 vectors: 8, not 12, which would compute 4 of its last 12 twice)."""
+    rows, twice the block at RB = 6 for a 7x7 window). The register tile is `slide` whole
+    output rows (see `emit_sliding_kernel`) where two rows' vectors fit the platform file's
+    `conv_depthwise` bound: the row count that computes the fewest rows past the plane, then
+    the one whose accumulators hide the FMA latency (the HFL's fma_latency_cycles x
+    fma_units), then the most (the config's `slide` sets it). Rows too wide for that, and a config
+    with `slide=0` or an `nv` of its own, keep `nv` vectors in a row, between the
+    chains that hide the latency and the bound, as the count that leaves the fewest idle
+    vectors in a plane's last tile (56 vectors: 8, not 12, which would compute 4 of its last
+    12 twice)."""
     _, most = platform(isa).tiles["conv_depthwise"]
     chains = int(target.fma_latency_cycles or 1) * int(target.fma_units or 1)
     rows = min(oh, int(cfg.get("chunk") or oh))
+    derived = {**cfg, "mr": 1, "chunk": rows}
+    # slide=0, or an nv of the config's own, keeps the row-vector kernel (to compare)
+    wanted = str(cfg.get("slide", "")) != "0" and (cfg.get("slide") or not cfg.get("nv"))
+    if wanted and 2 * vpr <= most:
+        slide = int(cfg.get("slide") or 0) or min(
+            range(2, most // vpr + 1), key=lambda t: (-(-rows // t) * t, t * vpr < chains, -t))
+        return {**derived, "slide": slide, "nv": slide * vpr, "flat": 0}
     nvec = rows * vpr
     fewest = min(chains, most)
     nv = min(range(fewest, most + 1), key=lambda n: (-(-nvec // n) * n, -n))
-    return {**cfg, "mr": 1, "nv": int(cfg.get("nv") or nv), "chunk": rows}
+    return {**derived, "slide": 0, "nv": int(cfg.get("nv") or nv)}
+
+
+def emit_sliding_kernel(w: CodeWriter, isa: str, rows: int, vpr: int, rdim: int, line: int
+                        ) -> None:
+    """The depthwise micro-kernel `uol_micro_rows` over `rows` whole output rows of `vpr`
+    vectors: for each filter column s, each input vector the tile reads is loaded once and
+    feeds every output row whose window holds its row (up to R of them, with the R filter taps
+    of column s held in registers). The row-vector kernel loaded a vector per tap: one load per
+    FMA, so the load ports bound it; here (rows + R - 1) x vpr loads feed rows x R x vpr FMAs.
+    Tile layout as the driver stores it: row t's vector v at (t * vpr + v) * LANES."""
+    ops = platform(isa)
+    acc = [[f"c{t}_{v}" for v in range(vpr)] for t in range(rows)]
+    w.emit(f"/* Micro-kernel: {rows} output rows x {vpr} vectors of one channel, the {rdim}-row "
+           f"window sliding down the buffer: each input vector is loaded once per filter column "
+           f"and multiplied by every tap that reads it ({isa}). */", line)
+    w.emit("static inline void uol_micro_rows(const float *restrict a, const float *restrict buf,\n"
+           "                                  const int64_t *restrict o, float *restrict tile)\n{\n"
+           "    const float *restrict b = buf + o[0];", line)
+    for row in acc:
+        w.emit(f"    {ops.vec} " + ", ".join(f"{c} = {ops.zero}" for c in row) + ";", line)
+    w.emit("    for (int64_t s = 0; s < SS; ++s) {", line)
+    w.emit(f"        const {ops.vec} " + ", ".join(
+        f"f{r} = " + ops.bcast.format(f"a[{r} * SS + s]") for r in range(rdim)) + ";", line)
+    for rho in range(rows + rdim - 1):
+        for v in range(vpr):
+            taps = [r for r in range(rdim) if 0 <= rho - r < rows]
+            fmas = " ".join(f"{acc[rho - r][v]} = " + ops.fma.format(f"f{r}", "x", acc[rho - r][v])
+                            + ";" for r in taps)
+            pin = f' __asm__("" : "+{ops.pin}"(x));' if ops.pin and len(taps) > 1 else ""
+            w.emit(f"        {{ {ops.vec} x = " + ops.loadu.format(f"b + {rho} * WP + {v} * LANES + s")
+                   + f";{pin} {fmas} }}", line)
+    w.emit("    }", line)
+    for t, row in enumerate(acc):
+        w.emit("    " + " ".join(ops.store.format(f"tile + {(t * vpr + v)} * LANES", c) + ";"
+                                 for v, c in enumerate(row)), line)
+    w.emit("}\n", line)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from uol_core.backends.c import CodeWriter
+from uol_core.backends.c_conv_depthwise import emit_sliding_kernel
 from uol_core.backends.c_gemm import emit_rank1, emit_tile_store
 from uol_core.backends.c_names import index_id, tensor_id
 from uol_core.backends.c_platforms import platform
@@ -44,6 +45,10 @@ class RowTiles:
     # lanes, not 28 of 32. Taken where WP < VPR * LANES. `tail`: floats read past a plane's rows.
     flat: bool = False
     tail: int = 0
+    # slide: the tile is `slide` whole output rows and the depthwise micro-kernel slides its
+    # window down them (c_conv_depthwise.emit_sliding_kernel); a block's last tile may run past
+    # its rows, so the buffer holds whole tiles of rows (those past the input take the pad value)
+    slide: int = 0
 
     @property
     def plane(self) -> int:
@@ -52,15 +57,18 @@ class RowTiles:
     def defines(self) -> str:
         return (f"#define LANES {self.lanes}\n#define NV {self.nv}\n#define VPR {self.vpr}\n"
                 f"#define WP {self.wp}\n#define RB {self.rb}\n#define BR {self.br}\n"
-                f"#define PLANE {self.plane}\n#define NRB {self.nrb}")
+                f"#define PLANE {self.plane}\n#define NRB {self.nrb}"
+                + (f"\n#define SLIDE {self.slide}" if self.slide else ""))
 
 
 def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int]
               ) -> RowTiles | None:
     """The direct path's geometry, or None when under half the lanes of a row's vectors would
-    hold output pixels. `dims`: cdim, oh, ow, rdim, sdim. Rows per item: the config's `chunk`
-    when set, else the fewest (at least R - 1, so a buffer row is copied for at most two output
-    rows) whose vectors fill whole tiles, keeping the buffer within a quarter of the L2.
+    hold output pixels. `dims`: cdim, oh, ow, rdim, sdim, and for the row-block
+    choice mdim, nb (images) and threads. Rows per item: the config's `chunk` when
+    set, else the count of the least modelled time (`_makespan`; the fewer rows on a tie), at
+    least R - 1 (a buffer row is copied for at most two output rows), keeping the buffer within
+    a quarter of the L2.
     `mr` and `nv` in the config override the ISA's register tile. Vectors run over the rows end
     to end (`flat`) where that idles fewer lanes than whole vectors per row."""
     # the platform file's register tile: MR output channels x NV input vectors (MR * NV
@@ -83,17 +91,42 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
         row_bytes = 4 * cdim * wp
         limit = max(1, min(oh, int(target.l2_bytes or 1 << 20) // 4 // row_bytes - (rdim - 1)))
         lo = min(limit, max(1, rdim - 1))
-        rb = next((r for r in range(lo, limit + 1) if vectors(r) % nv == 0), lo)
+        rb = min(range(lo, limit + 1),
+                 key=lambda r: (_makespan(r, vectors, (mr, nv), wp, lanes, dims), r))
+    slide = int(cfg.get("slide") or 0)
+    covered = math.ceil(rb / slide) * slide if slide else rb  # output rows a block's tiles compute
     # a flat block's last vector reads up to LANES - 1 + S - 1 floats past its rows' ends
-    return RowTiles(lanes, mr, nv, vpr, wp, rb, rb + rdim - 1, math.ceil(oh / rb), flat,
-                    lanes + sdim if flat else 0)
+    return RowTiles(lanes, mr, nv, vpr, wp, rb, covered + rdim - 1, math.ceil(oh / rb), flat,
+                    lanes + sdim if flat else 0, slide)
+
+
+def _makespan(rb: int, vectors, tile: tuple[int, int], wp: int, lanes: int,
+              dims: Mapping[str, int]) -> float:
+    """Modelled time of the direct path with blocks of `rb` output rows, in vector operations
+    of the busiest thread: work items (image, block) go to the first free thread, as the
+    driver's dynamic schedule hands them out. An item costs its tiles' FMAs (whole tiles: a
+    short last tile computes a full one) and the copy of its buffer rows (a load and a store
+    per vector). The fewest rows that fill whole tiles used to win: 28-pixel rows in blocks of
+    3 keep 84 of every 96 lanes busy, blocks of 14 keep 392 of 432."""
+    (mr, nv), oh, rdim, cdim = tile, dims["oh"], dims["rdim"], dims["cdim"]
+    fmas = math.ceil(dims.get("mdim", mr) / mr) * mr * nv * cdim * rdim * dims["sdim"]
+    busy = [0.0] * max(1, int(dims.get("threads", 1)))
+    for _ in range(max(1, int(dims.get("nb", 1)))):
+        for y0 in range(0, oh, rb):
+            rows = min(rb, oh - y0)
+            cost = -(-vectors(rows) // nv) * fmas + 2 * cdim * (rows + rdim - 1) * wp / lanes
+            busy[busy.index(min(busy))] += cost
+    return max(busy)
 
 
 def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[int], padv: str,
                 dims: Mapping[str, int], line: int) -> None:
     """The row buffer fill and the micro-kernel (dims: rdim, sdim, iw)."""
     _fill_rows(w, plan, t, xs, padv, dims, line)
-    _micro_rows(w, t, isa, dims, line)
+    if t.slide:
+        emit_sliding_kernel(w, isa, t.slide, t.vpr, dims["rdim"], line)
+    else:
+        _micro_rows(w, t, isa, dims, line)
 
 
 def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: list[int],
@@ -113,6 +146,7 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
            f"        uol_pack_filter({tensor_id(plan.f.tensor)}, Ap + panel * MR * KDIM, panel);",
            line)
     nvec = "((rows - 1) * WP + OW + LANES - 1) / LANES" if t.flat else "rows * VPR"
+    fill = "(rows + SLIDE - 1) / SLIDE * SLIDE + RS - 1" if t.slide else "rows + RS - 1"
     if plan.depthwise:  # one input plane per channel, read by that channel's filter alone
         w.emit(f"    /* work items: (image {plan.b}, channel {plan.m}, block of RB output rows "
                f"{plan.y}) */\n"
@@ -122,7 +156,7 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
                "y0 = item % NRB * RB;\n"
                f"        const int64_t rows = OH - y0 < RB ? OH - y0 : RB, nvec = {nvec};\n"
                f"        uol_fill_rows({tensor_id(plan.x.tensor)} + {b} * {xs[0]} + channel * "
-               f"{xs[1]}, y0, rows + RS - 1, buf);\n"
+               f"{xs[1]}, y0, {fill}, buf);\n"
                "        for (int64_t panel = channel; panel <= channel; ++panel)\n"
                "        for (int64_t v0 = 0; v0 < nvec; v0 += NV) {", line)
     else:
@@ -153,7 +187,7 @@ _WHOLE_VECTORS = (
     "                    const int64_t {y} = y0 + (v0 + v) / VPR, x0 = (v0 + v) % VPR * LANES;\n"
     "                    const int64_t len = OW - x0 < LANES ? OW - x0 : LANES;\n"
     "                    const float *restrict lane = tile + (i * NV + v) * LANES;",
-    "                    }\n                }")
+    "                }")
 _ROW_SEGMENTS = (
     "                for (int64_t v = 0; v < nv; ++v)\n"
     "                for (int64_t p = (v0 + v) * LANES, end = p + LANES; p < end;) {\n"
@@ -162,7 +196,7 @@ _ROW_SEGMENTS = (
     "                    const int64_t len = row >= rows || x0 >= OW ? 0 : (OW - x0 < seg ? OW - x0 : seg);\n"
     "                    const int64_t {y} = y0 + row;\n"
     "                    const float *restrict lane = tile + (i * NV + v) * LANES + (p - (v0 + v) * LANES);",
-    "                    }\n                    p += seg;\n                }")
+    "                    p += seg;\n                }")
 
 
 def _store_tile(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x: bool, flat: bool,
@@ -176,14 +210,20 @@ def _store_tile(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x
            f"                const int64_t {m} = panel * MR + i;\n"
            + walk.replace("{y}", y) + "\n"
            f"                    float *restrict yrow = {tensor_id(plan.out)} + {b} * {ys[0]} + "
-           f"{m} * {ys[1]} + {y} * {ys[2]} + x0;\n"
+           f"{m} * {ys[1]} + {y} * {ys[2]} + x0;", line)
+    column = f" const int64_t {index_id(plan.xw)} = x0 + j;" if uses_x else ""
+    body = f"{{ const float acc = lane[j];{column} yrow[j] = {value}; }}"
+    # Both loops run LANES times, so each compiles to whole vectors: a whole vector's lanes
+    # unmasked, a short one's under a mask. A loop of `len` trips instead is a memcpy to gcc
+    # when the epilogue is the sum itself, and a `rep movs` copy of 12 floats took a fifth of
+    # a depthwise convolution.
+    w.emit("                    if (len == LANES) {\n"
            "#pragma omp simd\n"
-           "                    for (int64_t j = 0; j < len; ++j) {\n"
-           "                        const float acc = lane[j];", line)
-    if uses_x:
-        w.emit(f"                        const int64_t {index_id(plan.xw)} = x0 + j;", line)
-    w.emit(f"                        yrow[j] = {value};\n{close}\n            }}\n        }}\n    }}",
-           line)
+           f"                        for (int64_t j = 0; j < LANES; ++j) {body}\n"
+           "                    } else {\n"
+           "#pragma omp simd\n"
+           f"                        for (int64_t j = 0; j < LANES; ++j) if (j < len) {body}\n"
+           f"                    }}\n{close}\n            }}\n        }}\n    }}", line)
     w.emit("    free(buf);\n    }\n    free(Ap);\n}", line)
 
 

@@ -178,10 +178,12 @@ void uol_dw(void **args, const int64_t *strides)
                     const int64_t len = OW - x0 < LANES ? OW - x0 : LANES;
                     const float *restrict lane = tile + (i * NV + v) * LANES;
                     float *restrict yrow = t_Y + i_n * 1428 + i_k * 476 + i_h * 28 + x0;
+                    if (len == LANES) {
 #pragma omp simd
-                    for (int64_t j = 0; j < len; ++j) {
-                        const float acc = lane[j];
-                        yrow[j] = (((acc + t_b[(i_k) * 1])) > 0.0f ? ((acc + t_b[(i_k) * 1])) : 0.0f);
+                        for (int64_t j = 0; j < LANES; ++j) { const float acc = lane[j]; yrow[j] = (((acc + t_b[(i_k) * 1])) > 0.0f ? ((acc + t_b[(i_k) * 1])) : 0.0f); }
+                    } else {
+#pragma omp simd
+                        for (int64_t j = 0; j < LANES; ++j) if (j < len) { const float acc = lane[j]; yrow[j] = (((acc + t_b[(i_k) * 1])) > 0.0f ? ((acc + t_b[(i_k) * 1])) : 0.0f); }
                     }
                 }
             }
