@@ -106,8 +106,8 @@ def _makespan(rb: int, vectors, tile: tuple[int, int], wp: int, lanes: int,
     of the busiest thread: work items (image, block) go to the first free thread, as the
     driver's dynamic schedule hands them out. An item costs its tiles' FMAs (whole tiles: a
     short last tile computes a full one) and the copy of its buffer rows (a load and a store
-    per vector). The fewest rows that fill whole tiles used to win: 28-pixel rows in blocks of
-    3 keep 84 of every 96 lanes busy, blocks of 14 keep 392 of 432."""
+    per vector). The fewest rows that fill whole tiles used to win: a 28x28 plane in blocks of
+    3 rows computes 912 lanes for its 784 pixels, in blocks of 14 or 28 rows 864."""
     (mr, nv), oh, rdim, cdim = tile, dims["oh"], dims["rdim"], dims["cdim"]
     fmas = math.ceil(dims.get("mdim", mr) / mr) * mr * nv * cdim * rdim * dims["sdim"]
     busy = [0.0] * max(1, int(dims.get("threads", 1)))
