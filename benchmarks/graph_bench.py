@@ -4,7 +4,7 @@ and torch.compile of the same module, in one run; writes docs/benchmarks/graph.j
     python benchmarks/graph_bench.py [--seq 512 --hidden 512 --heads 8 --mlp 2048 --repeat 10]
     python benchmarks/graph_bench.py --zoo [--models silu_mlp,resnet_basic --batches 1,8]
 
-`--zoo` imports every model of benchmarks/models.py with torch.export, runs it whole through UOL,
+`--zoo` imports every model of uol_core/graph/zoo.py with torch.export, runs it whole through UOL,
 verifies it against the module and times UOL, torch eager and torch.compile alternately in one
 run at each batch size (docs/benchmarks/graph_zoo.json and the "Graph model zoo" section).
 
@@ -77,8 +77,8 @@ def write_section(result: dict, compiled: dict) -> None:
 
 def zoo_row(name: str, batch: int, rounds: int, backend: str, with_compile: bool) -> dict:
     """One zoo model at one batch size: import, verify, then UOL / eager / compile alternated."""
-    from benchmarks.models import build
     from uol_core.graph.export_import import export_module
+    from uol_core.graph.zoo import build
 
     module, x = build(name, "bench", batch)
     start = time.perf_counter()
@@ -138,7 +138,7 @@ def run_zoo(args) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from docs_section import write_report
 
-    from benchmarks.models import MODELS
+    from uol_core.graph.zoo import MODELS
 
     names = args.models.split(",") if args.models else list(MODELS)
     batches = [int(b) for b in args.batches.split(",")]
@@ -234,7 +234,7 @@ def main() -> None:
     ap.add_argument("--backend", default="c")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--zoo", action="store_true", help="every model of benchmarks/models.py")
+    ap.add_argument("--zoo", action="store_true", help="every model of uol_core/graph/zoo.py")
     ap.add_argument("--models", default="", help="with --zoo: comma-separated model names")
     ap.add_argument("--batches", default="1,8", help="with --zoo: batch sizes")
     ap.add_argument("--section", default="", help="with --zoo: the docs section to write "

@@ -27,9 +27,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_section import write_report
-from models import NanoGPTBlock
 
 from uol_cli.training_demo import run_demo
+from uol_core.graph.zoo import NanoGPTBlock
 from uol_core.torch.bridge import to_torch
 from uol_core.torch.nn import UolAttention, UolLayerNorm, swap_modules
 

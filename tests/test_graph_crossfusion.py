@@ -14,7 +14,7 @@ from uol_core.graph.run import compile_graph, make_inputs, max_error
 from uol_core.graph.view_fold import fold_views, index_map, view_chain
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.models import build
+from uol_core.graph.zoo import build
 
 
 class TransposedGelu(nn.Module):

@@ -171,3 +171,29 @@ def test_an_inference_batch_norm_read_only_by_a_conv_folds_into_its_weight_and_b
     for backend in ("reference", "c"):
         report = run_graph(graph, backend, repeat=1)
         assert report["verified"], (backend, report["max_rel_error"])
+
+
+def test_imports_on_several_threads_at_once_each_get_torch_export():
+    # the IDE serves callbacks on several threads: two exports at once used to break each other
+    # (one fell back to fx, which failed too: "CURRENT_PATCHER is None in finally block")
+    import threading
+
+    from uol_core.graph.export_import import import_model
+    from uol_core.graph.zoo import build
+
+    results: dict[int, str] = {}
+
+    def load(key: int) -> None:
+        module, x = build("convnext_block", "small")
+        try:
+            results[key] = import_model(module, x).description
+        except Exception as exc:  # the failure is what the test reports
+            results[key] = f"failed: {exc}"
+
+    threads = [threading.Thread(target=load, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(d.startswith("imported from") and "torch.export" in d and "failed" not in d
+               for d in results.values()), results

@@ -16,7 +16,7 @@ from uol_core.graph.planned import Segment, page_faults
 from uol_core.graph.run import compile_graph, make_inputs, max_error
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.models import build
+from uol_core.graph.zoo import build
 
 
 def _assert_no_live_overlap(plan) -> None:

@@ -1,18 +1,13 @@
-"""The model zoo (benchmarks/models.py) at small sizes: every model imports with torch.export
+"""The model zoo (uol_core/graph/zoo.py) at small sizes: every model imports with torch.export
 with no opaque node, runs whole and matches the torch module."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 
 from uol_core.graph import run_graph
 from uol_core.graph.export_import import export_module
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.models import MODELS, build
+from uol_core.graph.zoo import MODELS, build
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -41,7 +36,7 @@ def test_nanogpt_block_trains_on_uol_kernels_in_lockstep_with_torch():
 
     import torch
 
-    from benchmarks.models import NanoGPTBlock
+    from uol_core.graph.zoo import NanoGPTBlock
     from uol_core.torch.nn import UolAttention, swap_modules
 
     torch.manual_seed(0)

@@ -116,3 +116,22 @@ def test_graph_runs_and_opens_a_node_in_the_studio(page, live_server):
     expect(page).to_have_url(re.compile(r"/run/\d+$"), timeout=30_000)
     expect(page.locator("#odl-editor")).to_have_value(re.compile("op gelu_map"), timeout=60_000)
     expect(page.locator("#sizes-input")).to_have_value(re.compile("1024"))
+
+
+def test_graph_opens_a_zoo_model_and_runs_it_whole(page, live_server):
+    # the model zoo at its benchmark sizes: convnext's block (a 7x7 depthwise convolution, a
+    # layer norm over channels, an inverted MLP) imported with torch.export and run on C kernels
+    page.goto(live_server + "/graph")
+    expect(page.locator("#graph-status")).to_contain_text("kernels after fusion", timeout=60_000)
+    page.get_by_text("traced torch model").click()
+    pick(page, "graph-model", "convnext_block [1, 96, 28, 28]")
+    expect(page.locator("#graph-status")).to_contain_text("convnext_block", timeout=120_000)
+    # the radio's MLP and this model are imported by two callbacks at once: each gets export
+    expect(page.locator("#graph-status")).to_contain_text("with torch.export")
+    expect(page.locator("#graph-status")).not_to_contain_text("failed")
+    page.click("#graph-run-button")
+    expect(page.locator("#graph-verdict")).to_contain_text("verified", timeout=240_000)
+    expect(page.locator("#graph-times .barlayer").first).to_be_attached()
+    wait_idle(page)
+    page.screenshot(path=str(ARTIFACTS / "graph_zoo_convnext.png"), full_page=True)
+    assert page.js_errors == []

@@ -9,10 +9,23 @@ MAX_GRAPH_JSON = 256 * 1024
 MAX_GRAPH_NODES = 200  # more nodes than this would make the drawing unreadable anyway
 RUN_TIMEOUT_S = 240.0
 GRAPH_MEMORY_MB = 4096  # address space a graph run may add to the interpreter's own
-# traced torch models: only the library's examples (no user code runs in the server)
-MODELS = {"MLP": ("uol_core.graph.examples:MLP", [8, 256]),
-          "ResNetBasicBlock": ("uol_core.graph.examples:ResNetBasicBlock", [1, 16, 16, 16]),
-          "TransformerBlock": ("uol_core.graph.examples:TransformerBlock", [1, 32, 512])}
+ZOO = "zoo:"  # a MODELS spec naming a model of the library's zoo (uol_core/graph/zoo.py)
+
+
+def _models() -> dict[str, tuple[str, list[int]]]:
+    """Traced torch models: only the library's examples and its model zoo, at batch 1 and the
+    zoo's benchmark sizes (no user code runs in the server). name -> (spec, input shape)."""
+    from uol_core.graph.zoo import BENCH
+    from uol_core.graph.zoo import MODELS as ZOO_MODELS
+
+    examples = {"MLP": ("uol_core.graph.examples:MLP", [8, 256]),
+                "ResNetBasicBlock": ("uol_core.graph.examples:ResNetBasicBlock", [1, 16, 16, 16]),
+                "TransformerBlock": ("uol_core.graph.examples:TransformerBlock", [1, 32, 512])}
+    return {**examples, **{name: (ZOO + name, list(shape(1, BENCH)))
+                           for name, (_, shape) in ZOO_MODELS.items()}}
+
+
+MODELS = _models()
 
 
 def sample_names() -> list[str]:
@@ -42,7 +55,14 @@ def load_graph_source(source: dict):
         from uol_core.graph.export_import import import_model
         from uol_core.graph.fx_import import load_module
 
+        if source.get("name") not in MODELS:
+            raise GraphError(f"no model '{source.get('name')}'; choose one of {list(MODELS)}")
         spec, shape = MODELS[source["name"]]
+        if spec.startswith(ZOO):
+            from uol_core.graph.zoo import BENCH, build
+
+            module, x = build(spec[len(ZOO):], BENCH, 1)  # seeded weights and input
+            return import_model(module, x, name=source["name"])
         torch.manual_seed(0)
         return import_model(load_module(spec), torch.randn(*shape), name=source["name"])
     raise GraphError(f"unknown graph source {kind!r}")

@@ -247,9 +247,12 @@ def _parse(text: str) -> Op:
 
 def export_module(module: nn.Module, *example_inputs: torch.Tensor, name: str | None = None) -> Graph:
     """Import `module` (put in eval mode) with torch.export; keeps the module as the reference."""
+    from uol_core.graph.fx_import import TRACE_LOCK
+
     module = module.eval()
     try:
-        program = torch.export.export(module, tuple(example_inputs), strict=False)
+        with TRACE_LOCK:  # torch.export's state is global: one export at a time per process
+            program = torch.export.export(module, tuple(example_inputs), strict=False)
     except Exception as err:  # export's own message is what the user needs
         raise GraphError(f"torch.export cannot trace {type(module).__name__}: "
                          f"{str(err).strip().splitlines()[0]}") from None

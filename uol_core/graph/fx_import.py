@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import math
 import operator
+import threading
 from functools import cache
 
 import torch
@@ -24,6 +25,12 @@ from uol_core.graph.merge import fresh_name
 from uol_core.odl import parse
 from uol_core.odl.ir import Op
 from uol_core.ops import load_op, op_text
+
+# torch.fx's symbolic tracer and torch.export keep their state in module globals (the patcher,
+# the module hierarchy being exported): two traces at once in one process break each other
+# ("CURRENT_PATCHER is None", a fake tensor in the constants). The IDE serves callbacks on
+# several threads, so every trace in this package holds this lock.
+TRACE_LOCK = threading.RLock()
 
 UNARY = {torch.relu: "relu", F.relu: "relu", F.gelu: "gelu", F.silu: "silu", torch.sigmoid: "sigmoid",
          torch.tanh: "tanh", torch.exp: "exp", "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh",
@@ -279,12 +286,13 @@ def getattr_path(obj, path: str):
 def import_module(module: nn.Module, *example_inputs: torch.Tensor, name: str | None = None) -> Graph:
     """Trace `module` (put in eval mode) and map it to a validated graph; keeps the module as reference."""
     module = module.eval()
-    try:
-        gm = fx.symbolic_trace(module)
-    except Exception as err:  # tracing limits (data-dependent control flow) are the user's to see
-        raise GraphError(f"torch.fx cannot trace {type(module).__name__}: {err}") from None
-    with torch.no_grad():
-        ShapeProp(gm).propagate(*example_inputs)
+    with TRACE_LOCK:
+        try:
+            gm = fx.symbolic_trace(module)
+        except Exception as err:  # tracing limits (data-dependent control flow): the user's to see
+            raise GraphError(f"torch.fx cannot trace {type(module).__name__}: {err}") from None
+        with torch.no_grad():
+            ShapeProp(gm).propagate(*example_inputs)
     graph = _Importer(gm, name or type(module).__name__).run(None)
     graph.module = module
     return validate(graph)

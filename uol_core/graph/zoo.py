@@ -2,7 +2,7 @@
 (nothing is downloaded). Each entry gives a module and its example input at a "bench" size and
 a "small" size (tests); `zoo(size)` builds them all.
 
-    from benchmarks.models import zoo
+    from uol_core.graph.zoo import zoo
     for name, (module, x) in zoo("small").items(): ...
 """
 
