@@ -84,11 +84,12 @@ ShapeOpt = Annotated[list[str] | None, typer.Option("--input-shape", help="input
 def show(graph_spec: GraphArg, input_shape: ShapeOpt = None, importer: ImporterOpt = "auto",
          backend: Annotated[str, typer.Option(help="backend the fusion plan is for")] = "c",
          as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
-    """Nodes, tensor shapes and the fusion plan with the reason for every decision."""
-    from uol_core.graph import plan_fusion
+    """Nodes, tensor shapes and the fusion plan with the reason for every decision: the graph
+    as it runs (sibling GEMMs merged, views folded into their readers)."""
+    from uol_core.graph import plan_graph
 
-    graph = _load(graph_spec, input_shape, importer)
-    plan = plan_fusion(graph, backend)
+    plan = plan_graph(_load(graph_spec, input_shape, importer), backend)
+    graph = plan.graph
     if as_json:
         print_json({"graph": graph.name, "description": graph.description, "nodes": _describe(graph),
                     "outputs": graph.outputs, "opaque": _opaque(graph), **plan.to_dict()})
@@ -103,6 +104,12 @@ def show(graph_spec: GraphArg, input_shape: ShapeOpt = None, importer: ImporterO
         fusion.add_row(d.producer, d.consumer, d.kind, "yes" if d.fused else "no",
                        f"{d.bytes_saved:,}", d.reason)
     console.print(fusion)
+    for d in plan.siblings:
+        console.print(f"sibling GEMMs {', '.join(d['nodes'])}: "
+                      f"{'merged' if d.get('merged') else 'kept'} ({d.get('reason', '')})")
+    for d in plan.view_folds:
+        console.print(f"view {d['view']} read by {d['consumer']}: "
+                      f"{'folded' if d.get('folded') else 'kept'} ({d.get('reason', '')})")
     console.print(f"{len(graph.nodes)} nodes -> {len(plan.groups)} groups")
     _print_opaque(graph)
 

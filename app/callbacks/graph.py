@@ -59,8 +59,11 @@ def open_graph(kind, sample, model, uploaded):
         return no_update, None, None, f"✗ {exc}"
     # how it was imported: torch.export or the fx fallback with export's reason, folded norms
     how = f" · {s['description'][:300]}" if s.get("description") else ""
-    return source, s, None, f"{s['name']}: {len(s['nodes'])} nodes, " \
-                            f"{len(set(s['groups'].values()))} kernels after fusion{how}"
+    groups = len(set(s["groups"].values()))
+    steps = (f"{s['kernels']} kernels after fusion" if s.get("kernels") == groups else
+             f"{groups} steps after fusion ({s['kernels']} kernels, the rest torch)"
+             if s.get("kernels") is not None else f"{groups} groups")
+    return source, s, None, f"{s['name']}: {len(s['nodes'])} nodes, {steps}{how}"
 
 
 @callback(Output("graph-view", "figure"), Output("graph-fusion", "children"),

@@ -68,24 +68,40 @@ def load_graph_source(source: dict):
     raise GraphError(f"unknown graph source {kind!r}")
 
 
-def structure(graph) -> dict:
-    """What the drawing needs: edges, node labels, fusion groups and decisions (JSON-ready)."""
-    from uol_core.graph import plan_fusion, to_networkx
+def _rewrites(plan) -> list[dict]:
+    """The plan's sibling merges and view folds as drawn decisions (producer <- consumer)."""
+    merged = [{"fused": d.get("merged", False), "producer": " + ".join(d.get("nodes", [])),
+               "consumer": d.get("node", "one GEMM"), "reason": d.get("reason", "")}
+              for d in plan.siblings]
+    folded = [{"fused": d.get("folded", False), "producer": f"view {d.get('view', '')}",
+               "consumer": d.get("consumer", ""), "reason": d.get("reason", "")}
+              for d in plan.view_folds]
+    return merged + folded
 
-    g = to_networkx(graph)
+
+def structure(graph) -> dict:
+    """What the drawing needs: edges, node labels, fusion groups and decisions (JSON-ready), of
+    the graph as it runs: the plan the run builds (`plan_graph`: sibling GEMMs merged, views
+    folded into their readers, then fusion), so the kernels drawn are the kernels timed."""
+    from uol_core.graph import plan_graph, to_networkx
+
     try:
-        plan = plan_fusion(graph, "c", "host")
+        plan = plan_graph(graph, "c", "host")
+        graph = plan.graph
         groups = {n: grp.name for grp in plan.groups for n in grp.nodes}
-        decisions = [d.to_dict() for d in plan.decisions]
+        kernels = sum(grp.kind == "odl" for grp in plan.groups)
+        decisions = _rewrites(plan) + [d.to_dict() for d in plan.decisions]
     except Exception as exc:  # a plan failure still lets the user see the graph
-        groups, decisions = {}, [{"fused": False, "reason": f"no fusion plan: {exc}"}]
+        groups, kernels = {}, None
+        decisions = [{"fused": False, "reason": f"no fusion plan: {exc}"}]
+    g = to_networkx(graph)
     labels = {}
     for node in graph.nodes:
         labels[node.name] = (f"{node.op.name} ({node.source})" if node.kind == "odl"
                              else f"torch {node.source}" + (f": {node.label.removeprefix('opaque: ')}"
                                                             if node.label.startswith("opaque") else ""))
     return {"name": graph.name, "nodes": list(g.nodes), "edges": [list(e) for e in g.edges],
-            "labels": labels, "groups": groups, "decisions": decisions,
+            "labels": labels, "groups": groups, "decisions": decisions, "kernels": kernels,
             "description": graph.description}
 
 
@@ -106,11 +122,12 @@ def run(source: dict, target: str = "host", timeout: float = RUN_TIMEOUT_S) -> d
 def open_in_studio(source: dict, node_name: str) -> int:
     """Record the node's operator at its graph shapes as a history entry; /run/<id> opens it."""
     from app.services import history
+    from uol_core.graph import plan_graph
     from uol_core.odl.printer import format_op
     from uol_core.odl.shapes import bind_sizes
     from uol_core.ops import list_ops, op_text
 
-    graph = load_graph_source(source)
+    graph = plan_graph(load_graph_source(source), "c", "host").graph  # the graph as drawn
     node = graph.node(node_name)
     if node.kind != "odl" or node.op is None:
         raise ValueError(f"node {node_name} runs in torch ({node.source}): no operator to open")

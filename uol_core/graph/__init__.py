@@ -10,9 +10,10 @@ from uol_core.graph.format import (
 )
 from uol_core.graph.fusion import FusionPlan, plan_fusion
 from uol_core.graph.load import load_graph, to_networkx, validate
-from uol_core.graph.run import compile_graph, run_graph
+from uol_core.graph.run import compile_graph, plan_graph, run_graph
 
 __all__ = [
     "FusionPlan", "Graph", "GraphError", "Node", "TensorSpec", "compile_graph", "graph_from_dict",
-    "graph_to_dict", "load_graph", "plan_fusion", "run_graph", "to_networkx", "validate",
+    "graph_to_dict", "load_graph", "plan_fusion", "plan_graph", "run_graph", "to_networkx",
+    "validate",
 ]

@@ -8,7 +8,9 @@ form, so a linear followed by a residual add stays adjacent and can fuse.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import math
 import operator
 import threading
@@ -291,8 +293,14 @@ def import_module(module: nn.Module, *example_inputs: torch.Tensor, name: str | 
             gm = fx.symbolic_trace(module)
         except Exception as err:  # tracing limits (data-dependent control flow): the user's to see
             raise GraphError(f"torch.fx cannot trace {type(module).__name__}: {err}") from None
-        with torch.no_grad():
-            ShapeProp(gm).propagate(*example_inputs)
+        try:  # ShapeProp prints the traceback of a failing node itself: the error says it
+            with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+                ShapeProp(gm).propagate(*example_inputs)
+        except Exception as err:  # e.g. an input shape the module does not take
+            cause = err.__cause__ or err
+            raise GraphError(f"{type(module).__name__} does not run on inputs of shape "
+                             f"{[tuple(x.shape) for x in example_inputs]}: "
+                             f"{str(cause).strip().splitlines()[0]}") from None
     graph = _Importer(gm, name or type(module).__name__).run(None)
     graph.module = module
     return validate(graph)

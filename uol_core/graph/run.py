@@ -125,9 +125,13 @@ class CompiledGraph:
         return result
 
 
-def compile_graph(graph: Graph, backend: str = "c", target: str = "host", fuse: bool = True) -> CompiledGraph:
-    """Fold views into their readers, plan fusion and build a kernel for every ODL group
-    (reference evaluator where none emits); `fuse=False` keeps every node as it is."""
+def plan_graph(graph: Graph, backend: str = "c", target: str = "host", fuse: bool = True
+               ) -> FusionPlan:
+    """The plan a graph runs by: sibling GEMMs merged, views folded into their readers, then
+    fusion; `plan.graph` is the rewritten graph and `plan.view_folds` / `plan.siblings` say
+    what each rewrite did. `fuse=False` keeps every node as it is. compile_graph builds its
+    kernels from this plan, and the IDE and `uol graph show` draw it, so what they show is
+    what runs."""
     folds: list[dict] = []
     siblings: list[dict] = []
     derived: dict = {}
@@ -136,6 +140,14 @@ def compile_graph(graph: Graph, backend: str = "c", target: str = "host", fuse: 
         graph, folds = fold_views(graph, backend, target)
     plan = plan_fusion(graph, backend, target, fuse)
     plan.view_folds, plan.siblings, plan.derived = folds, siblings, derived
+    return plan
+
+
+def compile_graph(graph: Graph, backend: str = "c", target: str = "host", fuse: bool = True) -> CompiledGraph:
+    """Plan the graph (`plan_graph`) and build a kernel for every ODL group (reference
+    evaluator where none emits); `fuse=False` keeps every node as it is."""
+    plan = plan_graph(graph, backend, target, fuse)
+    graph = plan.graph
     routes = {g.name: route(g.op, g.sizes(graph), backend, target)
               for g in plan.groups if g.kind == "odl"}
     return CompiledGraph(plan, routes)
