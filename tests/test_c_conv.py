@@ -95,6 +95,15 @@ def test_conv_template_golden(golden):
     golden("c/pattern_conv_template.c", text)
 
 
+def test_conv_im2col_golden(golden):
+    # 3 images of 9x2 output pixels: the im2col path, blocks of the batch's pixels
+    text = emit_any(load_op("conv2d_bias_relu"),
+                    {"N": 3, "C": 4, "K": 6, "H": 11, "W": 4, "R": 3, "S": 3}, TARGET,
+                    {"threads": 2}).text
+    assert "im2col" in text
+    golden("c/pattern_conv_im2col.c", text)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_direct_and_im2col_paths_both_verify(threads):
     # wide rows take the direct path (row buffer, vectors of output pixels); rows narrower
@@ -232,3 +241,24 @@ def test_row_blocks_keep_lanes_busy_and_every_thread_fed():
     kernel = check(load_op("conv2d_pad1"), {"N": 1, "C": 4, "K": 9, "H": 11, "W": 13},
                    {"threads": 2, "chunk": 4})  # a ragged last block (11 = 4 + 4 + 3)
     assert "4 output rows per item" in kernel.src.meta["fusion"]
+
+
+@pytest.mark.parametrize("sizes", [{"N": 5, "C": 3, "K": 7, "H": 6, "W": 3},
+                                   {"N": 2, "C": 6, "K": 17, "H": 3, "W": 2}])
+def test_im2col_blocks_span_images_and_the_epilogue_finds_each_pixel(sizes):
+    # narrow outputs (18 and 6 pixels an image; AVX2 micro-panels of 16): a block of the
+    # batch's pixels crosses images, and the epilogue reads the residual of each pixel's own
+    # image and its column
+    op = parse(CHAIN.replace("Y[n, k, h, w] = relu(a[n, k, h, w])",
+                             "Y[n, k, h, w] = relu(a[n, k, h, w]) + 0.01 * w + 0.001 * n"))
+    kernel = check(op, sizes, {"threads": 2})
+    assert "im2col" in kernel.src.meta["fusion"] and "pixels of the batch" in kernel.src.meta["fusion"]
+
+
+def test_pixel_blocks_keep_both_threads_fed():
+    from uol_core.backends.c_conv_im2col import pixel_block
+
+    # resnet's last stage: 8 images of 7x7 = 392 pixels in 13 panels of 32
+    assert pixel_block(392, 32, 4, 2) == 96  # blocks of 3 panels: 7 panels to one thread, 6
+    assert pixel_block(49, 32, 4, 2) == 32  # one image: a panel per thread, not one block of 2
+    assert pixel_block(49, 32, 4, 1) == 64
