@@ -194,3 +194,15 @@ def test_typed_bf16_gemm_offers_its_units_and_runs_on_bf16_inputs(page, live_ser
     expect(panel).not_to_contain_text(f"run #{first_run} ", timeout=120_000)
     expect(page.locator("#run-verdict")).to_contain_text("correct", timeout=120_000)
     assert page.js_errors == []
+
+
+def test_run_pressed_right_after_new_sizes_runs_the_new_sizes(page, live_server):
+    # Run runs the page's inputs: a new op picked, its sizes typed and Run pressed before the
+    # compile lands ran the kernel before them (the default matmul at its old sizes)
+    open_studio(page, live_server)
+    pick_op(page, "depthwise_conv2d")
+    set_sizes(page, "N=2,C=8,H=19,W=22,R=7,S=7")
+    page.click("#run-button")  # at once, as an impatient user does
+    expect(page.locator("#run-verdict")).to_contain_text("correct", timeout=120_000)
+    expect(page.locator("#run-history")).to_contain_text("depthwise_conv2d N=2,C=8,H=19,W=22")
+    assert page.js_errors == []

@@ -144,6 +144,10 @@ def _start_config(trigger, knobs: dict, odl: str, backend: str, state: dict, ini
     Input("tune-apply", "n_clicks"),
     State({"type": "knob", "name": ALL}, "id"), State("odl-editor", "value"),
     State("studio-state", "data"), State("studio-init", "data"), State("tune-best", "data"),
+    # Run and Tune read the compiled state: pressed while a compile is in flight they would
+    # run the kernel before it (new sizes typed, Run pressed at once: the old sizes ran)
+    running=[(Output("run-button", "disabled"), True, False),
+             (Output("tune-button", "disabled"), True, False)],
 )
 def compile_kernel(_clicks, _loaded, backend, target, sizes_text, knob_values, _apply, knob_ids,
                    odl, state, init, tuned):

@@ -22,19 +22,47 @@ def _roofline(result: dict, target: str):
     return fig.update_layout(width=None, height=None, autosize=True)
 
 
+def as_shown(state: dict | None, odl: str | None, sizes_text: str | None, backend: str | None,
+             target: str | None) -> dict | None:
+    """What Run runs: the page's inputs as they are now. The compiled state when it is of them;
+    when they changed and their compile has not landed yet (a new op picked, sizes typed and
+    Run pressed at once), the inputs with the model's config, never the kernel before them."""
+    from app.callbacks.studio import _sizes, op_identity
+
+    if not state:
+        return None
+    try:
+        typed = _sizes(sizes_text)
+    except ValueError:
+        typed = None  # the compile says what is wrong with the sizes
+    same = (odl is None or odl == state.get("odl")) and (backend is None or backend == state.get(
+        "backend")) and (target is None or target == state.get("target")) and (typed is None or all(
+            (state.get("sizes") or {}).get(k) == v for k, v in typed.items()))
+    if same:
+        return state
+    odl = odl if odl is not None else state.get("odl", "")
+    return {**state, "odl": odl, "ok": bool(odl), "op": (op_identity(odl) or {}).get("op", ""),
+            "backend": backend or state.get("backend"), "target": target or state.get("target"),
+            "sizes": typed or {}, "config": {}, "kernel": ""}
+
+
 @callback(Output("run-result", "children"), Output("run-history", "children"),
           Output("roofline-graph", "figure"),
           Input("run-button", "n_clicks"), State("studio-state", "data"),
+          State("odl-editor", "value"), State("sizes-input", "value"),
+          State("backend-select", "value"), State("target-select", "value"),
           background=through_broker(),  # `uol serve --broker`: in the IDE's job worker
           running=[(Output("run-button", "disabled"), True, False)],
           prevent_initial_call=True)
-def run_kernel(_clicks, state):
-    """Verify and time the compiled kernel in the worker process; errors show in the page."""
+def run_kernel(_clicks, state, odl=None, sizes_text=None, backend=None, target=None):
+    """Verify and time the kernel of the page's inputs in the worker process; errors show in
+    the page."""
     from app.components.studio_parts import history_panel, run_result
     from app.services import history, runner
     from app.services.job_queue import client_id
     from app.services.system import activity
 
+    state = as_shown(state, odl, sizes_text, backend, target)
     if not state or not state.get("ok"):
         return html.Div("Compile a kernel first (the ODL has an error).",
                         className="result-bad"), "", empty_figure("no run")
