@@ -170,6 +170,8 @@ class DefaultFirst:
           Output("tune-best", "data"), Output("tune-apply", "disabled"),
           Input("tune-button", "n_clicks"),
           State("studio-state", "data"), State("tune-budget", "value"),
+          State("odl-editor", "value"), State("sizes-input", "value"),
+          State("backend-select", "value"), State("target-select", "value"),
           background=True,
           running=[(Output("tune-button", "disabled"), True, False),
                    (Output("tune-cancel", "disabled"), False, True)],
@@ -177,10 +179,14 @@ class DefaultFirst:
                     Output("tune-status", "children"), Output("tune-plot", "figure")],
           cancel=[Input("tune-cancel", "n_clicks")],
           prevent_initial_call=True)
-def tune_kernel(set_progress, _clicks, state, budget_text):
-    """Measure up to `budget` configs, updating the progress bar and best-so-far plot live."""
+def tune_kernel(set_progress, _clicks, state, budget_text, odl=None, sizes_text=None,
+                backend=None, target=None):
+    """Measure up to `budget` configs of the page's inputs (`as_shown`), updating the progress
+    bar and best-so-far plot live."""
     from app.services.job_queue import client_id, only_one
     from app.services.system import activity
+
+    state = as_shown(state, odl, sizes_text, backend, target)
 
     budget, problem = budget_problem(budget_text)
     if problem:
