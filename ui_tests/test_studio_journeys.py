@@ -201,6 +201,7 @@ def test_run_pressed_right_after_new_sizes_runs_the_new_sizes(page, live_server)
     # compile lands ran the kernel before them (the default matmul at its old sizes)
     open_studio(page, live_server)
     pick_op(page, "depthwise_conv2d")
+    expect(page.locator("#sizes-input")).to_have_value(re.compile(r"R=\d+"))  # its defaults
     set_sizes(page, "N=2,C=8,H=19,W=22,R=7,S=7")
     page.click("#run-button")  # at once, as an impatient user does
     expect(page.locator("#run-verdict")).to_contain_text("correct", timeout=120_000)

@@ -87,10 +87,19 @@ RUN_OUTPUTS = [("run-result", "children"), ("run-history", "children"),
                ("roofline-graph", "figure")]
 
 
+def shown_inputs(state: dict) -> list[tuple[str, str, object]]:
+    """The page's inputs as they show `state`'s kernel (Run and Tune read them: a page whose
+    inputs moved on runs those)."""
+    sizes = ",".join(f"{k}={v}" for k, v in (state.get("sizes") or {}).items())
+    return [("odl-editor", "value", state["odl"]), ("sizes-input", "value", sizes),
+            ("backend-select", "value", state["backend"]),
+            ("target-select", "value", state["target"])]
+
+
 def run_body(state: dict) -> dict:
     """The Studio's Run callback for `state` (what the Compile callback stores)."""
     return callback_body(RUN_OUTPUTS, [("run-button", "n_clicks", 1)],
-                         [("studio-state", "data", state)])
+                         [("studio-state", "data", state), *shown_inputs(state)])
 
 
 def studio_state(odl: str, sizes: dict, backend: str = "c", config: dict | None = None) -> dict:

@@ -25,6 +25,7 @@ from rel_helpers import (
     post,
     read_rows,
     run_body,
+    shown_inputs,
     start_tuner,
     start_uol_serve,
     studio_state,
@@ -98,7 +99,8 @@ def _tune_body(state: dict, budget: int) -> dict:
     return callback_body([("tune-status", "children"), ("tune-plot", "figure"),
                           ("tune-best", "data"), ("tune-apply", "disabled")],
                          [("tune-button", "n_clicks", 1)],
-                         [("studio-state", "data", state), ("tune-budget", "value", budget)])
+                         [("studio-state", "data", state), ("tune-budget", "value", budget),
+                          *shown_inputs(state)])
 
 
 def test_server_kill9_keeps_rows_and_serves_again(cache):
