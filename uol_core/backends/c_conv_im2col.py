@@ -12,13 +12,10 @@ MPAD x NCB buffer; the epilogue runs while the block is stored, image segment by
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from uol_core.backends.c import CodeWriter
+from uol_core.backends.c_conv_plan import ConvPlan, makespan
 from uol_core.backends.c_names import index_id, tensor_id
-
-if TYPE_CHECKING:
-    from uol_core.backends.c_conv_plan import ConvPlan
 
 
 def pixel_block(pixels: int, nr: int, most_panels: int, threads: int) -> int:
@@ -28,13 +25,11 @@ def pixel_block(pixels: int, nr: int, most_panels: int, threads: int) -> int:
     the most panels (fewer passes over the packed filter)."""
     total = math.ceil(pixels / nr)
 
-    def makespan(per_block: int) -> int:
-        busy = [0] * max(1, threads)
-        for start in range(0, total, per_block):
-            busy[busy.index(min(busy))] += min(per_block, total - start)
-        return max(busy)
+    def blocks(per_block: int) -> list[int]:  # panels per work item
+        return [min(per_block, total - start) for start in range(0, total, per_block)]
 
-    best = min(range(1, max(1, min(most_panels, total)) + 1), key=lambda p: (makespan(p), -p))
+    best = min(range(1, max(1, min(most_panels, total)) + 1),
+               key=lambda p: (makespan(blocks(p), threads), -p))
     return best * nr
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from uol_core.odl.ir import Access, Affine, Binary, DType, Op, Reduce, Stmt, walk
@@ -94,3 +95,12 @@ def window(xy: Affine, xx: Affine, y: str, xw: str) -> list[tuple[str, int]] | N
             return None  # dilation
         win.append((red_name, form.const))
     return win
+
+
+def makespan(costs: Iterable[float], threads: int) -> float:
+    """The busiest thread's share when work items of these costs go, in order, to the first
+    free thread, as the conv drivers' `schedule(dynamic, 1)` hands them out."""
+    busy = [0.0] * max(1, int(threads))
+    for cost in costs:
+        busy[busy.index(min(busy))] += cost
+    return max(busy)

@@ -15,17 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_conv_depthwise import emit_sliding_kernel
+from uol_core.backends.c_conv_plan import ConvPlan, makespan
 from uol_core.backends.c_gemm import emit_rank1, emit_tile_store
 from uol_core.backends.c_names import index_id, tensor_id
 from uol_core.backends.c_platforms import platform
-
-if TYPE_CHECKING:
-    from uol_core.backends.c_conv_plan import ConvPlan
-
 
 
 @dataclass(frozen=True)
@@ -110,13 +106,12 @@ def _makespan(rb: int, vectors, tile: tuple[int, int], wp: int, lanes: int,
     3 rows computes 912 lanes for its 784 pixels, in blocks of 14 or 28 rows 864."""
     (mr, nv), oh, rdim, cdim = tile, dims["oh"], dims["rdim"], dims["cdim"]
     fmas = math.ceil(dims.get("mdim", mr) / mr) * mr * nv * cdim * rdim * dims["sdim"]
-    busy = [0.0] * max(1, int(dims.get("threads", 1)))
-    for _ in range(max(1, int(dims.get("nb", 1)))):
-        for y0 in range(0, oh, rb):
-            rows = min(rb, oh - y0)
-            cost = -(-vectors(rows) // nv) * fmas + 2 * cdim * (rows + rdim - 1) * wp / lanes
-            busy[busy.index(min(busy))] += cost
-    return max(busy)
+
+    def cost(rows: int) -> float:
+        return -(-vectors(rows) // nv) * fmas + 2 * cdim * (rows + rdim - 1) * wp / lanes
+
+    items = [cost(min(rb, oh - y0)) for y0 in range(0, oh, rb)] * max(1, int(dims.get("nb", 1)))
+    return makespan(items, int(dims.get("threads", 1)))
 
 
 def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[int], padv: str,
