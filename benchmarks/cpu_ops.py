@@ -43,7 +43,7 @@ from uol_core.ops import load_op  # noqa: E402
 from uol_core.runtime.build import compiler_version  # noqa: E402
 from uol_core.runtime.inputs import random_inputs  # noqa: E402
 from uol_core.runtime.measure import time_call  # noqa: E402
-from uol_core.runtime.pages import fresh_output  # noqa: E402
+from uol_core.runtime.pages import new_output  # noqa: E402
 from uol_core.runtime.reference import evaluate_all  # noqa: E402
 from uol_core.runtime.verify import compare  # noqa: E402
 
@@ -120,9 +120,10 @@ def copy_gbps(threads: int) -> float:
 
 
 def _fresh(kernel):
-    """A call of `kernel` that allocates its outputs, as the product's calls do."""
+    """A call of `kernel` that allocates new outputs, as torch does (never a buffer the output
+    pool recycles: that would be the in-place policy)."""
     shapes = {n: (t.shape, t.dtype) for n, t in kernel.outputs_like().items()}
-    return lambda ins: kernel.run(ins, {n: fresh_output(s, d) for n, (s, d) in shapes.items()})
+    return lambda ins: kernel.run(ins, {n: new_output(s, d) for n, (s, d) in shapes.items()})
 
 
 def run_case(label, name, sizes, torch_fn, target, use_compile: bool) -> dict:

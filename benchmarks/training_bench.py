@@ -9,7 +9,10 @@ Page policy: UOL's kernels write large outputs on transparent huge pages (runtim
 torch's allocator maps them 4 KiB at a time by default. `--huge-pages-for-all` restarts the run
 with torch's own switch, THP_MEM_ALLOC_ENABLE=1 (read once, at its first allocation), so torch's
 large tensors get huge pages too, and writes the section "Training, huge pages for every
-contender": the ratio of the kernels alone.
+contender". UOL's runtime hands the buffers of its large outputs out again once they are
+free (runtime/output_pool.py), so its repeated calls fault nothing; `--no-output-pool` turns
+that off (UOL_OUTPUT_POOL_MB=0), and with `--huge-pages-for-all` gives the ratio of the kernels
+alone, every contender faulting in fresh huge pages.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from uol_core.torch.bridge import to_torch
 from uol_core.torch.nn import UolAttention, UolLayerNorm, swap_modules
 
 HUGE_FOR_ALL = "THP_MEM_ALLOC_ENABLE"
+NO_POOL = "UOL_OUTPUT_POOL_MB"
 
 
 def step(fn, inputs, upstream):
@@ -149,6 +153,8 @@ def main() -> None:
     parser.add_argument("--gpt-steps", type=int, default=150, help="nanoGPT block training steps")
     parser.add_argument("--huge-pages-for-all", action="store_true",
                         help="give torch's allocations huge pages too (THP_MEM_ALLOC_ENABLE=1)")
+    parser.add_argument("--no-output-pool", action="store_true",
+                        help="UOL allocates every output afresh (UOL_OUTPUT_POOL_MB=0)")
     parser.add_argument("--only", default="",
                         help="run the cases whose name contains this text and print them "
                              "(no demo, docs left as they are)")
@@ -156,12 +162,16 @@ def main() -> None:
                         help="docs/benchmarks.md section (default: 'Training', or 'Training, "
                              "huge pages for every contender' with --huge-pages-for-all)")
     args = parser.parse_args()
-    if args.huge_pages_for_all and os.environ.get(HUGE_FOR_ALL) != "1":
-        # torch reads the switch once, at its first allocation: run again with it set
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, HUGE_FOR_ALL: "1"})
-    pages = (f"huge pages for every contender ({HUGE_FOR_ALL}=1 for torch)"
-             if args.huge_pages_for_all else
-             "UOL's large outputs on huge pages, torch's allocator as it comes")
+    wanted = {**({HUGE_FOR_ALL: "1"} if args.huge_pages_for_all else {}),
+              **({NO_POOL: "0"} if args.no_output_pool else {})}
+    if any(os.environ.get(k) != v for k, v in wanted.items()):
+        # torch reads its switch at its first allocation, UOL its pool's at import: run again
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **wanted})
+    pages = ("UOL's large outputs allocated afresh on huge pages (" + NO_POOL + "=0)"
+             if args.no_output_pool else
+             "UOL's large outputs recycled by its output pool, new ones on huge pages") + (
+             f"; torch's on huge pages too ({HUGE_FOR_ALL}=1)" if args.huge_pages_for_all else
+             "; torch's allocator as it comes")
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "threads": torch.get_num_threads(),
                     "load_average_start": os.getloadavg()[0], "page_policy": pages, "cases": []}
     for name, inputs, contenders in cases(args.quick):
@@ -187,6 +197,7 @@ def main() -> None:
     d = report["demo"]
     flags = ((" --quick" if args.quick else "")
              + (" --huge-pages-for-all" if args.huge_pages_for_all else "")
+             + (" --no-output-pool" if args.no_output_pool else "")
              + (f" --section '{args.section}'" if args.section else ""))
     lines = [f"Command: `python benchmarks/training_bench.py{flags}` "
              f"({report['date']}, {report['threads']} threads, load average "
@@ -214,6 +225,10 @@ def main() -> None:
               f"{gpt['final_loss_relative_gap']:.1e}."]
     if args.section:
         write_report(args.section, report, lines)
+    elif args.no_output_pool:
+        write_report("Training, no output pool" + (", huge pages for every contender"
+                                                    if args.huge_pages_for_all else ""),
+                     report, lines)
     elif args.huge_pages_for_all:
         write_report("Training, huge pages for every contender", report, lines,
                      slug="training_huge_pages")

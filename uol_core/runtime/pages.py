@@ -8,18 +8,25 @@ for transparent huge pages on the output's range (madvise MADV_HUGEPAGE, honoure
 system's THP mode is `madvise` or `always`) takes one fault per 2 MiB instead: 3.1 ms.
 
 Smaller tensors are left alone: glibc serves them from memory it keeps mapped after the first
-free, so they do not fault again.
+free, so they do not fault again. Large ones come from the output pool (runtime/output_pool.py),
+which hands a buffer out again once nobody holds it, so a repeated call faults nothing at all.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
+from uol_core.runtime import output_pool
+
+# Outputs from 4 MiB up are pooled: glibc maps each of them afresh (its mmap threshold grows
+# with what is freed, to 32 MiB at most, and the heap's top is trimmed back to the system).
+POOLED_BYTES = 4 * 2**20
 MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux (every architecture)
 THP_DIR = Path("/sys/kernel/mm/transparent_hugepage")
 
@@ -80,7 +87,16 @@ def advise_huge(tensor: torch.Tensor) -> bool:
 
 
 def fresh_output(shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """An uninitialised CPU tensor for a kernel to write, on huge pages when it is large."""
+    """An uninitialised CPU tensor for a kernel to write: when it is large, an idle buffer of
+    the output pool, or a new one on huge pages."""
+    if math.prod(shape) * dtype.itemsize < POOLED_BYTES:
+        return torch.empty(shape, dtype=dtype)
+    return output_pool.take(shape, dtype, new_output)
+
+
+def new_output(shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A new uninitialised CPU tensor, never a recycled one, on huge pages when it is large
+    (what the pool allocates; benchmarks that give every contender fresh outputs use it)."""
     tensor = torch.empty(shape, dtype=dtype)
     advise_huge(tensor)
     return tensor
