@@ -11,6 +11,7 @@ from uol_core.odl.ir import Op
 from uol_core.odl.shapes import ShapeError, bind_sizes, shape_of
 from uol_core.runtime.build import build
 from uol_core.runtime.native import call_entry, load_entry
+from uol_core.runtime.pages import fresh_output
 from uol_core.runtime.reference import TORCH_DTYPES
 
 
@@ -26,6 +27,11 @@ class CKernel(DeclaredArgs):
                       for name in src.meta["args"]]
         self._outputs = [(d.name, TORCH_DTYPES[d.dtype], shape_of(op, d.name, self.sizes))
                          for d in op.outputs]
+
+    def outputs_like(self) -> dict:
+        """Output tensors of the declared shapes and dtypes, large ones from the output pool
+        (runtime/pages.py), as every other call path of the runtime allocates them."""
+        return {name: fresh_output(shape, dtype) for name, dtype, shape in self._outputs}
 
     def run(self, tensors: Mapping[str, torch.Tensor],
             out: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
@@ -47,11 +53,10 @@ class CKernel(DeclaredArgs):
 
     def run_with(self, tensors: Mapping[str, torch.Tensor], out=None) -> dict[str, torch.Tensor]:
         """`run` with `out` as compile() takes it: None, one tensor, or a dict by output name."""
-        outs = self.outputs_like()
-        if isinstance(out, Mapping):
-            outs.update({k: v for k, v in out.items() if v is not None})
-        elif out is not None:
-            outs[self.src.meta["outputs"][0]] = out
+        given = dict(out) if isinstance(out, Mapping) else \
+            {self.src.meta["outputs"][0]: out} if out is not None else {}
+        outs = {name: given[name] if given.get(name) is not None else fresh_output(shape, dtype)
+                for name, dtype, shape in self._outputs}
         return self.run(tensors, outs)
 
 
