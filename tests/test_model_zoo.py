@@ -44,6 +44,8 @@ def test_nanogpt_block_trains_on_uol_kernels_in_lockstep_with_torch():
     ours = copy.deepcopy(reference)
     assert sorted(swap_modules(ours)) == ["c_attn", "c_fc", "c_proj", "ln_1", "ln_2", "mlp_proj"]
     ours.attention = UolAttention(16, causal=True)
+    calls: list[int] = []
+    ours.attention.register_forward_hook(lambda *_: calls.append(1))
     x, y = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (reference, ours)]
     for _ in range(3):
@@ -55,6 +57,7 @@ def test_nanogpt_block_trains_on_uol_kernels_in_lockstep_with_torch():
             opt.step()
             losses.append(loss.item())
         assert abs(losses[0] - losses[1]) <= 1e-5 * abs(losses[0])
+    assert len(calls) == 3  # the block ran UOL's attention, not torch's
     # the fused qkv projection's weight is stored [in, out] by UOL
     torch.testing.assert_close(ours.c_attn.weight.T, reference.c_attn.weight, rtol=1e-4, atol=1e-5)
     with torch.no_grad():
