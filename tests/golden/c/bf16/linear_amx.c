@@ -17,6 +17,7 @@
 #define NP 64
 #define KP 96
 #define KS 3
+#define KPAIRS 35
 #define BM 32
 #define BN 32
 #define BATCH 1

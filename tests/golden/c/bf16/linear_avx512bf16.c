@@ -17,6 +17,7 @@
 #define NP 64
 #define KP 96
 #define KS 3
+#define KPAIRS 35
 #define BM 12
 #define BN 32
 #define BATCH 1
@@ -163,7 +164,9 @@ static inline void block(const uint16_t *a, int64_t lda, const uint16_t *bp, flo
     for (int i = 0; i < BM; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int64_t s = 0; s < KS; ++s) {
         const uint16_t *b = bp + s * 1024;
-        for (int r = 0; r < 16; ++r) {
+        /* the last step stops at K's last pair: the padding's pairs are zeros */
+        const int pairs = s == KS - 1 ? KPAIRS - (KS - 1) * 16 : 16;
+        for (int r = 0; r < pairs; ++r) {
             const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + r * 32);
             const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 512 + r * 32);
             #pragma GCC unroll 12
