@@ -141,3 +141,18 @@ def test_fresh_output_pools_only_large_tensors(monkeypatch):
     address = large.data_ptr()
     del large
     assert pages.fresh_output((4096, 1024)).data_ptr() == address
+
+
+def test_outputs_are_pooled_where_the_os_grants_no_huge_pages(monkeypatch):
+    """The pool follows the output's size, not the page policy: a host with THP off still
+    recycles a training step's outputs (the launch plan once asked for huge pages first)."""
+    from uol_core.torch.nn import UolLayerNorm
+
+    monkeypatch.setattr(pages, "huge_page_bytes", lambda: 0)
+    pool = OutputPool(256 * MIB)
+    monkeypatch.setattr(output_pool, "POOL", pool)
+    norm, x = UolLayerNorm(1024), torch.randn(2048, 1024)
+    with torch.no_grad():
+        for _ in range(3):
+            norm(x)
+    assert pool.allocated >= 1 and pool.reused >= 2

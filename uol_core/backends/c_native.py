@@ -55,9 +55,11 @@ class CKernel(DeclaredArgs):
         """`run` with `out` as compile() takes it: None, one tensor, or a dict by output name."""
         given = dict(out) if isinstance(out, Mapping) else \
             {self.src.meta["outputs"][0]: out} if out is not None else {}
-        outs = {name: given[name] if given.get(name) is not None else fresh_output(shape, dtype)
-                for name, dtype, shape in self._outputs}
-        return self.run(tensors, outs)
+        # only the outputs not given are allocated (a pooled buffer taken and dropped would
+        # be one fewer for the next call)
+        return self.run(tensors, {name: given.get(name) if given.get(name) is not None
+                                  else fresh_output(shape, dtype)
+                                  for name, dtype, shape in self._outputs})
 
 
 def compile_c(op: Op, shapes: Mapping, target=None, config: Mapping | None = None,

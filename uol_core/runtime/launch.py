@@ -11,7 +11,6 @@ per tensor, and one foreign call for all its kernels (runtime/driver.py `uol_pla
 from __future__ import annotations
 
 import ctypes
-import math
 import threading
 from array import array
 from collections.abc import Mapping, Sequence
@@ -20,7 +19,7 @@ import torch
 
 from uol_core.runtime.dispatch import OpRunner
 from uol_core.runtime.driver import driver
-from uol_core.runtime.pages import fresh_output, wants_huge_pages
+from uol_core.runtime.pages import fresh_output
 
 
 class LaunchPlan:
@@ -48,18 +47,17 @@ class LaunchPlan:
         first = len(inputs)
         self._scratch_slots = [i for i in range(first, first + len(self.allocs))
                                if i not in self.outputs]
-        # (slot, shape, dtype, large): only outputs of two huge pages or more ask for them,
-        # decided here once rather than per call
-        self._output_allocs = [(i, shape, dtype, wants_huge_pages(math.prod(shape) * dtype.itemsize))
-                               for i in self.outputs if i >= first
+        # (slot, shape, dtype): fresh_output decides per size (large ones come from the output
+        # pool, on huge pages where the OS grants them)
+        self._output_allocs = [(i, shape, dtype) for i in self.outputs if i >= first
                                for shape, dtype in [self.allocs[i - first]]]
         self._local = threading.local()
 
     def __call__(self, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         env: list = [v if v.is_contiguous() else v.contiguous() for v in values]
         env.extend(self._scratch())
-        for i, shape, dtype, large in self._output_allocs:
-            env[i] = fresh_output(shape, dtype) if large else torch.empty(shape, dtype=dtype)
+        for i, shape, dtype in self._output_allocs:
+            env[i] = fresh_output(shape, dtype)
         lib = driver()
         if lib is not None:
             ptrs = array("q", [t.data_ptr() for t in env])  # held until the call returns
