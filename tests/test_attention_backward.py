@@ -110,6 +110,17 @@ def test_flash_backward_golden(isa, golden):
     golden(f"c/pattern_flash_backward_causal_attention_{isa}.c", text)
 
 
+def test_flash_backward_golden_owned_slices(golden):
+    """Slices that split evenly over the threads: each thread sums its slices' dQ in one
+    buffer (no partials, no reduction pass); no padding: Q and dO rows read in place."""
+    grad = derive_grad(load_op("attention_batched"), recompute_wide=True)
+    text = emit_any(grad.op, {"B": 1, "NH": 4, "S": 64, "T": 64, "D": 32}, TARGETS["avx512"],
+                    {"threads": 2}).text
+    assert "dq = dqp + omp_get_thread_num()" in text and "sum of the partials" not in text
+    assert "*const qp" not in text and "*const dop" not in text  # rows read in place
+    golden("c/pattern_flash_backward_attention_owned_avx512.c", text)
+
+
 def test_flash_forward_with_saves_golden(golden):
     forward = derive_grad(load_op("attention"), recompute_wide=True).forward_with_saves
     text = emit_any(forward, {"S": 40, "T": 24, "D": 16, "E": 16}, TARGETS["avx2"],

@@ -10,8 +10,11 @@ With P = exp(s - mx) / l recomputed from Q, K and the saved row statistics (mx, 
     Di = sum_e dO z / l (= rowsum(dO * O))     dP^T = V dO^T      dS^T = P^T (dP^T - Di) f'(q.k)
     dV += P^T dO          dK += dS^T Q          dQ += dS K (a per-thread partial, summed at the end)
 f' is the slope of the score expression in the Q.K sum (the scale; 0 where a mask cuts). dK and
-dV of a key block stay in per-task buffers, so tasks never write the same rows; each thread
-adds into its own dQ partial (static schedule: the sums are deterministic). The derived op's
+dV of a key block stay in per-task buffers, so tasks never write the same rows. dQ: where the
+slices split evenly over the threads, each thread takes whole slices and sums a slice's dQ in
+one buffer, written once; else each thread adds into its own dQ partial of every slice, summed
+at the end (static schedule either way: the sums are deterministic). Q and dO rows are read in
+place unless the tiles need them zero-padded; Q^T and dO^T are packed per query block. The derived op's
 d_mx term (the gradient through the row max) is left out: d_mx = -sum_j d_p p =
 -(dO . z) / l - d_l l = 0 exactly, the softmax does not depend on its shift (torch's SDPA
 backward leaves it out for the same reason); so are z_mx and the where(s == mx) it feeds.
@@ -169,6 +172,7 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
     if D > MAX_HEAD or E > MAX_HEAD:
         return None
     from uol_core.backends import c_attention_bwd_sve, c_attention_sve
+    from uol_core.backends.c_attention_bwd_body import body, owns_slices
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:  # a length-agnostic ISA (SVE): the head dimension on the lanes
@@ -176,6 +180,9 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
     t = choose_tiles(target)
     n = _blocks(t, S, T, D, E, cfg, int(getattr(target, "l2_bytes", 0) or 1 << 20))
     threads = int(cfg["threads"])
+    dq_text = ("the thread's buffer of its slice (slices split evenly over the threads)"
+               if owns_slices(NB, threads) else
+               "the thread's own partial (summed at the end, in thread order)")
     w = CodeWriter(default_line=op.line)
     entry = f"uol_{op.name}"
     args = [d.name for d in op.inputs] + [d.name for d in op.outputs]
@@ -184,9 +191,10 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
    The S x T matrices (s, p, d_p, d_s) are never stored: per slice and block of BK keys (one
    task), for every block of BQ queries, S^T = K Q^T and dP^T = V dO^T in register tiles, then
    P^T = exp(s - mx) / l and dS^T = P^T (dP^T - Di) f', then dV += P^T dO and dK += dS^T Q into
-   the task's own BK-row buffers and dQ += dS K into the thread's own partial (summed at the
-   end, in thread order). Q^T, dO^T (query on the lanes), padded Q, dO, K rows (head dimension
-   on the lanes, padded to whole tiles) and Di are packed once in a first pass.
+   the task's own BK-row buffers and dQ += dS K into {dq_text}. Q^T and dO^T (query on the
+   lanes) and Di are packed once in a first pass, and Q, dO and K rows (head dimension on the
+   lanes) too where they need padding to whole tiles. The last keys ({T % t.mr}) take register
+   tiles of their own rows: no padding key is ever computed.
    Left out: d_mx and z_mx (the gradient through the row max is exactly zero). */""")
     w.emit(includes("stdint.h", "stdlib.h", "string.h", "math.h", "omp.h") + PRELUDE)
     w.emit(t.prelude())
@@ -194,14 +202,15 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
         w.emit(f"#define {size_id(name)} {int(sizes[name])}")
     w.emit("")
     line = op.stmts[0].line
-    w.emit(score_kernel(t, D, n["BQ"], n["BQ"], "uol_qk_tile"), line)
-    w.emit(score_kernel(t, E, n["BQ"], n["BQ"], "uol_vdo_tile"), line)
+    # key tiles of MR rows, and one of T % MR rows for the last keys (no padding keys computed)
+    for rows in sorted({t.mr, T % t.mr} - {0}, reverse=True):
+        w.emit(score_kernel(t, D, n["BQ"], n["BQ"], f"uol_qk_tile{rows}", rows), line)
+        w.emit(score_kernel(t, E, n["BQ"], n["BQ"], f"uol_vdo_tile{rows}", rows), line)
+        w.emit(acc_kernel(t, "uol_dk_tile", rows, n["BQ"], 1, n["DP"], n["DP"]), line)
+        w.emit(acc_kernel(t, "uol_dv_tile", rows, n["BQ"], 1, n["EP"], n["EP"]), line)
     for rows in sorted({t.mr, n["BQ"] % t.mr} - {0}, reverse=True):
         w.emit(acc_kernel(t, "uol_dq_tile", rows, 1, n["BQ"], n["DP"], n["DP"]), line)
-    w.emit(acc_kernel(t, "uol_dk_tile", t.mr, n["BQ"], 1, n["DP"], n["DP"]), line)
-    w.emit(acc_kernel(t, "uol_dv_tile", t.mr, n["BQ"], 1, n["EP"], n["EP"]), line)
     open_entry(w, entry, args, len(op.inputs))
-    from uol_core.backends.c_attention_bwd_body import body
 
     body(w, op, plan, dict(n, S=S, T=T, D=D, E=E, NB=NB, THREADS=threads), t,
          _renderer(op, plan, sizes), [shape[plan.q][x] for x in range(n_pre)])
@@ -227,7 +236,7 @@ def _blocks(t: Tiles, S: int, T: int, D: int, E: int, cfg: Mapping, l2: int) -> 
         bq, bk = (max(t.qt, bq // 2 // t.qt * t.qt), bk) if bq >= bk else \
             (bq, max(t.mr, bk // 2 // t.mr * t.mr))
     return {"BQ": bq, "BK": bk, "DP": DP, "EP": EP, "SP": -(-S // bq) * bq,
-            "TP": -(-T // bk) * bk, "KB": -(-T // bk)}
+            "KB": -(-T // bk)}
 
 
 def _renderer(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int]):

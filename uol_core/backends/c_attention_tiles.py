@@ -68,22 +68,23 @@ def _fmas(t: Tiles, rows: int, name: str, src: str, vec: str) -> str:
 
 
 def score_kernel(t: Tiles, depth: int, ldq: int, lds: int | None = None,
-                 name: str = "uol_qk_tile") -> str:
-    """uol_qk_tile: S^T[MR keys][QT queries] = K rows (broadcast) x Q^T (depth x QT, row stride
-    ldq), stored with row stride lds (default ldq)."""
+                 name: str = "uol_qk_tile", rows: int | None = None) -> str:
+    """uol_qk_tile: S^T[rows keys (default MR)][QT queries] = K rows (broadcast) x Q^T (depth x
+    QT, row stride ldq), stored with row stride lds (default ldq)."""
+    rows = rows or t.mr
     q = ", ".join(f"q{v} = uol_vld(qt + d * {ldq} + {v * t.lanes})" for v in range(t.nv))
     zero = "\n".join("    uol_v " + ", ".join(f"{c} = uol_vset(0.0f)" for c in row) + ";"
-                     for row in _acc(t, t.mr))
-    return f"""/* Score micro-tile: {t.mr} keys x {t.qt} queries, {t.mr * t.nv} accumulators in registers. */
+                     for row in _acc(t, rows))
+    return f"""/* Score micro-tile: {rows} keys x {t.qt} queries, {rows * t.nv} accumulators in registers. */
 static inline void {name}(const float *const *restrict kr, const float *restrict qt,
                                float *restrict st)
 {{
 {zero}
     for (int64_t d = 0; d < {depth}; ++d) {{
         const uol_v {q};
-{_fmas(t, t.mr, "k", "kr[{r}][d]", "q")}
+{_fmas(t, rows, "k", "kr[{r}][d]", "q")}
     }}
-{_stores(t, t.mr, "st", str(lds or ldq))}
+{_stores(t, rows, "st", str(lds or ldq))}
 }}
 """
 

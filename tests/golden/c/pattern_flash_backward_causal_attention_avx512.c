@@ -3,9 +3,10 @@
    The S x T matrices (s, p, d_p, d_s) are never stored: per slice and block of BK keys (one
    task), for every block of BQ queries, S^T = K Q^T and dP^T = V dO^T in register tiles, then
    P^T = exp(s - mx) / l and dS^T = P^T (dP^T - Di) f', then dV += P^T dO and dK += dS^T Q into
-   the task's own BK-row buffers and dQ += dS K into the thread's own partial (summed at the
-   end, in thread order). Q^T, dO^T (query on the lanes), padded Q, dO, K rows (head dimension
-   on the lanes, padded to whole tiles) and Di are packed once in a first pass.
+   the task's own BK-row buffers and dQ += dS K into the thread's own partial (summed at the end, in thread order). Q^T and dO^T (query on the
+   lanes) and Di are packed once in a first pass, and Q, dO and K rows (head dimension on the
+   lanes) too where they need padding to whole tiles. The last keys (12) take register
+   tiles of their own rows: no padding key is ever computed.
    Left out: d_mx and z_mx (the gradient through the row max is exactly zero). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -95,7 +96,7 @@ static inline __m512 uol_vexp(__m512 x)
 #define D_D 16
 
 /* Score micro-tile: 14 keys x 32 queries, 28 accumulators in registers. */
-static inline void uol_qk_tile(const float *const *restrict kr, const float *restrict qt,
+static inline void uol_qk_tile14(const float *const *restrict kr, const float *restrict qt,
                                float *restrict st)
 {
     uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
@@ -146,7 +147,7 @@ static inline void uol_qk_tile(const float *const *restrict kr, const float *res
 }
 
 /* Score micro-tile: 14 keys x 32 queries, 28 accumulators in registers. */
-static inline void uol_vdo_tile(const float *const *restrict kr, const float *restrict qt,
+static inline void uol_vdo_tile14(const float *const *restrict kr, const float *restrict qt,
                                float *restrict st)
 {
     uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
@@ -194,90 +195,6 @@ static inline void uol_vdo_tile(const float *const *restrict kr, const float *re
     uol_vst(st + 11 * 64 + 0, c11_0); uol_vst(st + 11 * 64 + 16, c11_1);
     uol_vst(st + 12 * 64 + 0, c12_0); uol_vst(st + 12 * 64 + 16, c12_1);
     uol_vst(st + 13 * 64 + 0, c13_0); uol_vst(st + 13 * 64 + 16, c13_1);
-}
-
-/* 14 x 32 accumulator tile in registers, loaded once and stored once per call. */
-static inline void uol_dq_tile14(int64_t nk, const float *restrict a, const float *restrict b,
-                               float *restrict c)
-{
-    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
-    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
-    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
-    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
-    uol_v c4_0 = uol_vld(c + 128), c4_1 = uol_vld(c + 144);
-    uol_v c5_0 = uol_vld(c + 160), c5_1 = uol_vld(c + 176);
-    uol_v c6_0 = uol_vld(c + 192), c6_1 = uol_vld(c + 208);
-    uol_v c7_0 = uol_vld(c + 224), c7_1 = uol_vld(c + 240);
-    uol_v c8_0 = uol_vld(c + 256), c8_1 = uol_vld(c + 272);
-    uol_v c9_0 = uol_vld(c + 288), c9_1 = uol_vld(c + 304);
-    uol_v c10_0 = uol_vld(c + 320), c10_1 = uol_vld(c + 336);
-    uol_v c11_0 = uol_vld(c + 352), c11_1 = uol_vld(c + 368);
-    uol_v c12_0 = uol_vld(c + 384), c12_1 = uol_vld(c + 400);
-    uol_v c13_0 = uol_vld(c + 416), c13_1 = uol_vld(c + 432);
-    for (int64_t k = 0; k < nk; ++k) {
-        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
-        { const uol_v x = uol_vset(a[0 * 1 + k * 64]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
-        { const uol_v x = uol_vset(a[1 * 1 + k * 64]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
-        { const uol_v x = uol_vset(a[2 * 1 + k * 64]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
-        { const uol_v x = uol_vset(a[3 * 1 + k * 64]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
-        { const uol_v x = uol_vset(a[4 * 1 + k * 64]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
-        { const uol_v x = uol_vset(a[5 * 1 + k * 64]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
-        { const uol_v x = uol_vset(a[6 * 1 + k * 64]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
-        { const uol_v x = uol_vset(a[7 * 1 + k * 64]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
-        { const uol_v x = uol_vset(a[8 * 1 + k * 64]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
-        { const uol_v x = uol_vset(a[9 * 1 + k * 64]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
-        { const uol_v x = uol_vset(a[10 * 1 + k * 64]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
-        { const uol_v x = uol_vset(a[11 * 1 + k * 64]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
-        { const uol_v x = uol_vset(a[12 * 1 + k * 64]); c12_0 = uol_vfma(x, b0, c12_0); c12_1 = uol_vfma(x, b1, c12_1); }
-        { const uol_v x = uol_vset(a[13 * 1 + k * 64]); c13_0 = uol_vfma(x, b0, c13_0); c13_1 = uol_vfma(x, b1, c13_1); }
-    }
-    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
-    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
-    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
-    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
-    uol_vst(c + 4 * 32 + 0, c4_0); uol_vst(c + 4 * 32 + 16, c4_1);
-    uol_vst(c + 5 * 32 + 0, c5_0); uol_vst(c + 5 * 32 + 16, c5_1);
-    uol_vst(c + 6 * 32 + 0, c6_0); uol_vst(c + 6 * 32 + 16, c6_1);
-    uol_vst(c + 7 * 32 + 0, c7_0); uol_vst(c + 7 * 32 + 16, c7_1);
-    uol_vst(c + 8 * 32 + 0, c8_0); uol_vst(c + 8 * 32 + 16, c8_1);
-    uol_vst(c + 9 * 32 + 0, c9_0); uol_vst(c + 9 * 32 + 16, c9_1);
-    uol_vst(c + 10 * 32 + 0, c10_0); uol_vst(c + 10 * 32 + 16, c10_1);
-    uol_vst(c + 11 * 32 + 0, c11_0); uol_vst(c + 11 * 32 + 16, c11_1);
-    uol_vst(c + 12 * 32 + 0, c12_0); uol_vst(c + 12 * 32 + 16, c12_1);
-    uol_vst(c + 13 * 32 + 0, c13_0); uol_vst(c + 13 * 32 + 16, c13_1);
-}
-
-/* 8 x 32 accumulator tile in registers, loaded once and stored once per call. */
-static inline void uol_dq_tile8(int64_t nk, const float *restrict a, const float *restrict b,
-                               float *restrict c)
-{
-    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
-    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
-    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
-    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
-    uol_v c4_0 = uol_vld(c + 128), c4_1 = uol_vld(c + 144);
-    uol_v c5_0 = uol_vld(c + 160), c5_1 = uol_vld(c + 176);
-    uol_v c6_0 = uol_vld(c + 192), c6_1 = uol_vld(c + 208);
-    uol_v c7_0 = uol_vld(c + 224), c7_1 = uol_vld(c + 240);
-    for (int64_t k = 0; k < nk; ++k) {
-        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
-        { const uol_v x = uol_vset(a[0 * 1 + k * 64]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
-        { const uol_v x = uol_vset(a[1 * 1 + k * 64]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
-        { const uol_v x = uol_vset(a[2 * 1 + k * 64]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
-        { const uol_v x = uol_vset(a[3 * 1 + k * 64]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
-        { const uol_v x = uol_vset(a[4 * 1 + k * 64]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
-        { const uol_v x = uol_vset(a[5 * 1 + k * 64]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
-        { const uol_v x = uol_vset(a[6 * 1 + k * 64]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
-        { const uol_v x = uol_vset(a[7 * 1 + k * 64]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
-    }
-    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
-    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
-    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
-    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
-    uol_vst(c + 4 * 32 + 0, c4_0); uol_vst(c + 4 * 32 + 16, c4_1);
-    uol_vst(c + 5 * 32 + 0, c5_0); uol_vst(c + 5 * 32 + 16, c5_1);
-    uol_vst(c + 6 * 32 + 0, c6_0); uol_vst(c + 6 * 32 + 16, c6_1);
-    uol_vst(c + 7 * 32 + 0, c7_0); uol_vst(c + 7 * 32 + 16, c7_1);
 }
 
 /* 14 x 32 accumulator tile in registers, loaded once and stored once per call. */
@@ -382,6 +299,270 @@ static inline void uol_dv_tile14(int64_t nk, const float *restrict a, const floa
     uol_vst(c + 13 * 32 + 0, c13_0); uol_vst(c + 13 * 32 + 16, c13_1);
 }
 
+/* Score micro-tile: 12 keys x 32 queries, 24 accumulators in registers. */
+static inline void uol_qk_tile12(const float *const *restrict kr, const float *restrict qt,
+                               float *restrict st)
+{
+    uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
+    uol_v c1_0 = uol_vset(0.0f), c1_1 = uol_vset(0.0f);
+    uol_v c2_0 = uol_vset(0.0f), c2_1 = uol_vset(0.0f);
+    uol_v c3_0 = uol_vset(0.0f), c3_1 = uol_vset(0.0f);
+    uol_v c4_0 = uol_vset(0.0f), c4_1 = uol_vset(0.0f);
+    uol_v c5_0 = uol_vset(0.0f), c5_1 = uol_vset(0.0f);
+    uol_v c6_0 = uol_vset(0.0f), c6_1 = uol_vset(0.0f);
+    uol_v c7_0 = uol_vset(0.0f), c7_1 = uol_vset(0.0f);
+    uol_v c8_0 = uol_vset(0.0f), c8_1 = uol_vset(0.0f);
+    uol_v c9_0 = uol_vset(0.0f), c9_1 = uol_vset(0.0f);
+    uol_v c10_0 = uol_vset(0.0f), c10_1 = uol_vset(0.0f);
+    uol_v c11_0 = uol_vset(0.0f), c11_1 = uol_vset(0.0f);
+    for (int64_t d = 0; d < 16; ++d) {
+        const uol_v q0 = uol_vld(qt + d * 64 + 0), q1 = uol_vld(qt + d * 64 + 16);
+        { const uol_v k = uol_vset(kr[0][d]); c0_0 = uol_vfma(k, q0, c0_0); c0_1 = uol_vfma(k, q1, c0_1); }
+        { const uol_v k = uol_vset(kr[1][d]); c1_0 = uol_vfma(k, q0, c1_0); c1_1 = uol_vfma(k, q1, c1_1); }
+        { const uol_v k = uol_vset(kr[2][d]); c2_0 = uol_vfma(k, q0, c2_0); c2_1 = uol_vfma(k, q1, c2_1); }
+        { const uol_v k = uol_vset(kr[3][d]); c3_0 = uol_vfma(k, q0, c3_0); c3_1 = uol_vfma(k, q1, c3_1); }
+        { const uol_v k = uol_vset(kr[4][d]); c4_0 = uol_vfma(k, q0, c4_0); c4_1 = uol_vfma(k, q1, c4_1); }
+        { const uol_v k = uol_vset(kr[5][d]); c5_0 = uol_vfma(k, q0, c5_0); c5_1 = uol_vfma(k, q1, c5_1); }
+        { const uol_v k = uol_vset(kr[6][d]); c6_0 = uol_vfma(k, q0, c6_0); c6_1 = uol_vfma(k, q1, c6_1); }
+        { const uol_v k = uol_vset(kr[7][d]); c7_0 = uol_vfma(k, q0, c7_0); c7_1 = uol_vfma(k, q1, c7_1); }
+        { const uol_v k = uol_vset(kr[8][d]); c8_0 = uol_vfma(k, q0, c8_0); c8_1 = uol_vfma(k, q1, c8_1); }
+        { const uol_v k = uol_vset(kr[9][d]); c9_0 = uol_vfma(k, q0, c9_0); c9_1 = uol_vfma(k, q1, c9_1); }
+        { const uol_v k = uol_vset(kr[10][d]); c10_0 = uol_vfma(k, q0, c10_0); c10_1 = uol_vfma(k, q1, c10_1); }
+        { const uol_v k = uol_vset(kr[11][d]); c11_0 = uol_vfma(k, q0, c11_0); c11_1 = uol_vfma(k, q1, c11_1); }
+    }
+    uol_vst(st + 0 * 64 + 0, c0_0); uol_vst(st + 0 * 64 + 16, c0_1);
+    uol_vst(st + 1 * 64 + 0, c1_0); uol_vst(st + 1 * 64 + 16, c1_1);
+    uol_vst(st + 2 * 64 + 0, c2_0); uol_vst(st + 2 * 64 + 16, c2_1);
+    uol_vst(st + 3 * 64 + 0, c3_0); uol_vst(st + 3 * 64 + 16, c3_1);
+    uol_vst(st + 4 * 64 + 0, c4_0); uol_vst(st + 4 * 64 + 16, c4_1);
+    uol_vst(st + 5 * 64 + 0, c5_0); uol_vst(st + 5 * 64 + 16, c5_1);
+    uol_vst(st + 6 * 64 + 0, c6_0); uol_vst(st + 6 * 64 + 16, c6_1);
+    uol_vst(st + 7 * 64 + 0, c7_0); uol_vst(st + 7 * 64 + 16, c7_1);
+    uol_vst(st + 8 * 64 + 0, c8_0); uol_vst(st + 8 * 64 + 16, c8_1);
+    uol_vst(st + 9 * 64 + 0, c9_0); uol_vst(st + 9 * 64 + 16, c9_1);
+    uol_vst(st + 10 * 64 + 0, c10_0); uol_vst(st + 10 * 64 + 16, c10_1);
+    uol_vst(st + 11 * 64 + 0, c11_0); uol_vst(st + 11 * 64 + 16, c11_1);
+}
+
+/* Score micro-tile: 12 keys x 32 queries, 24 accumulators in registers. */
+static inline void uol_vdo_tile12(const float *const *restrict kr, const float *restrict qt,
+                               float *restrict st)
+{
+    uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
+    uol_v c1_0 = uol_vset(0.0f), c1_1 = uol_vset(0.0f);
+    uol_v c2_0 = uol_vset(0.0f), c2_1 = uol_vset(0.0f);
+    uol_v c3_0 = uol_vset(0.0f), c3_1 = uol_vset(0.0f);
+    uol_v c4_0 = uol_vset(0.0f), c4_1 = uol_vset(0.0f);
+    uol_v c5_0 = uol_vset(0.0f), c5_1 = uol_vset(0.0f);
+    uol_v c6_0 = uol_vset(0.0f), c6_1 = uol_vset(0.0f);
+    uol_v c7_0 = uol_vset(0.0f), c7_1 = uol_vset(0.0f);
+    uol_v c8_0 = uol_vset(0.0f), c8_1 = uol_vset(0.0f);
+    uol_v c9_0 = uol_vset(0.0f), c9_1 = uol_vset(0.0f);
+    uol_v c10_0 = uol_vset(0.0f), c10_1 = uol_vset(0.0f);
+    uol_v c11_0 = uol_vset(0.0f), c11_1 = uol_vset(0.0f);
+    for (int64_t d = 0; d < 16; ++d) {
+        const uol_v q0 = uol_vld(qt + d * 64 + 0), q1 = uol_vld(qt + d * 64 + 16);
+        { const uol_v k = uol_vset(kr[0][d]); c0_0 = uol_vfma(k, q0, c0_0); c0_1 = uol_vfma(k, q1, c0_1); }
+        { const uol_v k = uol_vset(kr[1][d]); c1_0 = uol_vfma(k, q0, c1_0); c1_1 = uol_vfma(k, q1, c1_1); }
+        { const uol_v k = uol_vset(kr[2][d]); c2_0 = uol_vfma(k, q0, c2_0); c2_1 = uol_vfma(k, q1, c2_1); }
+        { const uol_v k = uol_vset(kr[3][d]); c3_0 = uol_vfma(k, q0, c3_0); c3_1 = uol_vfma(k, q1, c3_1); }
+        { const uol_v k = uol_vset(kr[4][d]); c4_0 = uol_vfma(k, q0, c4_0); c4_1 = uol_vfma(k, q1, c4_1); }
+        { const uol_v k = uol_vset(kr[5][d]); c5_0 = uol_vfma(k, q0, c5_0); c5_1 = uol_vfma(k, q1, c5_1); }
+        { const uol_v k = uol_vset(kr[6][d]); c6_0 = uol_vfma(k, q0, c6_0); c6_1 = uol_vfma(k, q1, c6_1); }
+        { const uol_v k = uol_vset(kr[7][d]); c7_0 = uol_vfma(k, q0, c7_0); c7_1 = uol_vfma(k, q1, c7_1); }
+        { const uol_v k = uol_vset(kr[8][d]); c8_0 = uol_vfma(k, q0, c8_0); c8_1 = uol_vfma(k, q1, c8_1); }
+        { const uol_v k = uol_vset(kr[9][d]); c9_0 = uol_vfma(k, q0, c9_0); c9_1 = uol_vfma(k, q1, c9_1); }
+        { const uol_v k = uol_vset(kr[10][d]); c10_0 = uol_vfma(k, q0, c10_0); c10_1 = uol_vfma(k, q1, c10_1); }
+        { const uol_v k = uol_vset(kr[11][d]); c11_0 = uol_vfma(k, q0, c11_0); c11_1 = uol_vfma(k, q1, c11_1); }
+    }
+    uol_vst(st + 0 * 64 + 0, c0_0); uol_vst(st + 0 * 64 + 16, c0_1);
+    uol_vst(st + 1 * 64 + 0, c1_0); uol_vst(st + 1 * 64 + 16, c1_1);
+    uol_vst(st + 2 * 64 + 0, c2_0); uol_vst(st + 2 * 64 + 16, c2_1);
+    uol_vst(st + 3 * 64 + 0, c3_0); uol_vst(st + 3 * 64 + 16, c3_1);
+    uol_vst(st + 4 * 64 + 0, c4_0); uol_vst(st + 4 * 64 + 16, c4_1);
+    uol_vst(st + 5 * 64 + 0, c5_0); uol_vst(st + 5 * 64 + 16, c5_1);
+    uol_vst(st + 6 * 64 + 0, c6_0); uol_vst(st + 6 * 64 + 16, c6_1);
+    uol_vst(st + 7 * 64 + 0, c7_0); uol_vst(st + 7 * 64 + 16, c7_1);
+    uol_vst(st + 8 * 64 + 0, c8_0); uol_vst(st + 8 * 64 + 16, c8_1);
+    uol_vst(st + 9 * 64 + 0, c9_0); uol_vst(st + 9 * 64 + 16, c9_1);
+    uol_vst(st + 10 * 64 + 0, c10_0); uol_vst(st + 10 * 64 + 16, c10_1);
+    uol_vst(st + 11 * 64 + 0, c11_0); uol_vst(st + 11 * 64 + 16, c11_1);
+}
+
+/* 12 x 32 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dk_tile12(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
+    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
+    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
+    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
+    uol_v c4_0 = uol_vld(c + 128), c4_1 = uol_vld(c + 144);
+    uol_v c5_0 = uol_vld(c + 160), c5_1 = uol_vld(c + 176);
+    uol_v c6_0 = uol_vld(c + 192), c6_1 = uol_vld(c + 208);
+    uol_v c7_0 = uol_vld(c + 224), c7_1 = uol_vld(c + 240);
+    uol_v c8_0 = uol_vld(c + 256), c8_1 = uol_vld(c + 272);
+    uol_v c9_0 = uol_vld(c + 288), c9_1 = uol_vld(c + 304);
+    uol_v c10_0 = uol_vld(c + 320), c10_1 = uol_vld(c + 336);
+    uol_v c11_0 = uol_vld(c + 352), c11_1 = uol_vld(c + 368);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
+        { const uol_v x = uol_vset(a[0 * 64 + k * 1]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 64 + k * 1]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 64 + k * 1]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 64 + k * 1]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+        { const uol_v x = uol_vset(a[4 * 64 + k * 1]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
+        { const uol_v x = uol_vset(a[5 * 64 + k * 1]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
+        { const uol_v x = uol_vset(a[6 * 64 + k * 1]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
+        { const uol_v x = uol_vset(a[7 * 64 + k * 1]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
+        { const uol_v x = uol_vset(a[8 * 64 + k * 1]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
+        { const uol_v x = uol_vset(a[9 * 64 + k * 1]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
+        { const uol_v x = uol_vset(a[10 * 64 + k * 1]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
+        { const uol_v x = uol_vset(a[11 * 64 + k * 1]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
+    }
+    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
+    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
+    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
+    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
+    uol_vst(c + 4 * 32 + 0, c4_0); uol_vst(c + 4 * 32 + 16, c4_1);
+    uol_vst(c + 5 * 32 + 0, c5_0); uol_vst(c + 5 * 32 + 16, c5_1);
+    uol_vst(c + 6 * 32 + 0, c6_0); uol_vst(c + 6 * 32 + 16, c6_1);
+    uol_vst(c + 7 * 32 + 0, c7_0); uol_vst(c + 7 * 32 + 16, c7_1);
+    uol_vst(c + 8 * 32 + 0, c8_0); uol_vst(c + 8 * 32 + 16, c8_1);
+    uol_vst(c + 9 * 32 + 0, c9_0); uol_vst(c + 9 * 32 + 16, c9_1);
+    uol_vst(c + 10 * 32 + 0, c10_0); uol_vst(c + 10 * 32 + 16, c10_1);
+    uol_vst(c + 11 * 32 + 0, c11_0); uol_vst(c + 11 * 32 + 16, c11_1);
+}
+
+/* 12 x 32 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dv_tile12(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
+    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
+    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
+    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
+    uol_v c4_0 = uol_vld(c + 128), c4_1 = uol_vld(c + 144);
+    uol_v c5_0 = uol_vld(c + 160), c5_1 = uol_vld(c + 176);
+    uol_v c6_0 = uol_vld(c + 192), c6_1 = uol_vld(c + 208);
+    uol_v c7_0 = uol_vld(c + 224), c7_1 = uol_vld(c + 240);
+    uol_v c8_0 = uol_vld(c + 256), c8_1 = uol_vld(c + 272);
+    uol_v c9_0 = uol_vld(c + 288), c9_1 = uol_vld(c + 304);
+    uol_v c10_0 = uol_vld(c + 320), c10_1 = uol_vld(c + 336);
+    uol_v c11_0 = uol_vld(c + 352), c11_1 = uol_vld(c + 368);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
+        { const uol_v x = uol_vset(a[0 * 64 + k * 1]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 64 + k * 1]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 64 + k * 1]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 64 + k * 1]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+        { const uol_v x = uol_vset(a[4 * 64 + k * 1]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
+        { const uol_v x = uol_vset(a[5 * 64 + k * 1]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
+        { const uol_v x = uol_vset(a[6 * 64 + k * 1]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
+        { const uol_v x = uol_vset(a[7 * 64 + k * 1]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
+        { const uol_v x = uol_vset(a[8 * 64 + k * 1]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
+        { const uol_v x = uol_vset(a[9 * 64 + k * 1]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
+        { const uol_v x = uol_vset(a[10 * 64 + k * 1]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
+        { const uol_v x = uol_vset(a[11 * 64 + k * 1]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
+    }
+    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
+    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
+    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
+    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
+    uol_vst(c + 4 * 32 + 0, c4_0); uol_vst(c + 4 * 32 + 16, c4_1);
+    uol_vst(c + 5 * 32 + 0, c5_0); uol_vst(c + 5 * 32 + 16, c5_1);
+    uol_vst(c + 6 * 32 + 0, c6_0); uol_vst(c + 6 * 32 + 16, c6_1);
+    uol_vst(c + 7 * 32 + 0, c7_0); uol_vst(c + 7 * 32 + 16, c7_1);
+    uol_vst(c + 8 * 32 + 0, c8_0); uol_vst(c + 8 * 32 + 16, c8_1);
+    uol_vst(c + 9 * 32 + 0, c9_0); uol_vst(c + 9 * 32 + 16, c9_1);
+    uol_vst(c + 10 * 32 + 0, c10_0); uol_vst(c + 10 * 32 + 16, c10_1);
+    uol_vst(c + 11 * 32 + 0, c11_0); uol_vst(c + 11 * 32 + 16, c11_1);
+}
+
+/* 14 x 32 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dq_tile14(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
+    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
+    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
+    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
+    uol_v c4_0 = uol_vld(c + 128), c4_1 = uol_vld(c + 144);
+    uol_v c5_0 = uol_vld(c + 160), c5_1 = uol_vld(c + 176);
+    uol_v c6_0 = uol_vld(c + 192), c6_1 = uol_vld(c + 208);
+    uol_v c7_0 = uol_vld(c + 224), c7_1 = uol_vld(c + 240);
+    uol_v c8_0 = uol_vld(c + 256), c8_1 = uol_vld(c + 272);
+    uol_v c9_0 = uol_vld(c + 288), c9_1 = uol_vld(c + 304);
+    uol_v c10_0 = uol_vld(c + 320), c10_1 = uol_vld(c + 336);
+    uol_v c11_0 = uol_vld(c + 352), c11_1 = uol_vld(c + 368);
+    uol_v c12_0 = uol_vld(c + 384), c12_1 = uol_vld(c + 400);
+    uol_v c13_0 = uol_vld(c + 416), c13_1 = uol_vld(c + 432);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
+        { const uol_v x = uol_vset(a[0 * 1 + k * 64]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 1 + k * 64]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 1 + k * 64]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 1 + k * 64]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+        { const uol_v x = uol_vset(a[4 * 1 + k * 64]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
+        { const uol_v x = uol_vset(a[5 * 1 + k * 64]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
+        { const uol_v x = uol_vset(a[6 * 1 + k * 64]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
+        { const uol_v x = uol_vset(a[7 * 1 + k * 64]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
+        { const uol_v x = uol_vset(a[8 * 1 + k * 64]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
+        { const uol_v x = uol_vset(a[9 * 1 + k * 64]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
+        { const uol_v x = uol_vset(a[10 * 1 + k * 64]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
+        { const uol_v x = uol_vset(a[11 * 1 + k * 64]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
+        { const uol_v x = uol_vset(a[12 * 1 + k * 64]); c12_0 = uol_vfma(x, b0, c12_0); c12_1 = uol_vfma(x, b1, c12_1); }
+        { const uol_v x = uol_vset(a[13 * 1 + k * 64]); c13_0 = uol_vfma(x, b0, c13_0); c13_1 = uol_vfma(x, b1, c13_1); }
+    }
+    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
+    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
+    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
+    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
+    uol_vst(c + 4 * 32 + 0, c4_0); uol_vst(c + 4 * 32 + 16, c4_1);
+    uol_vst(c + 5 * 32 + 0, c5_0); uol_vst(c + 5 * 32 + 16, c5_1);
+    uol_vst(c + 6 * 32 + 0, c6_0); uol_vst(c + 6 * 32 + 16, c6_1);
+    uol_vst(c + 7 * 32 + 0, c7_0); uol_vst(c + 7 * 32 + 16, c7_1);
+    uol_vst(c + 8 * 32 + 0, c8_0); uol_vst(c + 8 * 32 + 16, c8_1);
+    uol_vst(c + 9 * 32 + 0, c9_0); uol_vst(c + 9 * 32 + 16, c9_1);
+    uol_vst(c + 10 * 32 + 0, c10_0); uol_vst(c + 10 * 32 + 16, c10_1);
+    uol_vst(c + 11 * 32 + 0, c11_0); uol_vst(c + 11 * 32 + 16, c11_1);
+    uol_vst(c + 12 * 32 + 0, c12_0); uol_vst(c + 12 * 32 + 16, c12_1);
+    uol_vst(c + 13 * 32 + 0, c13_0); uol_vst(c + 13 * 32 + 16, c13_1);
+}
+
+/* 8 x 32 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dq_tile8(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
+    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
+    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
+    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
+    uol_v c4_0 = uol_vld(c + 128), c4_1 = uol_vld(c + 144);
+    uol_v c5_0 = uol_vld(c + 160), c5_1 = uol_vld(c + 176);
+    uol_v c6_0 = uol_vld(c + 192), c6_1 = uol_vld(c + 208);
+    uol_v c7_0 = uol_vld(c + 224), c7_1 = uol_vld(c + 240);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
+        { const uol_v x = uol_vset(a[0 * 1 + k * 64]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 1 + k * 64]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 1 + k * 64]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 1 + k * 64]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+        { const uol_v x = uol_vset(a[4 * 1 + k * 64]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
+        { const uol_v x = uol_vset(a[5 * 1 + k * 64]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
+        { const uol_v x = uol_vset(a[6 * 1 + k * 64]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
+        { const uol_v x = uol_vset(a[7 * 1 + k * 64]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
+    }
+    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
+    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
+    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
+    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
+    uol_vst(c + 4 * 32 + 0, c4_0); uol_vst(c + 4 * 32 + 16, c4_1);
+    uol_vst(c + 5 * 32 + 0, c5_0); uol_vst(c + 5 * 32 + 16, c5_1);
+    uol_vst(c + 6 * 32 + 0, c6_0); uol_vst(c + 6 * 32 + 16, c6_1);
+    uol_vst(c + 7 * 32 + 0, c7_0); uol_vst(c + 7 * 32 + 16, c7_1);
+}
+
 void uol_causal_attention_grad(void **args, const int64_t *strides)
 {
     (void)strides;
@@ -398,105 +579,120 @@ void uol_causal_attention_grad(void **args, const int64_t *strides)
     /* Scratch, one malloc per call: Q^T, dO^T [slice][query block][D|E][BQ]
        (contiguous per block: a row stride of SP floats, a power of two, would map the rows a
        micro-tile reads onto the same L1 sets);
-       Q, dO rows [slice][SP][DP|EP] and K rows [slice][TP][DP], zero-padded to whole tiles;
+       Q, dO rows [slice][SP][DP|EP], zero-padded to whole tiles; K rows [slice][T][DP], zero-padded to whole vectors;
        mx, 1/l, Di [slice][SP]; dQ partials [thread][slice][SP][DP]. */
-    float *scratch = (float *)malloc(sizeof(float) * 1LL * (1024 + 1024 + 2048 + 2048 + 1344 + 192 + 4096));
+    float *scratch = (float *)malloc(sizeof(float) * (1LL * (1024 + 1024 + 2048 + 2048 + 1280 + 192) + 4096LL));
     if (!scratch) {  /* no memory: NaN gradients say so instead of silent garbage */
         for (int64_t x = 0; x < 640; ++x) t_dQ[x] = NAN;
         for (int64_t x = 0; x < 640; ++x) t_dK[x] = NAN;
         for (int64_t x = 0; x < 640; ++x) t_dV[x] = NAN;
         return;
     }
-    float *const qT = scratch, *const doT = qT + 1024LL, *const qp = doT + 1024LL;
-    float *const dop = qp + 2048LL, *const kp = dop + 2048LL;
-    float *const mxs = kp + 1344LL, *const rl = mxs + 64LL, *const di = rl + 64LL;
+    float *const qT = scratch, *const doT = qT + 1024LL, *const kp = doT + 1024LL;
+    float *const mxs = kp + 1280LL, *const rl = mxs + 64LL, *const di = rl + 64LL;
     float *const dqp = di + 64LL;
+    float *const qp = dqp + 4096LL, *const dop = qp + 2048LL;
     #pragma omp parallel num_threads(2)
     {
         #pragma omp for
         for (int64_t th = 0; th < 2; ++th) memset(dqp + th * 2048LL, 0, sizeof(float) * 2048LL);
         #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 1; ++n)
-        for (int64_t i = 0; i < 64; ++i) {  /* pack one query row; Di = dO . z / l = dO . O */
-            float *restrict qr = qp + (n * 64 + i) * 32, *restrict gr = dop + (n * 64 + i) * 32;
+        for (int64_t i = 0; i < 64; ++i) {  /* row statistics; Di = dO . z / l = dO . O */
             float acc = 0.0f, inv = 0.0f, m = 0.0f;  /* padding rows: p = 0 (1/l = 0), Di = 0 */
+            float *restrict qr = qp + (n * 64 + i) * 32, *restrict gp = dop + (n * 64 + i) * 32;
             for (int64_t d = 0; d < 32; ++d) qr[d] = i < 40 && d < 16 ? t_Q[(n * 40 + i) * 16 + d] : 0.0f;
-            for (int64_t e = 0; e < 32; ++e) gr[e] = i < 40 && e < 16 ? t_dO[(n * 40 + i) * 16 + e] : 0.0f;
-            float *restrict qc = qT + (n * 64 + i / 64 * 64) * 16 + i % 64;
-            float *restrict gc = doT + (n * 64 + i / 64 * 64) * 16 + i % 64;
-            for (int64_t d = 0; d < 16; ++d) qc[d * 64] = qr[d];
-            for (int64_t e = 0; e < 16; ++e) gc[e * 64] = gr[e];
+            for (int64_t e = 0; e < 32; ++e) gp[e] = i < 40 && e < 16 ? t_dO[(n * 40 + i) * 16 + e] : 0.0f;
             if (i < 40) {
-                for (int64_t e = 0; e < 16; ++e) acc += gr[e] * t_z_O[(n * 40 + i) * 16 + e];
+                const float *restrict gr = t_dO + (n * 40 + i) * 16, *restrict zr = t_z_O + (n * 40 + i) * 16;
+                #pragma omp simd reduction(+:acc)
+                for (int64_t e = 0; e < 16; ++e) acc += gr[e] * zr[e];
                 inv = 1.0f / t_l[n * 40 + i];
                 m = t_mx[n * 40 + i];
             }
             mxs[n * 64 + i] = m; rl[n * 64 + i] = inv; di[n * 64 + i] = acc * inv;
         }
-        #pragma omp for collapse(2)
+        #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 1; ++n)
-        for (int64_t j = 0; j < 42; ++j)  /* K rows, zero-padded: padding keys score finite */
+        for (int64_t b = 0; b < 1; ++b) {  /* Q^T, dO^T of one query block */
+            float *restrict qc = qT + (n * 64 + b * 64) * 16, *restrict gc = doT + (n * 64 + b * 64) * 16;
+            for (int64_t ii = 0; ii < 64; ++ii) {
+                const int64_t i = b * 64 + ii;
+                if (i < 40) {
+                    const float *restrict qs = t_Q + (n * 40 + i) * 16, *restrict gs = t_dO + (n * 40 + i) * 16;
+                    for (int64_t d = 0; d < 16; ++d) qc[d * 64 + ii] = qs[d];
+                    for (int64_t e = 0; e < 16; ++e) gc[e * 64 + ii] = gs[e];
+                } else {
+                    for (int64_t d = 0; d < 16; ++d) qc[d * 64 + ii] = 0.0f;
+                    for (int64_t e = 0; e < 16; ++e) gc[e * 64 + ii] = 0.0f;
+                }
+            }
+        }
+
+        #pragma omp for collapse(2) nowait
+        for (int64_t n = 0; n < 1; ++n)
+        for (int64_t j = 0; j < 40; ++j)  /* K rows, zero-padded to whole vectors */
             for (int64_t d = 0; d < 32; ++d)
-                kp[(n * 42 + j) * 32 + d] = j < 40 && d < 16 ? t_K[(n * 40 + j) * 16 + d] : 0.0f;
+                kp[(n * 40 + j) * 32 + d] = d < 16 ? t_K[(n * 40 + j) * 16 + d] : 0.0f;
+        #pragma omp barrier
         /* One task = one slice and BK keys: it owns those rows of dK and dV. */
         #pragma omp for collapse(2) schedule(static)
         for (int64_t n = 0; n < 1; ++n)
         for (int64_t kb = 0; kb < 1; ++kb) {
             const int64_t k0 = kb * 42;
             const int64_t nk = 40 - k0 < 42 ? 40 - k0 : 42;
-            const int64_t nkr = (nk + 13) / 14 * 14;  /* keys the register tiles cover */
             float st[42][64] __attribute__((aligned(64))), dt[42][64] __attribute__((aligned(64))), dka[42][32] __attribute__((aligned(64))), dva[42][32] __attribute__((aligned(64)));
             float *const dq = dqp + (omp_get_thread_num() * 1LL + n) * 2048;
-            const float *const kb0 = kp + (n * 42 + k0) * 32;
+            const float *const kb0 = kp + (n * 40 + k0) * 32;
             const float *const mxn = mxs + n * 64, *const rln = rl + n * 64, *const din = di + n * 64;
             memset(dka, 0, sizeof dka); memset(dva, 0, sizeof dva);
             for (int64_t q0 = (k0 - 0 > 0 ? (k0 - 0) / 64 * 64 : 0); q0 < 64; q0 += 64) {
-                for (int64_t j0 = 0; j0 < nkr; j0 += 14) {  /* S^T = K Q^T, dP^T = V dO^T */
+                for (int64_t j0 = 0; j0 < nk; j0 += 14) {  /* S^T = K Q^T, dP^T = V dO^T */
+                    const int64_t rows = nk - j0 < 14 ? nk - j0 : 14;  /* the last: 12 */
                     const float *kr[14], *vr[14];
-                    for (int64_t r = 0; r < 14; ++r) {
+                    for (int64_t r = 0; r < rows; ++r) {
                         kr[r] = kb0 + (j0 + r) * 32;
-                        vr[r] = t_V + (n * 40 + (k0 + j0 + r < 40 ? k0 + j0 + r : 39)) * 16;
+                        vr[r] = t_V + (n * 40 + k0 + j0 + r) * 16;
                     }
                     for (int64_t i0 = 0; i0 < 64; i0 += 32) {
-                        uol_qk_tile(kr, qT + (n * 64 + q0) * 16 + i0, &st[j0][i0]);
-                        uol_vdo_tile(vr, doT + (n * 64 + q0) * 16 + i0, &dt[j0][i0]);
+                        if (rows == 14) { uol_qk_tile14(kr, qT + (n * 64 + q0) * 16 + i0, &st[j0][i0]); uol_vdo_tile14(vr, doT + (n * 64 + q0) * 16 + i0, &dt[j0][i0]); }
+                        else { uol_qk_tile12(kr, qT + (n * 64 + q0) * 16 + i0, &st[j0][i0]); uol_vdo_tile12(vr, doT + (n * 64 + q0) * 16 + i0, &dt[j0][i0]); }
                     }
                 }
-                for (int64_t jj = 0; jj < nkr; ++jj) {
-                    if (jj >= nk) {  /* keys past T: p = dS = 0, no share in dQ */
-                        memset(st[jj], 0, sizeof st[jj]); memset(dt[jj], 0, sizeof dt[jj]);
-                        continue;
-                    }
+                for (int64_t jj = 0; jj < nk; ++jj) {
                     const int64_t i_j = k0 + jj;
                     #pragma omp simd
-                    for (int64_t ii = 0; ii < 64; ++ii) {  /* the score expression and its slope */
-                        const int64_t i_i = q0 + ii; st[jj][ii] = ((i_j <= i_i) ? (st[jj][ii] * ((float)0.125)) : ((float)-1e+30));
-                        dt[jj][ii] = (dt[jj][ii] - din[q0 + ii]) * (((i_j <= i_i) ? ((float)0.125) : ((float)(INT64_C(0)))));
-                    }
-                    #pragma omp simd
                     for (int64_t ii = 0; ii < 64; ++ii) {  /* P = exp(s - mx) / l, dS = P (dP - Di) f' */
+                        /* the score expression and its slope, both of the Q.K sum in st */
+                        const int64_t i_i = q0 + ii; const float s = ((i_j <= i_i) ? (st[jj][ii] * ((float)0.125)) : ((float)-1e+30));
+                        const float dp = (dt[jj][ii] - din[q0 + ii]) * (((i_j <= i_i) ? ((float)0.125) : ((float)(INT64_C(0)))));
                         /* Below -83.65 (ln of the smallest normal float x 40 keys), e^z / l
                            is subnormal, and every operation on a subnormal runs as a microcode
                            assist (masked causal scores made the backward 6x slower): such a P
                            (under 40 x 1.2e-38) is 0, and no lane computes it. */
-                        const float z = st[jj][ii] - mxn[q0 + ii];
+                        const float z = s - mxn[q0 + ii];
                         const int under = z < -83.647665f;
                         const float p = under ? 0.0f : uol_expf(under ? 0.0f : z) * rln[q0 + ii];
                         st[jj][ii] = p;
-                        dt[jj][ii] = p * dt[jj][ii];
+                        dt[jj][ii] = p * dp;
                     }
                 }
-                for (int64_t j0 = 0; j0 < nkr; j0 += 14) {  /* dV += P^T dO, dK += dS^T Q */
-                    for (int64_t e0 = 0; e0 < 32; e0 += 32)
-                        uol_dv_tile14(64, &st[j0][0], dop + (n * 64 + q0) * 32 + e0, &dva[j0][e0]);
-                    for (int64_t d0 = 0; d0 < 32; d0 += 32)
-                        uol_dk_tile14(64, &dt[j0][0], qp + (n * 64 + q0) * 32 + d0, &dka[j0][d0]);
+                for (int64_t j0 = 0; j0 < nk; j0 += 14) {  /* dV += P^T dO, dK += dS^T Q */
+                    const int64_t rows = nk - j0 < 14 ? nk - j0 : 14;
+                    for (int64_t e0 = 0; e0 < 32; e0 += 32) {
+                        if (rows == 14) uol_dv_tile14(64, &st[j0][0], dop + (n * 64 + q0) * 32 + e0, &dva[j0][e0]);
+                        else uol_dv_tile12(64, &st[j0][0], dop + (n * 64 + q0) * 32 + e0, &dva[j0][e0]);
+                    }
+                    for (int64_t d0 = 0; d0 < 32; d0 += 32) {
+                        if (rows == 14) uol_dk_tile14(64, &dt[j0][0], qp + (n * 64 + q0) * 32 + d0, &dka[j0][d0]);
+                        else uol_dk_tile12(64, &dt[j0][0], qp + (n * 64 + q0) * 32 + d0, &dka[j0][d0]);
+                    }
                 }
-                for (int64_t i0 = 0; i0 < 56; i0 += 14)  /* dQ += dS K, this thread's partial */
+                for (int64_t i0 = 0; i0 < 56; i0 += 14)  /* dQ += dS K */
                     for (int64_t d0 = 0; d0 < 32; d0 += 32)
-                        uol_dq_tile14(nkr, &dt[0][i0], kb0 + d0, dq + (q0 + i0) * 32 + d0);
+                        uol_dq_tile14(nk, &dt[0][i0], kb0 + d0, dq + (q0 + i0) * 32 + d0);
                 for (int64_t d0 = 0; d0 < 32; d0 += 32)
-                    uol_dq_tile8(nkr, &dt[0][56], kb0 + d0, dq + (q0 + 56) * 32 + d0);
+                    uol_dq_tile8(nk, &dt[0][56], kb0 + d0, dq + (q0 + 56) * 32 + d0);
             }
             for (int64_t jj = 0; jj < nk; ++jj) {
                 for (int64_t d = 0; d < 16; ++d) t_dK[(n * 40 + k0 + jj) * 16 + d] = dka[jj][d];

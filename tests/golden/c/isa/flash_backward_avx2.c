@@ -3,9 +3,10 @@
    The S x T matrices (s, p, d_p, d_s) are never stored: per slice and block of BK keys (one
    task), for every block of BQ queries, S^T = K Q^T and dP^T = V dO^T in register tiles, then
    P^T = exp(s - mx) / l and dS^T = P^T (dP^T - Di) f', then dV += P^T dO and dK += dS^T Q into
-   the task's own BK-row buffers and dQ += dS K into the thread's own partial (summed at the
-   end, in thread order). Q^T, dO^T (query on the lanes), padded Q, dO, K rows (head dimension
-   on the lanes, padded to whole tiles) and Di are packed once in a first pass.
+   the task's own BK-row buffers and dQ += dS K into the thread's own partial (summed at the end, in thread order). Q^T and dO^T (query on the
+   lanes) and Di are packed once in a first pass, and Q, dO and K rows (head dimension on the
+   lanes) too where they need padding to whole tiles. The last keys (1) take register
+   tiles of their own rows: no padding key is ever computed.
    Left out: d_mx and z_mx (the gradient through the row max is exactly zero). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -110,7 +111,7 @@ static inline __m256 uol_vexp(__m256 x)
 #define D_E 13
 
 /* Score micro-tile: 6 keys x 16 queries, 12 accumulators in registers. */
-static inline void uol_qk_tile(const float *const *restrict kr, const float *restrict qt,
+static inline void uol_qk_tile6(const float *const *restrict kr, const float *restrict qt,
                                float *restrict st)
 {
     uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
@@ -137,7 +138,7 @@ static inline void uol_qk_tile(const float *const *restrict kr, const float *res
 }
 
 /* Score micro-tile: 6 keys x 16 queries, 12 accumulators in registers. */
-static inline void uol_vdo_tile(const float *const *restrict kr, const float *restrict qt,
+static inline void uol_vdo_tile6(const float *const *restrict kr, const float *restrict qt,
                                float *restrict st)
 {
     uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
@@ -161,54 +162,6 @@ static inline void uol_vdo_tile(const float *const *restrict kr, const float *re
     uol_vst(st + 3 * 16 + 0, c3_0); uol_vst(st + 3 * 16 + 8, c3_1);
     uol_vst(st + 4 * 16 + 0, c4_0); uol_vst(st + 4 * 16 + 8, c4_1);
     uol_vst(st + 5 * 16 + 0, c5_0); uol_vst(st + 5 * 16 + 8, c5_1);
-}
-
-/* 6 x 16 accumulator tile in registers, loaded once and stored once per call. */
-static inline void uol_dq_tile6(int64_t nk, const float *restrict a, const float *restrict b,
-                               float *restrict c)
-{
-    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 8);
-    uol_v c1_0 = uol_vld(c + 16), c1_1 = uol_vld(c + 24);
-    uol_v c2_0 = uol_vld(c + 32), c2_1 = uol_vld(c + 40);
-    uol_v c3_0 = uol_vld(c + 48), c3_1 = uol_vld(c + 56);
-    uol_v c4_0 = uol_vld(c + 64), c4_1 = uol_vld(c + 72);
-    uol_v c5_0 = uol_vld(c + 80), c5_1 = uol_vld(c + 88);
-    for (int64_t k = 0; k < nk; ++k) {
-        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 8);
-        { const uol_v x = uol_vset(a[0 * 1 + k * 16]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
-        { const uol_v x = uol_vset(a[1 * 1 + k * 16]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
-        { const uol_v x = uol_vset(a[2 * 1 + k * 16]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
-        { const uol_v x = uol_vset(a[3 * 1 + k * 16]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
-        { const uol_v x = uol_vset(a[4 * 1 + k * 16]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
-        { const uol_v x = uol_vset(a[5 * 1 + k * 16]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
-    }
-    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 8, c0_1);
-    uol_vst(c + 1 * 16 + 0, c1_0); uol_vst(c + 1 * 16 + 8, c1_1);
-    uol_vst(c + 2 * 16 + 0, c2_0); uol_vst(c + 2 * 16 + 8, c2_1);
-    uol_vst(c + 3 * 16 + 0, c3_0); uol_vst(c + 3 * 16 + 8, c3_1);
-    uol_vst(c + 4 * 16 + 0, c4_0); uol_vst(c + 4 * 16 + 8, c4_1);
-    uol_vst(c + 5 * 16 + 0, c5_0); uol_vst(c + 5 * 16 + 8, c5_1);
-}
-
-/* 4 x 16 accumulator tile in registers, loaded once and stored once per call. */
-static inline void uol_dq_tile4(int64_t nk, const float *restrict a, const float *restrict b,
-                               float *restrict c)
-{
-    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 8);
-    uol_v c1_0 = uol_vld(c + 16), c1_1 = uol_vld(c + 24);
-    uol_v c2_0 = uol_vld(c + 32), c2_1 = uol_vld(c + 40);
-    uol_v c3_0 = uol_vld(c + 48), c3_1 = uol_vld(c + 56);
-    for (int64_t k = 0; k < nk; ++k) {
-        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 8);
-        { const uol_v x = uol_vset(a[0 * 1 + k * 16]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
-        { const uol_v x = uol_vset(a[1 * 1 + k * 16]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
-        { const uol_v x = uol_vset(a[2 * 1 + k * 16]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
-        { const uol_v x = uol_vset(a[3 * 1 + k * 16]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
-    }
-    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 8, c0_1);
-    uol_vst(c + 1 * 16 + 0, c1_0); uol_vst(c + 1 * 16 + 8, c1_1);
-    uol_vst(c + 2 * 16 + 0, c2_0); uol_vst(c + 2 * 16 + 8, c2_1);
-    uol_vst(c + 3 * 16 + 0, c3_0); uol_vst(c + 3 * 16 + 8, c3_1);
 }
 
 /* 6 x 16 accumulator tile in registers, loaded once and stored once per call. */
@@ -265,6 +218,102 @@ static inline void uol_dv_tile6(int64_t nk, const float *restrict a, const float
     uol_vst(c + 5 * 16 + 0, c5_0); uol_vst(c + 5 * 16 + 8, c5_1);
 }
 
+/* Score micro-tile: 1 keys x 16 queries, 2 accumulators in registers. */
+static inline void uol_qk_tile1(const float *const *restrict kr, const float *restrict qt,
+                               float *restrict st)
+{
+    uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
+    for (int64_t d = 0; d < 13; ++d) {
+        const uol_v q0 = uol_vld(qt + d * 16 + 0), q1 = uol_vld(qt + d * 16 + 8);
+        { const uol_v k = uol_vset(kr[0][d]); c0_0 = uol_vfma(k, q0, c0_0); c0_1 = uol_vfma(k, q1, c0_1); }
+    }
+    uol_vst(st + 0 * 16 + 0, c0_0); uol_vst(st + 0 * 16 + 8, c0_1);
+}
+
+/* Score micro-tile: 1 keys x 16 queries, 2 accumulators in registers. */
+static inline void uol_vdo_tile1(const float *const *restrict kr, const float *restrict qt,
+                               float *restrict st)
+{
+    uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
+    for (int64_t d = 0; d < 13; ++d) {
+        const uol_v q0 = uol_vld(qt + d * 16 + 0), q1 = uol_vld(qt + d * 16 + 8);
+        { const uol_v k = uol_vset(kr[0][d]); c0_0 = uol_vfma(k, q0, c0_0); c0_1 = uol_vfma(k, q1, c0_1); }
+    }
+    uol_vst(st + 0 * 16 + 0, c0_0); uol_vst(st + 0 * 16 + 8, c0_1);
+}
+
+/* 1 x 16 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dk_tile1(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 8);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 8);
+        { const uol_v x = uol_vset(a[0 * 16 + k * 1]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+    }
+    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 8, c0_1);
+}
+
+/* 1 x 16 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dv_tile1(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 8);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 8);
+        { const uol_v x = uol_vset(a[0 * 16 + k * 1]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+    }
+    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 8, c0_1);
+}
+
+/* 6 x 16 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dq_tile6(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 8);
+    uol_v c1_0 = uol_vld(c + 16), c1_1 = uol_vld(c + 24);
+    uol_v c2_0 = uol_vld(c + 32), c2_1 = uol_vld(c + 40);
+    uol_v c3_0 = uol_vld(c + 48), c3_1 = uol_vld(c + 56);
+    uol_v c4_0 = uol_vld(c + 64), c4_1 = uol_vld(c + 72);
+    uol_v c5_0 = uol_vld(c + 80), c5_1 = uol_vld(c + 88);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 8);
+        { const uol_v x = uol_vset(a[0 * 1 + k * 16]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 1 + k * 16]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 1 + k * 16]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 1 + k * 16]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+        { const uol_v x = uol_vset(a[4 * 1 + k * 16]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
+        { const uol_v x = uol_vset(a[5 * 1 + k * 16]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
+    }
+    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 8, c0_1);
+    uol_vst(c + 1 * 16 + 0, c1_0); uol_vst(c + 1 * 16 + 8, c1_1);
+    uol_vst(c + 2 * 16 + 0, c2_0); uol_vst(c + 2 * 16 + 8, c2_1);
+    uol_vst(c + 3 * 16 + 0, c3_0); uol_vst(c + 3 * 16 + 8, c3_1);
+    uol_vst(c + 4 * 16 + 0, c4_0); uol_vst(c + 4 * 16 + 8, c4_1);
+    uol_vst(c + 5 * 16 + 0, c5_0); uol_vst(c + 5 * 16 + 8, c5_1);
+}
+
+/* 4 x 16 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dq_tile4(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 8);
+    uol_v c1_0 = uol_vld(c + 16), c1_1 = uol_vld(c + 24);
+    uol_v c2_0 = uol_vld(c + 32), c2_1 = uol_vld(c + 40);
+    uol_v c3_0 = uol_vld(c + 48), c3_1 = uol_vld(c + 56);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 8);
+        { const uol_v x = uol_vset(a[0 * 1 + k * 16]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 1 + k * 16]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 1 + k * 16]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 1 + k * 16]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+    }
+    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 8, c0_1);
+    uol_vst(c + 1 * 16 + 0, c1_0); uol_vst(c + 1 * 16 + 8, c1_1);
+    uol_vst(c + 2 * 16 + 0, c2_0); uol_vst(c + 2 * 16 + 8, c2_1);
+    uol_vst(c + 3 * 16 + 0, c3_0); uol_vst(c + 3 * 16 + 8, c3_1);
+}
+
 void uol_attention_grad(void **args, const int64_t *strides)
 {
     (void)strides;
@@ -281,104 +330,119 @@ void uol_attention_grad(void **args, const int64_t *strides)
     /* Scratch, one malloc per call: Q^T, dO^T [slice][query block][D|E][BQ]
        (contiguous per block: a row stride of SP floats, a power of two, would map the rows a
        micro-tile reads onto the same L1 sets);
-       Q, dO rows [slice][SP][DP|EP] and K rows [slice][TP][DP], zero-padded to whole tiles;
+       Q, dO rows [slice][SP][DP|EP], zero-padded to whole tiles; K rows [slice][T][DP], zero-padded to whole vectors;
        mx, 1/l, Di [slice][SP]; dQ partials [thread][slice][SP][DP]. */
-    float *scratch = (float *)malloc(sizeof(float) * 1LL * (208 + 208 + 256 + 256 + 288 + 48 + 512));
+    float *scratch = (float *)malloc(sizeof(float) * (1LL * (208 + 208 + 256 + 256 + 208 + 48) + 512LL));
     if (!scratch) {  /* no memory: NaN gradients say so instead of silent garbage */
         for (int64_t x = 0; x < 169; ++x) t_dQ[x] = NAN;
         for (int64_t x = 0; x < 169; ++x) t_dK[x] = NAN;
         for (int64_t x = 0; x < 169; ++x) t_dV[x] = NAN;
         return;
     }
-    float *const qT = scratch, *const doT = qT + 208LL, *const qp = doT + 208LL;
-    float *const dop = qp + 256LL, *const kp = dop + 256LL;
-    float *const mxs = kp + 288LL, *const rl = mxs + 16LL, *const di = rl + 16LL;
+    float *const qT = scratch, *const doT = qT + 208LL, *const kp = doT + 208LL;
+    float *const mxs = kp + 208LL, *const rl = mxs + 16LL, *const di = rl + 16LL;
     float *const dqp = di + 16LL;
+    float *const qp = dqp + 512LL, *const dop = qp + 256LL;
     #pragma omp parallel num_threads(2)
     {
         #pragma omp for
         for (int64_t th = 0; th < 2; ++th) memset(dqp + th * 256LL, 0, sizeof(float) * 256LL);
         #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 1; ++n)
-        for (int64_t i = 0; i < 16; ++i) {  /* pack one query row; Di = dO . z / l = dO . O */
-            float *restrict qr = qp + (n * 16 + i) * 16, *restrict gr = dop + (n * 16 + i) * 16;
+        for (int64_t i = 0; i < 16; ++i) {  /* row statistics; Di = dO . z / l = dO . O */
             float acc = 0.0f, inv = 0.0f, m = 0.0f;  /* padding rows: p = 0 (1/l = 0), Di = 0 */
+            float *restrict qr = qp + (n * 16 + i) * 16, *restrict gp = dop + (n * 16 + i) * 16;
             for (int64_t d = 0; d < 16; ++d) qr[d] = i < 13 && d < 13 ? t_Q[(n * 13 + i) * 13 + d] : 0.0f;
-            for (int64_t e = 0; e < 16; ++e) gr[e] = i < 13 && e < 13 ? t_dO[(n * 13 + i) * 13 + e] : 0.0f;
-            float *restrict qc = qT + (n * 16 + i / 16 * 16) * 13 + i % 16;
-            float *restrict gc = doT + (n * 16 + i / 16 * 16) * 13 + i % 16;
-            for (int64_t d = 0; d < 13; ++d) qc[d * 16] = qr[d];
-            for (int64_t e = 0; e < 13; ++e) gc[e * 16] = gr[e];
+            for (int64_t e = 0; e < 16; ++e) gp[e] = i < 13 && e < 13 ? t_dO[(n * 13 + i) * 13 + e] : 0.0f;
             if (i < 13) {
-                for (int64_t e = 0; e < 13; ++e) acc += gr[e] * t_z_O[(n * 13 + i) * 13 + e];
+                const float *restrict gr = t_dO + (n * 13 + i) * 13, *restrict zr = t_z_O + (n * 13 + i) * 13;
+                #pragma omp simd reduction(+:acc)
+                for (int64_t e = 0; e < 13; ++e) acc += gr[e] * zr[e];
                 inv = 1.0f / t_l[n * 13 + i];
                 m = t_mx[n * 13 + i];
             }
             mxs[n * 16 + i] = m; rl[n * 16 + i] = inv; di[n * 16 + i] = acc * inv;
         }
-        #pragma omp for collapse(2)
+        #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 1; ++n)
-        for (int64_t j = 0; j < 18; ++j)  /* K rows, zero-padded: padding keys score finite */
+        for (int64_t b = 0; b < 1; ++b) {  /* Q^T, dO^T of one query block */
+            float *restrict qc = qT + (n * 16 + b * 16) * 13, *restrict gc = doT + (n * 16 + b * 16) * 13;
+            for (int64_t ii = 0; ii < 16; ++ii) {
+                const int64_t i = b * 16 + ii;
+                if (i < 13) {
+                    const float *restrict qs = t_Q + (n * 13 + i) * 13, *restrict gs = t_dO + (n * 13 + i) * 13;
+                    for (int64_t d = 0; d < 13; ++d) qc[d * 16 + ii] = qs[d];
+                    for (int64_t e = 0; e < 13; ++e) gc[e * 16 + ii] = gs[e];
+                } else {
+                    for (int64_t d = 0; d < 13; ++d) qc[d * 16 + ii] = 0.0f;
+                    for (int64_t e = 0; e < 13; ++e) gc[e * 16 + ii] = 0.0f;
+                }
+            }
+        }
+
+        #pragma omp for collapse(2) nowait
+        for (int64_t n = 0; n < 1; ++n)
+        for (int64_t j = 0; j < 13; ++j)  /* K rows, zero-padded to whole vectors */
             for (int64_t d = 0; d < 16; ++d)
-                kp[(n * 18 + j) * 16 + d] = j < 13 && d < 13 ? t_K[(n * 13 + j) * 13 + d] : 0.0f;
+                kp[(n * 13 + j) * 16 + d] = d < 13 ? t_K[(n * 13 + j) * 13 + d] : 0.0f;
+        #pragma omp barrier
         /* One task = one slice and BK keys: it owns those rows of dK and dV. */
         #pragma omp for collapse(2) schedule(static)
         for (int64_t n = 0; n < 1; ++n)
         for (int64_t kb = 0; kb < 1; ++kb) {
             const int64_t k0 = kb * 18;
             const int64_t nk = 13 - k0 < 18 ? 13 - k0 : 18;
-            const int64_t nkr = (nk + 5) / 6 * 6;  /* keys the register tiles cover */
             float st[18][16] __attribute__((aligned(64))), dt[18][16] __attribute__((aligned(64))), dka[18][16] __attribute__((aligned(64))), dva[18][16] __attribute__((aligned(64)));
             float *const dq = dqp + (omp_get_thread_num() * 1LL + n) * 256;
-            const float *const kb0 = kp + (n * 18 + k0) * 16;
+            const float *const kb0 = kp + (n * 13 + k0) * 16;
             const float *const mxn = mxs + n * 16, *const rln = rl + n * 16, *const din = di + n * 16;
             memset(dka, 0, sizeof dka); memset(dva, 0, sizeof dva);
             for (int64_t q0 = 0; q0 < 16; q0 += 16) {
-                for (int64_t j0 = 0; j0 < nkr; j0 += 6) {  /* S^T = K Q^T, dP^T = V dO^T */
+                for (int64_t j0 = 0; j0 < nk; j0 += 6) {  /* S^T = K Q^T, dP^T = V dO^T */
+                    const int64_t rows = nk - j0 < 6 ? nk - j0 : 6;  /* the last: 1 */
                     const float *kr[6], *vr[6];
-                    for (int64_t r = 0; r < 6; ++r) {
+                    for (int64_t r = 0; r < rows; ++r) {
                         kr[r] = kb0 + (j0 + r) * 16;
-                        vr[r] = t_V + (n * 13 + (k0 + j0 + r < 13 ? k0 + j0 + r : 12)) * 13;
+                        vr[r] = t_V + (n * 13 + k0 + j0 + r) * 13;
                     }
                     for (int64_t i0 = 0; i0 < 16; i0 += 16) {
-                        uol_qk_tile(kr, qT + (n * 16 + q0) * 13 + i0, &st[j0][i0]);
-                        uol_vdo_tile(vr, doT + (n * 16 + q0) * 13 + i0, &dt[j0][i0]);
+                        if (rows == 6) { uol_qk_tile6(kr, qT + (n * 16 + q0) * 13 + i0, &st[j0][i0]); uol_vdo_tile6(vr, doT + (n * 16 + q0) * 13 + i0, &dt[j0][i0]); }
+                        else { uol_qk_tile1(kr, qT + (n * 16 + q0) * 13 + i0, &st[j0][i0]); uol_vdo_tile1(vr, doT + (n * 16 + q0) * 13 + i0, &dt[j0][i0]); }
                     }
                 }
-                for (int64_t jj = 0; jj < nkr; ++jj) {
-                    if (jj >= nk) {  /* keys past T: p = dS = 0, no share in dQ */
-                        memset(st[jj], 0, sizeof st[jj]); memset(dt[jj], 0, sizeof dt[jj]);
-                        continue;
-                    }
-                    #pragma omp simd
-                    for (int64_t ii = 0; ii < 16; ++ii) {  /* the score expression and its slope */
-                        st[jj][ii] = (st[jj][ii] * ((float)0.125));
-                        dt[jj][ii] = (dt[jj][ii] - din[q0 + ii]) * (((float)0.125));
-                    }
+                for (int64_t jj = 0; jj < nk; ++jj) {
                     #pragma omp simd
                     for (int64_t ii = 0; ii < 16; ++ii) {  /* P = exp(s - mx) / l, dS = P (dP - Di) f' */
+                        /* the score expression and its slope, both of the Q.K sum in st */
+                        const float s = (st[jj][ii] * ((float)0.125));
+                        const float dp = (dt[jj][ii] - din[q0 + ii]) * (((float)0.125));
                         /* Below -84.77 (ln of the smallest normal float x 13 keys), e^z / l
                            is subnormal, and every operation on a subnormal runs as a microcode
                            assist (masked causal scores made the backward 6x slower): such a P
                            (under 13 x 1.2e-38) is 0, and no lane computes it. */
-                        const float z = st[jj][ii] - mxn[q0 + ii];
+                        const float z = s - mxn[q0 + ii];
                         const int under = z < -84.771595f;
                         const float p = under ? 0.0f : uol_expf(under ? 0.0f : z) * rln[q0 + ii];
                         st[jj][ii] = p;
-                        dt[jj][ii] = p * dt[jj][ii];
+                        dt[jj][ii] = p * dp;
                     }
                 }
-                for (int64_t j0 = 0; j0 < nkr; j0 += 6) {  /* dV += P^T dO, dK += dS^T Q */
-                    for (int64_t e0 = 0; e0 < 16; e0 += 16)
-                        uol_dv_tile6(16, &st[j0][0], dop + (n * 16 + q0) * 16 + e0, &dva[j0][e0]);
-                    for (int64_t d0 = 0; d0 < 16; d0 += 16)
-                        uol_dk_tile6(16, &dt[j0][0], qp + (n * 16 + q0) * 16 + d0, &dka[j0][d0]);
+                for (int64_t j0 = 0; j0 < nk; j0 += 6) {  /* dV += P^T dO, dK += dS^T Q */
+                    const int64_t rows = nk - j0 < 6 ? nk - j0 : 6;
+                    for (int64_t e0 = 0; e0 < 16; e0 += 16) {
+                        if (rows == 6) uol_dv_tile6(16, &st[j0][0], dop + (n * 16 + q0) * 16 + e0, &dva[j0][e0]);
+                        else uol_dv_tile1(16, &st[j0][0], dop + (n * 16 + q0) * 16 + e0, &dva[j0][e0]);
+                    }
+                    for (int64_t d0 = 0; d0 < 16; d0 += 16) {
+                        if (rows == 6) uol_dk_tile6(16, &dt[j0][0], qp + (n * 16 + q0) * 16 + d0, &dka[j0][d0]);
+                        else uol_dk_tile1(16, &dt[j0][0], qp + (n * 16 + q0) * 16 + d0, &dka[j0][d0]);
+                    }
                 }
-                for (int64_t i0 = 0; i0 < 12; i0 += 6)  /* dQ += dS K, this thread's partial */
+                for (int64_t i0 = 0; i0 < 12; i0 += 6)  /* dQ += dS K */
                     for (int64_t d0 = 0; d0 < 16; d0 += 16)
-                        uol_dq_tile6(nkr, &dt[0][i0], kb0 + d0, dq + (q0 + i0) * 16 + d0);
+                        uol_dq_tile6(nk, &dt[0][i0], kb0 + d0, dq + (q0 + i0) * 16 + d0);
                 for (int64_t d0 = 0; d0 < 16; d0 += 16)
-                    uol_dq_tile4(nkr, &dt[0][12], kb0 + d0, dq + (q0 + 12) * 16 + d0);
+                    uol_dq_tile4(nk, &dt[0][12], kb0 + d0, dq + (q0 + 12) * 16 + d0);
             }
             for (int64_t jj = 0; jj < nk; ++jj) {
                 for (int64_t d = 0; d < 13; ++d) t_dK[(n * 13 + k0 + jj) * 13 + d] = dka[jj][d];

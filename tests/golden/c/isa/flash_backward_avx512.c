@@ -3,9 +3,10 @@
    The S x T matrices (s, p, d_p, d_s) are never stored: per slice and block of BK keys (one
    task), for every block of BQ queries, S^T = K Q^T and dP^T = V dO^T in register tiles, then
    P^T = exp(s - mx) / l and dS^T = P^T (dP^T - Di) f', then dV += P^T dO and dK += dS^T Q into
-   the task's own BK-row buffers and dQ += dS K into the thread's own partial (summed at the
-   end, in thread order). Q^T, dO^T (query on the lanes), padded Q, dO, K rows (head dimension
-   on the lanes, padded to whole tiles) and Di are packed once in a first pass.
+   the task's own BK-row buffers and dQ += dS K into the thread's own partial (summed at the end, in thread order). Q^T and dO^T (query on the
+   lanes) and Di are packed once in a first pass, and Q, dO and K rows (head dimension on the
+   lanes) too where they need padding to whole tiles. The last keys (13) take register
+   tiles of their own rows: no padding key is ever computed.
    Left out: d_mx and z_mx (the gradient through the row max is exactly zero). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -97,7 +98,7 @@ static inline __m512 uol_vexp(__m512 x)
 #define D_E 13
 
 /* Score micro-tile: 14 keys x 32 queries, 28 accumulators in registers. */
-static inline void uol_qk_tile(const float *const *restrict kr, const float *restrict qt,
+static inline void uol_qk_tile14(const float *const *restrict kr, const float *restrict qt,
                                float *restrict st)
 {
     uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
@@ -148,7 +149,7 @@ static inline void uol_qk_tile(const float *const *restrict kr, const float *res
 }
 
 /* Score micro-tile: 14 keys x 32 queries, 28 accumulators in registers. */
-static inline void uol_vdo_tile(const float *const *restrict kr, const float *restrict qt,
+static inline void uol_vdo_tile14(const float *const *restrict kr, const float *restrict qt,
                                float *restrict st)
 {
     uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
@@ -196,78 +197,6 @@ static inline void uol_vdo_tile(const float *const *restrict kr, const float *re
     uol_vst(st + 11 * 32 + 0, c11_0); uol_vst(st + 11 * 32 + 16, c11_1);
     uol_vst(st + 12 * 32 + 0, c12_0); uol_vst(st + 12 * 32 + 16, c12_1);
     uol_vst(st + 13 * 32 + 0, c13_0); uol_vst(st + 13 * 32 + 16, c13_1);
-}
-
-/* 14 x 32 accumulator tile in registers, loaded once and stored once per call. */
-static inline void uol_dq_tile14(int64_t nk, const float *restrict a, const float *restrict b,
-                               float *restrict c)
-{
-    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
-    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
-    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
-    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
-    uol_v c4_0 = uol_vld(c + 128), c4_1 = uol_vld(c + 144);
-    uol_v c5_0 = uol_vld(c + 160), c5_1 = uol_vld(c + 176);
-    uol_v c6_0 = uol_vld(c + 192), c6_1 = uol_vld(c + 208);
-    uol_v c7_0 = uol_vld(c + 224), c7_1 = uol_vld(c + 240);
-    uol_v c8_0 = uol_vld(c + 256), c8_1 = uol_vld(c + 272);
-    uol_v c9_0 = uol_vld(c + 288), c9_1 = uol_vld(c + 304);
-    uol_v c10_0 = uol_vld(c + 320), c10_1 = uol_vld(c + 336);
-    uol_v c11_0 = uol_vld(c + 352), c11_1 = uol_vld(c + 368);
-    uol_v c12_0 = uol_vld(c + 384), c12_1 = uol_vld(c + 400);
-    uol_v c13_0 = uol_vld(c + 416), c13_1 = uol_vld(c + 432);
-    for (int64_t k = 0; k < nk; ++k) {
-        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
-        { const uol_v x = uol_vset(a[0 * 1 + k * 32]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
-        { const uol_v x = uol_vset(a[1 * 1 + k * 32]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
-        { const uol_v x = uol_vset(a[2 * 1 + k * 32]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
-        { const uol_v x = uol_vset(a[3 * 1 + k * 32]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
-        { const uol_v x = uol_vset(a[4 * 1 + k * 32]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
-        { const uol_v x = uol_vset(a[5 * 1 + k * 32]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
-        { const uol_v x = uol_vset(a[6 * 1 + k * 32]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
-        { const uol_v x = uol_vset(a[7 * 1 + k * 32]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
-        { const uol_v x = uol_vset(a[8 * 1 + k * 32]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
-        { const uol_v x = uol_vset(a[9 * 1 + k * 32]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
-        { const uol_v x = uol_vset(a[10 * 1 + k * 32]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
-        { const uol_v x = uol_vset(a[11 * 1 + k * 32]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
-        { const uol_v x = uol_vset(a[12 * 1 + k * 32]); c12_0 = uol_vfma(x, b0, c12_0); c12_1 = uol_vfma(x, b1, c12_1); }
-        { const uol_v x = uol_vset(a[13 * 1 + k * 32]); c13_0 = uol_vfma(x, b0, c13_0); c13_1 = uol_vfma(x, b1, c13_1); }
-    }
-    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
-    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
-    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
-    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
-    uol_vst(c + 4 * 32 + 0, c4_0); uol_vst(c + 4 * 32 + 16, c4_1);
-    uol_vst(c + 5 * 32 + 0, c5_0); uol_vst(c + 5 * 32 + 16, c5_1);
-    uol_vst(c + 6 * 32 + 0, c6_0); uol_vst(c + 6 * 32 + 16, c6_1);
-    uol_vst(c + 7 * 32 + 0, c7_0); uol_vst(c + 7 * 32 + 16, c7_1);
-    uol_vst(c + 8 * 32 + 0, c8_0); uol_vst(c + 8 * 32 + 16, c8_1);
-    uol_vst(c + 9 * 32 + 0, c9_0); uol_vst(c + 9 * 32 + 16, c9_1);
-    uol_vst(c + 10 * 32 + 0, c10_0); uol_vst(c + 10 * 32 + 16, c10_1);
-    uol_vst(c + 11 * 32 + 0, c11_0); uol_vst(c + 11 * 32 + 16, c11_1);
-    uol_vst(c + 12 * 32 + 0, c12_0); uol_vst(c + 12 * 32 + 16, c12_1);
-    uol_vst(c + 13 * 32 + 0, c13_0); uol_vst(c + 13 * 32 + 16, c13_1);
-}
-
-/* 4 x 32 accumulator tile in registers, loaded once and stored once per call. */
-static inline void uol_dq_tile4(int64_t nk, const float *restrict a, const float *restrict b,
-                               float *restrict c)
-{
-    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
-    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
-    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
-    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
-    for (int64_t k = 0; k < nk; ++k) {
-        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
-        { const uol_v x = uol_vset(a[0 * 1 + k * 32]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
-        { const uol_v x = uol_vset(a[1 * 1 + k * 32]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
-        { const uol_v x = uol_vset(a[2 * 1 + k * 32]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
-        { const uol_v x = uol_vset(a[3 * 1 + k * 32]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
-    }
-    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
-    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
-    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
-    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
 }
 
 /* 14 x 32 accumulator tile in registers, loaded once and stored once per call. */
@@ -372,6 +301,270 @@ static inline void uol_dv_tile14(int64_t nk, const float *restrict a, const floa
     uol_vst(c + 13 * 32 + 0, c13_0); uol_vst(c + 13 * 32 + 16, c13_1);
 }
 
+/* Score micro-tile: 13 keys x 32 queries, 26 accumulators in registers. */
+static inline void uol_qk_tile13(const float *const *restrict kr, const float *restrict qt,
+                               float *restrict st)
+{
+    uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
+    uol_v c1_0 = uol_vset(0.0f), c1_1 = uol_vset(0.0f);
+    uol_v c2_0 = uol_vset(0.0f), c2_1 = uol_vset(0.0f);
+    uol_v c3_0 = uol_vset(0.0f), c3_1 = uol_vset(0.0f);
+    uol_v c4_0 = uol_vset(0.0f), c4_1 = uol_vset(0.0f);
+    uol_v c5_0 = uol_vset(0.0f), c5_1 = uol_vset(0.0f);
+    uol_v c6_0 = uol_vset(0.0f), c6_1 = uol_vset(0.0f);
+    uol_v c7_0 = uol_vset(0.0f), c7_1 = uol_vset(0.0f);
+    uol_v c8_0 = uol_vset(0.0f), c8_1 = uol_vset(0.0f);
+    uol_v c9_0 = uol_vset(0.0f), c9_1 = uol_vset(0.0f);
+    uol_v c10_0 = uol_vset(0.0f), c10_1 = uol_vset(0.0f);
+    uol_v c11_0 = uol_vset(0.0f), c11_1 = uol_vset(0.0f);
+    uol_v c12_0 = uol_vset(0.0f), c12_1 = uol_vset(0.0f);
+    for (int64_t d = 0; d < 13; ++d) {
+        const uol_v q0 = uol_vld(qt + d * 32 + 0), q1 = uol_vld(qt + d * 32 + 16);
+        { const uol_v k = uol_vset(kr[0][d]); c0_0 = uol_vfma(k, q0, c0_0); c0_1 = uol_vfma(k, q1, c0_1); }
+        { const uol_v k = uol_vset(kr[1][d]); c1_0 = uol_vfma(k, q0, c1_0); c1_1 = uol_vfma(k, q1, c1_1); }
+        { const uol_v k = uol_vset(kr[2][d]); c2_0 = uol_vfma(k, q0, c2_0); c2_1 = uol_vfma(k, q1, c2_1); }
+        { const uol_v k = uol_vset(kr[3][d]); c3_0 = uol_vfma(k, q0, c3_0); c3_1 = uol_vfma(k, q1, c3_1); }
+        { const uol_v k = uol_vset(kr[4][d]); c4_0 = uol_vfma(k, q0, c4_0); c4_1 = uol_vfma(k, q1, c4_1); }
+        { const uol_v k = uol_vset(kr[5][d]); c5_0 = uol_vfma(k, q0, c5_0); c5_1 = uol_vfma(k, q1, c5_1); }
+        { const uol_v k = uol_vset(kr[6][d]); c6_0 = uol_vfma(k, q0, c6_0); c6_1 = uol_vfma(k, q1, c6_1); }
+        { const uol_v k = uol_vset(kr[7][d]); c7_0 = uol_vfma(k, q0, c7_0); c7_1 = uol_vfma(k, q1, c7_1); }
+        { const uol_v k = uol_vset(kr[8][d]); c8_0 = uol_vfma(k, q0, c8_0); c8_1 = uol_vfma(k, q1, c8_1); }
+        { const uol_v k = uol_vset(kr[9][d]); c9_0 = uol_vfma(k, q0, c9_0); c9_1 = uol_vfma(k, q1, c9_1); }
+        { const uol_v k = uol_vset(kr[10][d]); c10_0 = uol_vfma(k, q0, c10_0); c10_1 = uol_vfma(k, q1, c10_1); }
+        { const uol_v k = uol_vset(kr[11][d]); c11_0 = uol_vfma(k, q0, c11_0); c11_1 = uol_vfma(k, q1, c11_1); }
+        { const uol_v k = uol_vset(kr[12][d]); c12_0 = uol_vfma(k, q0, c12_0); c12_1 = uol_vfma(k, q1, c12_1); }
+    }
+    uol_vst(st + 0 * 32 + 0, c0_0); uol_vst(st + 0 * 32 + 16, c0_1);
+    uol_vst(st + 1 * 32 + 0, c1_0); uol_vst(st + 1 * 32 + 16, c1_1);
+    uol_vst(st + 2 * 32 + 0, c2_0); uol_vst(st + 2 * 32 + 16, c2_1);
+    uol_vst(st + 3 * 32 + 0, c3_0); uol_vst(st + 3 * 32 + 16, c3_1);
+    uol_vst(st + 4 * 32 + 0, c4_0); uol_vst(st + 4 * 32 + 16, c4_1);
+    uol_vst(st + 5 * 32 + 0, c5_0); uol_vst(st + 5 * 32 + 16, c5_1);
+    uol_vst(st + 6 * 32 + 0, c6_0); uol_vst(st + 6 * 32 + 16, c6_1);
+    uol_vst(st + 7 * 32 + 0, c7_0); uol_vst(st + 7 * 32 + 16, c7_1);
+    uol_vst(st + 8 * 32 + 0, c8_0); uol_vst(st + 8 * 32 + 16, c8_1);
+    uol_vst(st + 9 * 32 + 0, c9_0); uol_vst(st + 9 * 32 + 16, c9_1);
+    uol_vst(st + 10 * 32 + 0, c10_0); uol_vst(st + 10 * 32 + 16, c10_1);
+    uol_vst(st + 11 * 32 + 0, c11_0); uol_vst(st + 11 * 32 + 16, c11_1);
+    uol_vst(st + 12 * 32 + 0, c12_0); uol_vst(st + 12 * 32 + 16, c12_1);
+}
+
+/* Score micro-tile: 13 keys x 32 queries, 26 accumulators in registers. */
+static inline void uol_vdo_tile13(const float *const *restrict kr, const float *restrict qt,
+                               float *restrict st)
+{
+    uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
+    uol_v c1_0 = uol_vset(0.0f), c1_1 = uol_vset(0.0f);
+    uol_v c2_0 = uol_vset(0.0f), c2_1 = uol_vset(0.0f);
+    uol_v c3_0 = uol_vset(0.0f), c3_1 = uol_vset(0.0f);
+    uol_v c4_0 = uol_vset(0.0f), c4_1 = uol_vset(0.0f);
+    uol_v c5_0 = uol_vset(0.0f), c5_1 = uol_vset(0.0f);
+    uol_v c6_0 = uol_vset(0.0f), c6_1 = uol_vset(0.0f);
+    uol_v c7_0 = uol_vset(0.0f), c7_1 = uol_vset(0.0f);
+    uol_v c8_0 = uol_vset(0.0f), c8_1 = uol_vset(0.0f);
+    uol_v c9_0 = uol_vset(0.0f), c9_1 = uol_vset(0.0f);
+    uol_v c10_0 = uol_vset(0.0f), c10_1 = uol_vset(0.0f);
+    uol_v c11_0 = uol_vset(0.0f), c11_1 = uol_vset(0.0f);
+    uol_v c12_0 = uol_vset(0.0f), c12_1 = uol_vset(0.0f);
+    for (int64_t d = 0; d < 13; ++d) {
+        const uol_v q0 = uol_vld(qt + d * 32 + 0), q1 = uol_vld(qt + d * 32 + 16);
+        { const uol_v k = uol_vset(kr[0][d]); c0_0 = uol_vfma(k, q0, c0_0); c0_1 = uol_vfma(k, q1, c0_1); }
+        { const uol_v k = uol_vset(kr[1][d]); c1_0 = uol_vfma(k, q0, c1_0); c1_1 = uol_vfma(k, q1, c1_1); }
+        { const uol_v k = uol_vset(kr[2][d]); c2_0 = uol_vfma(k, q0, c2_0); c2_1 = uol_vfma(k, q1, c2_1); }
+        { const uol_v k = uol_vset(kr[3][d]); c3_0 = uol_vfma(k, q0, c3_0); c3_1 = uol_vfma(k, q1, c3_1); }
+        { const uol_v k = uol_vset(kr[4][d]); c4_0 = uol_vfma(k, q0, c4_0); c4_1 = uol_vfma(k, q1, c4_1); }
+        { const uol_v k = uol_vset(kr[5][d]); c5_0 = uol_vfma(k, q0, c5_0); c5_1 = uol_vfma(k, q1, c5_1); }
+        { const uol_v k = uol_vset(kr[6][d]); c6_0 = uol_vfma(k, q0, c6_0); c6_1 = uol_vfma(k, q1, c6_1); }
+        { const uol_v k = uol_vset(kr[7][d]); c7_0 = uol_vfma(k, q0, c7_0); c7_1 = uol_vfma(k, q1, c7_1); }
+        { const uol_v k = uol_vset(kr[8][d]); c8_0 = uol_vfma(k, q0, c8_0); c8_1 = uol_vfma(k, q1, c8_1); }
+        { const uol_v k = uol_vset(kr[9][d]); c9_0 = uol_vfma(k, q0, c9_0); c9_1 = uol_vfma(k, q1, c9_1); }
+        { const uol_v k = uol_vset(kr[10][d]); c10_0 = uol_vfma(k, q0, c10_0); c10_1 = uol_vfma(k, q1, c10_1); }
+        { const uol_v k = uol_vset(kr[11][d]); c11_0 = uol_vfma(k, q0, c11_0); c11_1 = uol_vfma(k, q1, c11_1); }
+        { const uol_v k = uol_vset(kr[12][d]); c12_0 = uol_vfma(k, q0, c12_0); c12_1 = uol_vfma(k, q1, c12_1); }
+    }
+    uol_vst(st + 0 * 32 + 0, c0_0); uol_vst(st + 0 * 32 + 16, c0_1);
+    uol_vst(st + 1 * 32 + 0, c1_0); uol_vst(st + 1 * 32 + 16, c1_1);
+    uol_vst(st + 2 * 32 + 0, c2_0); uol_vst(st + 2 * 32 + 16, c2_1);
+    uol_vst(st + 3 * 32 + 0, c3_0); uol_vst(st + 3 * 32 + 16, c3_1);
+    uol_vst(st + 4 * 32 + 0, c4_0); uol_vst(st + 4 * 32 + 16, c4_1);
+    uol_vst(st + 5 * 32 + 0, c5_0); uol_vst(st + 5 * 32 + 16, c5_1);
+    uol_vst(st + 6 * 32 + 0, c6_0); uol_vst(st + 6 * 32 + 16, c6_1);
+    uol_vst(st + 7 * 32 + 0, c7_0); uol_vst(st + 7 * 32 + 16, c7_1);
+    uol_vst(st + 8 * 32 + 0, c8_0); uol_vst(st + 8 * 32 + 16, c8_1);
+    uol_vst(st + 9 * 32 + 0, c9_0); uol_vst(st + 9 * 32 + 16, c9_1);
+    uol_vst(st + 10 * 32 + 0, c10_0); uol_vst(st + 10 * 32 + 16, c10_1);
+    uol_vst(st + 11 * 32 + 0, c11_0); uol_vst(st + 11 * 32 + 16, c11_1);
+    uol_vst(st + 12 * 32 + 0, c12_0); uol_vst(st + 12 * 32 + 16, c12_1);
+}
+
+/* 13 x 32 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dk_tile13(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
+    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
+    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
+    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
+    uol_v c4_0 = uol_vld(c + 128), c4_1 = uol_vld(c + 144);
+    uol_v c5_0 = uol_vld(c + 160), c5_1 = uol_vld(c + 176);
+    uol_v c6_0 = uol_vld(c + 192), c6_1 = uol_vld(c + 208);
+    uol_v c7_0 = uol_vld(c + 224), c7_1 = uol_vld(c + 240);
+    uol_v c8_0 = uol_vld(c + 256), c8_1 = uol_vld(c + 272);
+    uol_v c9_0 = uol_vld(c + 288), c9_1 = uol_vld(c + 304);
+    uol_v c10_0 = uol_vld(c + 320), c10_1 = uol_vld(c + 336);
+    uol_v c11_0 = uol_vld(c + 352), c11_1 = uol_vld(c + 368);
+    uol_v c12_0 = uol_vld(c + 384), c12_1 = uol_vld(c + 400);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
+        { const uol_v x = uol_vset(a[0 * 32 + k * 1]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 32 + k * 1]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 32 + k * 1]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 32 + k * 1]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+        { const uol_v x = uol_vset(a[4 * 32 + k * 1]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
+        { const uol_v x = uol_vset(a[5 * 32 + k * 1]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
+        { const uol_v x = uol_vset(a[6 * 32 + k * 1]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
+        { const uol_v x = uol_vset(a[7 * 32 + k * 1]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
+        { const uol_v x = uol_vset(a[8 * 32 + k * 1]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
+        { const uol_v x = uol_vset(a[9 * 32 + k * 1]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
+        { const uol_v x = uol_vset(a[10 * 32 + k * 1]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
+        { const uol_v x = uol_vset(a[11 * 32 + k * 1]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
+        { const uol_v x = uol_vset(a[12 * 32 + k * 1]); c12_0 = uol_vfma(x, b0, c12_0); c12_1 = uol_vfma(x, b1, c12_1); }
+    }
+    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
+    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
+    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
+    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
+    uol_vst(c + 4 * 32 + 0, c4_0); uol_vst(c + 4 * 32 + 16, c4_1);
+    uol_vst(c + 5 * 32 + 0, c5_0); uol_vst(c + 5 * 32 + 16, c5_1);
+    uol_vst(c + 6 * 32 + 0, c6_0); uol_vst(c + 6 * 32 + 16, c6_1);
+    uol_vst(c + 7 * 32 + 0, c7_0); uol_vst(c + 7 * 32 + 16, c7_1);
+    uol_vst(c + 8 * 32 + 0, c8_0); uol_vst(c + 8 * 32 + 16, c8_1);
+    uol_vst(c + 9 * 32 + 0, c9_0); uol_vst(c + 9 * 32 + 16, c9_1);
+    uol_vst(c + 10 * 32 + 0, c10_0); uol_vst(c + 10 * 32 + 16, c10_1);
+    uol_vst(c + 11 * 32 + 0, c11_0); uol_vst(c + 11 * 32 + 16, c11_1);
+    uol_vst(c + 12 * 32 + 0, c12_0); uol_vst(c + 12 * 32 + 16, c12_1);
+}
+
+/* 13 x 32 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dv_tile13(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
+    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
+    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
+    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
+    uol_v c4_0 = uol_vld(c + 128), c4_1 = uol_vld(c + 144);
+    uol_v c5_0 = uol_vld(c + 160), c5_1 = uol_vld(c + 176);
+    uol_v c6_0 = uol_vld(c + 192), c6_1 = uol_vld(c + 208);
+    uol_v c7_0 = uol_vld(c + 224), c7_1 = uol_vld(c + 240);
+    uol_v c8_0 = uol_vld(c + 256), c8_1 = uol_vld(c + 272);
+    uol_v c9_0 = uol_vld(c + 288), c9_1 = uol_vld(c + 304);
+    uol_v c10_0 = uol_vld(c + 320), c10_1 = uol_vld(c + 336);
+    uol_v c11_0 = uol_vld(c + 352), c11_1 = uol_vld(c + 368);
+    uol_v c12_0 = uol_vld(c + 384), c12_1 = uol_vld(c + 400);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
+        { const uol_v x = uol_vset(a[0 * 32 + k * 1]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 32 + k * 1]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 32 + k * 1]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 32 + k * 1]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+        { const uol_v x = uol_vset(a[4 * 32 + k * 1]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
+        { const uol_v x = uol_vset(a[5 * 32 + k * 1]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
+        { const uol_v x = uol_vset(a[6 * 32 + k * 1]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
+        { const uol_v x = uol_vset(a[7 * 32 + k * 1]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
+        { const uol_v x = uol_vset(a[8 * 32 + k * 1]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
+        { const uol_v x = uol_vset(a[9 * 32 + k * 1]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
+        { const uol_v x = uol_vset(a[10 * 32 + k * 1]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
+        { const uol_v x = uol_vset(a[11 * 32 + k * 1]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
+        { const uol_v x = uol_vset(a[12 * 32 + k * 1]); c12_0 = uol_vfma(x, b0, c12_0); c12_1 = uol_vfma(x, b1, c12_1); }
+    }
+    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
+    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
+    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
+    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
+    uol_vst(c + 4 * 32 + 0, c4_0); uol_vst(c + 4 * 32 + 16, c4_1);
+    uol_vst(c + 5 * 32 + 0, c5_0); uol_vst(c + 5 * 32 + 16, c5_1);
+    uol_vst(c + 6 * 32 + 0, c6_0); uol_vst(c + 6 * 32 + 16, c6_1);
+    uol_vst(c + 7 * 32 + 0, c7_0); uol_vst(c + 7 * 32 + 16, c7_1);
+    uol_vst(c + 8 * 32 + 0, c8_0); uol_vst(c + 8 * 32 + 16, c8_1);
+    uol_vst(c + 9 * 32 + 0, c9_0); uol_vst(c + 9 * 32 + 16, c9_1);
+    uol_vst(c + 10 * 32 + 0, c10_0); uol_vst(c + 10 * 32 + 16, c10_1);
+    uol_vst(c + 11 * 32 + 0, c11_0); uol_vst(c + 11 * 32 + 16, c11_1);
+    uol_vst(c + 12 * 32 + 0, c12_0); uol_vst(c + 12 * 32 + 16, c12_1);
+}
+
+/* 14 x 32 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dq_tile14(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
+    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
+    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
+    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
+    uol_v c4_0 = uol_vld(c + 128), c4_1 = uol_vld(c + 144);
+    uol_v c5_0 = uol_vld(c + 160), c5_1 = uol_vld(c + 176);
+    uol_v c6_0 = uol_vld(c + 192), c6_1 = uol_vld(c + 208);
+    uol_v c7_0 = uol_vld(c + 224), c7_1 = uol_vld(c + 240);
+    uol_v c8_0 = uol_vld(c + 256), c8_1 = uol_vld(c + 272);
+    uol_v c9_0 = uol_vld(c + 288), c9_1 = uol_vld(c + 304);
+    uol_v c10_0 = uol_vld(c + 320), c10_1 = uol_vld(c + 336);
+    uol_v c11_0 = uol_vld(c + 352), c11_1 = uol_vld(c + 368);
+    uol_v c12_0 = uol_vld(c + 384), c12_1 = uol_vld(c + 400);
+    uol_v c13_0 = uol_vld(c + 416), c13_1 = uol_vld(c + 432);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
+        { const uol_v x = uol_vset(a[0 * 1 + k * 32]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 1 + k * 32]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 1 + k * 32]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 1 + k * 32]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+        { const uol_v x = uol_vset(a[4 * 1 + k * 32]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
+        { const uol_v x = uol_vset(a[5 * 1 + k * 32]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
+        { const uol_v x = uol_vset(a[6 * 1 + k * 32]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
+        { const uol_v x = uol_vset(a[7 * 1 + k * 32]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
+        { const uol_v x = uol_vset(a[8 * 1 + k * 32]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
+        { const uol_v x = uol_vset(a[9 * 1 + k * 32]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
+        { const uol_v x = uol_vset(a[10 * 1 + k * 32]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
+        { const uol_v x = uol_vset(a[11 * 1 + k * 32]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
+        { const uol_v x = uol_vset(a[12 * 1 + k * 32]); c12_0 = uol_vfma(x, b0, c12_0); c12_1 = uol_vfma(x, b1, c12_1); }
+        { const uol_v x = uol_vset(a[13 * 1 + k * 32]); c13_0 = uol_vfma(x, b0, c13_0); c13_1 = uol_vfma(x, b1, c13_1); }
+    }
+    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
+    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
+    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
+    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
+    uol_vst(c + 4 * 32 + 0, c4_0); uol_vst(c + 4 * 32 + 16, c4_1);
+    uol_vst(c + 5 * 32 + 0, c5_0); uol_vst(c + 5 * 32 + 16, c5_1);
+    uol_vst(c + 6 * 32 + 0, c6_0); uol_vst(c + 6 * 32 + 16, c6_1);
+    uol_vst(c + 7 * 32 + 0, c7_0); uol_vst(c + 7 * 32 + 16, c7_1);
+    uol_vst(c + 8 * 32 + 0, c8_0); uol_vst(c + 8 * 32 + 16, c8_1);
+    uol_vst(c + 9 * 32 + 0, c9_0); uol_vst(c + 9 * 32 + 16, c9_1);
+    uol_vst(c + 10 * 32 + 0, c10_0); uol_vst(c + 10 * 32 + 16, c10_1);
+    uol_vst(c + 11 * 32 + 0, c11_0); uol_vst(c + 11 * 32 + 16, c11_1);
+    uol_vst(c + 12 * 32 + 0, c12_0); uol_vst(c + 12 * 32 + 16, c12_1);
+    uol_vst(c + 13 * 32 + 0, c13_0); uol_vst(c + 13 * 32 + 16, c13_1);
+}
+
+/* 4 x 32 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dq_tile4(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 16);
+    uol_v c1_0 = uol_vld(c + 32), c1_1 = uol_vld(c + 48);
+    uol_v c2_0 = uol_vld(c + 64), c2_1 = uol_vld(c + 80);
+    uol_v c3_0 = uol_vld(c + 96), c3_1 = uol_vld(c + 112);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 32 + 0), b1 = uol_vld(b + k * 32 + 16);
+        { const uol_v x = uol_vset(a[0 * 1 + k * 32]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 1 + k * 32]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 1 + k * 32]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 1 + k * 32]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+    }
+    uol_vst(c + 0 * 32 + 0, c0_0); uol_vst(c + 0 * 32 + 16, c0_1);
+    uol_vst(c + 1 * 32 + 0, c1_0); uol_vst(c + 1 * 32 + 16, c1_1);
+    uol_vst(c + 2 * 32 + 0, c2_0); uol_vst(c + 2 * 32 + 16, c2_1);
+    uol_vst(c + 3 * 32 + 0, c3_0); uol_vst(c + 3 * 32 + 16, c3_1);
+}
+
 void uol_attention_grad(void **args, const int64_t *strides)
 {
     (void)strides;
@@ -388,104 +581,119 @@ void uol_attention_grad(void **args, const int64_t *strides)
     /* Scratch, one malloc per call: Q^T, dO^T [slice][query block][D|E][BQ]
        (contiguous per block: a row stride of SP floats, a power of two, would map the rows a
        micro-tile reads onto the same L1 sets);
-       Q, dO rows [slice][SP][DP|EP] and K rows [slice][TP][DP], zero-padded to whole tiles;
+       Q, dO rows [slice][SP][DP|EP], zero-padded to whole tiles; K rows [slice][T][DP], zero-padded to whole vectors;
        mx, 1/l, Di [slice][SP]; dQ partials [thread][slice][SP][DP]. */
-    float *scratch = (float *)malloc(sizeof(float) * 1LL * (416 + 416 + 1024 + 1024 + 448 + 96 + 2048));
+    float *scratch = (float *)malloc(sizeof(float) * (1LL * (416 + 416 + 1024 + 1024 + 416 + 96) + 2048LL));
     if (!scratch) {  /* no memory: NaN gradients say so instead of silent garbage */
         for (int64_t x = 0; x < 169; ++x) t_dQ[x] = NAN;
         for (int64_t x = 0; x < 169; ++x) t_dK[x] = NAN;
         for (int64_t x = 0; x < 169; ++x) t_dV[x] = NAN;
         return;
     }
-    float *const qT = scratch, *const doT = qT + 416LL, *const qp = doT + 416LL;
-    float *const dop = qp + 1024LL, *const kp = dop + 1024LL;
-    float *const mxs = kp + 448LL, *const rl = mxs + 32LL, *const di = rl + 32LL;
+    float *const qT = scratch, *const doT = qT + 416LL, *const kp = doT + 416LL;
+    float *const mxs = kp + 416LL, *const rl = mxs + 32LL, *const di = rl + 32LL;
     float *const dqp = di + 32LL;
+    float *const qp = dqp + 2048LL, *const dop = qp + 1024LL;
     #pragma omp parallel num_threads(2)
     {
         #pragma omp for
         for (int64_t th = 0; th < 2; ++th) memset(dqp + th * 1024LL, 0, sizeof(float) * 1024LL);
         #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 1; ++n)
-        for (int64_t i = 0; i < 32; ++i) {  /* pack one query row; Di = dO . z / l = dO . O */
-            float *restrict qr = qp + (n * 32 + i) * 32, *restrict gr = dop + (n * 32 + i) * 32;
+        for (int64_t i = 0; i < 32; ++i) {  /* row statistics; Di = dO . z / l = dO . O */
             float acc = 0.0f, inv = 0.0f, m = 0.0f;  /* padding rows: p = 0 (1/l = 0), Di = 0 */
+            float *restrict qr = qp + (n * 32 + i) * 32, *restrict gp = dop + (n * 32 + i) * 32;
             for (int64_t d = 0; d < 32; ++d) qr[d] = i < 13 && d < 13 ? t_Q[(n * 13 + i) * 13 + d] : 0.0f;
-            for (int64_t e = 0; e < 32; ++e) gr[e] = i < 13 && e < 13 ? t_dO[(n * 13 + i) * 13 + e] : 0.0f;
-            float *restrict qc = qT + (n * 32 + i / 32 * 32) * 13 + i % 32;
-            float *restrict gc = doT + (n * 32 + i / 32 * 32) * 13 + i % 32;
-            for (int64_t d = 0; d < 13; ++d) qc[d * 32] = qr[d];
-            for (int64_t e = 0; e < 13; ++e) gc[e * 32] = gr[e];
+            for (int64_t e = 0; e < 32; ++e) gp[e] = i < 13 && e < 13 ? t_dO[(n * 13 + i) * 13 + e] : 0.0f;
             if (i < 13) {
-                for (int64_t e = 0; e < 13; ++e) acc += gr[e] * t_z_O[(n * 13 + i) * 13 + e];
+                const float *restrict gr = t_dO + (n * 13 + i) * 13, *restrict zr = t_z_O + (n * 13 + i) * 13;
+                #pragma omp simd reduction(+:acc)
+                for (int64_t e = 0; e < 13; ++e) acc += gr[e] * zr[e];
                 inv = 1.0f / t_l[n * 13 + i];
                 m = t_mx[n * 13 + i];
             }
             mxs[n * 32 + i] = m; rl[n * 32 + i] = inv; di[n * 32 + i] = acc * inv;
         }
-        #pragma omp for collapse(2)
+        #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 1; ++n)
-        for (int64_t j = 0; j < 14; ++j)  /* K rows, zero-padded: padding keys score finite */
+        for (int64_t b = 0; b < 1; ++b) {  /* Q^T, dO^T of one query block */
+            float *restrict qc = qT + (n * 32 + b * 32) * 13, *restrict gc = doT + (n * 32 + b * 32) * 13;
+            for (int64_t ii = 0; ii < 32; ++ii) {
+                const int64_t i = b * 32 + ii;
+                if (i < 13) {
+                    const float *restrict qs = t_Q + (n * 13 + i) * 13, *restrict gs = t_dO + (n * 13 + i) * 13;
+                    for (int64_t d = 0; d < 13; ++d) qc[d * 32 + ii] = qs[d];
+                    for (int64_t e = 0; e < 13; ++e) gc[e * 32 + ii] = gs[e];
+                } else {
+                    for (int64_t d = 0; d < 13; ++d) qc[d * 32 + ii] = 0.0f;
+                    for (int64_t e = 0; e < 13; ++e) gc[e * 32 + ii] = 0.0f;
+                }
+            }
+        }
+
+        #pragma omp for collapse(2) nowait
+        for (int64_t n = 0; n < 1; ++n)
+        for (int64_t j = 0; j < 13; ++j)  /* K rows, zero-padded to whole vectors */
             for (int64_t d = 0; d < 32; ++d)
-                kp[(n * 14 + j) * 32 + d] = j < 13 && d < 13 ? t_K[(n * 13 + j) * 13 + d] : 0.0f;
+                kp[(n * 13 + j) * 32 + d] = d < 13 ? t_K[(n * 13 + j) * 13 + d] : 0.0f;
+        #pragma omp barrier
         /* One task = one slice and BK keys: it owns those rows of dK and dV. */
         #pragma omp for collapse(2) schedule(static)
         for (int64_t n = 0; n < 1; ++n)
         for (int64_t kb = 0; kb < 1; ++kb) {
             const int64_t k0 = kb * 14;
             const int64_t nk = 13 - k0 < 14 ? 13 - k0 : 14;
-            const int64_t nkr = (nk + 13) / 14 * 14;  /* keys the register tiles cover */
             float st[14][32] __attribute__((aligned(64))), dt[14][32] __attribute__((aligned(64))), dka[14][32] __attribute__((aligned(64))), dva[14][32] __attribute__((aligned(64)));
             float *const dq = dqp + (omp_get_thread_num() * 1LL + n) * 1024;
-            const float *const kb0 = kp + (n * 14 + k0) * 32;
+            const float *const kb0 = kp + (n * 13 + k0) * 32;
             const float *const mxn = mxs + n * 32, *const rln = rl + n * 32, *const din = di + n * 32;
             memset(dka, 0, sizeof dka); memset(dva, 0, sizeof dva);
             for (int64_t q0 = 0; q0 < 32; q0 += 32) {
-                for (int64_t j0 = 0; j0 < nkr; j0 += 14) {  /* S^T = K Q^T, dP^T = V dO^T */
+                for (int64_t j0 = 0; j0 < nk; j0 += 14) {  /* S^T = K Q^T, dP^T = V dO^T */
+                    const int64_t rows = nk - j0 < 14 ? nk - j0 : 14;  /* the last: 13 */
                     const float *kr[14], *vr[14];
-                    for (int64_t r = 0; r < 14; ++r) {
+                    for (int64_t r = 0; r < rows; ++r) {
                         kr[r] = kb0 + (j0 + r) * 32;
-                        vr[r] = t_V + (n * 13 + (k0 + j0 + r < 13 ? k0 + j0 + r : 12)) * 13;
+                        vr[r] = t_V + (n * 13 + k0 + j0 + r) * 13;
                     }
                     for (int64_t i0 = 0; i0 < 32; i0 += 32) {
-                        uol_qk_tile(kr, qT + (n * 32 + q0) * 13 + i0, &st[j0][i0]);
-                        uol_vdo_tile(vr, doT + (n * 32 + q0) * 13 + i0, &dt[j0][i0]);
+                        if (rows == 14) { uol_qk_tile14(kr, qT + (n * 32 + q0) * 13 + i0, &st[j0][i0]); uol_vdo_tile14(vr, doT + (n * 32 + q0) * 13 + i0, &dt[j0][i0]); }
+                        else { uol_qk_tile13(kr, qT + (n * 32 + q0) * 13 + i0, &st[j0][i0]); uol_vdo_tile13(vr, doT + (n * 32 + q0) * 13 + i0, &dt[j0][i0]); }
                     }
                 }
-                for (int64_t jj = 0; jj < nkr; ++jj) {
-                    if (jj >= nk) {  /* keys past T: p = dS = 0, no share in dQ */
-                        memset(st[jj], 0, sizeof st[jj]); memset(dt[jj], 0, sizeof dt[jj]);
-                        continue;
-                    }
-                    #pragma omp simd
-                    for (int64_t ii = 0; ii < 32; ++ii) {  /* the score expression and its slope */
-                        st[jj][ii] = (st[jj][ii] * ((float)0.125));
-                        dt[jj][ii] = (dt[jj][ii] - din[q0 + ii]) * (((float)0.125));
-                    }
+                for (int64_t jj = 0; jj < nk; ++jj) {
                     #pragma omp simd
                     for (int64_t ii = 0; ii < 32; ++ii) {  /* P = exp(s - mx) / l, dS = P (dP - Di) f' */
+                        /* the score expression and its slope, both of the Q.K sum in st */
+                        const float s = (st[jj][ii] * ((float)0.125));
+                        const float dp = (dt[jj][ii] - din[q0 + ii]) * (((float)0.125));
                         /* Below -84.77 (ln of the smallest normal float x 13 keys), e^z / l
                            is subnormal, and every operation on a subnormal runs as a microcode
                            assist (masked causal scores made the backward 6x slower): such a P
                            (under 13 x 1.2e-38) is 0, and no lane computes it. */
-                        const float z = st[jj][ii] - mxn[q0 + ii];
+                        const float z = s - mxn[q0 + ii];
                         const int under = z < -84.771595f;
                         const float p = under ? 0.0f : uol_expf(under ? 0.0f : z) * rln[q0 + ii];
                         st[jj][ii] = p;
-                        dt[jj][ii] = p * dt[jj][ii];
+                        dt[jj][ii] = p * dp;
                     }
                 }
-                for (int64_t j0 = 0; j0 < nkr; j0 += 14) {  /* dV += P^T dO, dK += dS^T Q */
-                    for (int64_t e0 = 0; e0 < 32; e0 += 32)
-                        uol_dv_tile14(32, &st[j0][0], dop + (n * 32 + q0) * 32 + e0, &dva[j0][e0]);
-                    for (int64_t d0 = 0; d0 < 32; d0 += 32)
-                        uol_dk_tile14(32, &dt[j0][0], qp + (n * 32 + q0) * 32 + d0, &dka[j0][d0]);
+                for (int64_t j0 = 0; j0 < nk; j0 += 14) {  /* dV += P^T dO, dK += dS^T Q */
+                    const int64_t rows = nk - j0 < 14 ? nk - j0 : 14;
+                    for (int64_t e0 = 0; e0 < 32; e0 += 32) {
+                        if (rows == 14) uol_dv_tile14(32, &st[j0][0], dop + (n * 32 + q0) * 32 + e0, &dva[j0][e0]);
+                        else uol_dv_tile13(32, &st[j0][0], dop + (n * 32 + q0) * 32 + e0, &dva[j0][e0]);
+                    }
+                    for (int64_t d0 = 0; d0 < 32; d0 += 32) {
+                        if (rows == 14) uol_dk_tile14(32, &dt[j0][0], qp + (n * 32 + q0) * 32 + d0, &dka[j0][d0]);
+                        else uol_dk_tile13(32, &dt[j0][0], qp + (n * 32 + q0) * 32 + d0, &dka[j0][d0]);
+                    }
                 }
-                for (int64_t i0 = 0; i0 < 28; i0 += 14)  /* dQ += dS K, this thread's partial */
+                for (int64_t i0 = 0; i0 < 28; i0 += 14)  /* dQ += dS K */
                     for (int64_t d0 = 0; d0 < 32; d0 += 32)
-                        uol_dq_tile14(nkr, &dt[0][i0], kb0 + d0, dq + (q0 + i0) * 32 + d0);
+                        uol_dq_tile14(nk, &dt[0][i0], kb0 + d0, dq + (q0 + i0) * 32 + d0);
                 for (int64_t d0 = 0; d0 < 32; d0 += 32)
-                    uol_dq_tile4(nkr, &dt[0][28], kb0 + d0, dq + (q0 + 28) * 32 + d0);
+                    uol_dq_tile4(nk, &dt[0][28], kb0 + d0, dq + (q0 + 28) * 32 + d0);
             }
             for (int64_t jj = 0; jj < nk; ++jj) {
                 for (int64_t d = 0; d < 13; ++d) t_dK[(n * 13 + k0 + jj) * 13 + d] = dka[jj][d];

@@ -3,9 +3,10 @@
    The S x T matrices (s, p, d_p, d_s) are never stored: per slice and block of BK keys (one
    task), for every block of BQ queries, S^T = K Q^T and dP^T = V dO^T in register tiles, then
    P^T = exp(s - mx) / l and dS^T = P^T (dP^T - Di) f', then dV += P^T dO and dK += dS^T Q into
-   the task's own BK-row buffers and dQ += dS K into the thread's own partial (summed at the
-   end, in thread order). Q^T, dO^T (query on the lanes), padded Q, dO, K rows (head dimension
-   on the lanes, padded to whole tiles) and Di are packed once in a first pass.
+   the task's own BK-row buffers and dQ += dS K into the thread's own partial (summed at the end, in thread order). Q^T and dO^T (query on the
+   lanes) and Di are packed once in a first pass, and Q, dO and K rows (head dimension on the
+   lanes) too where they need padding to whole tiles. The last keys (13) take register
+   tiles of their own rows: no padding key is ever computed.
    Left out: d_mx and z_mx (the gradient through the row max is exactly zero). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -101,7 +102,7 @@ static inline float32x4_t uol_vexp(float32x4_t x)
 #define D_E 13
 
 /* Score micro-tile: 14 keys x 8 queries, 28 accumulators in registers. */
-static inline void uol_qk_tile(const float *const *restrict kr, const float *restrict qt,
+static inline void uol_qk_tile14(const float *const *restrict kr, const float *restrict qt,
                                float *restrict st)
 {
     uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
@@ -152,7 +153,7 @@ static inline void uol_qk_tile(const float *const *restrict kr, const float *res
 }
 
 /* Score micro-tile: 14 keys x 8 queries, 28 accumulators in registers. */
-static inline void uol_vdo_tile(const float *const *restrict kr, const float *restrict qt,
+static inline void uol_vdo_tile14(const float *const *restrict kr, const float *restrict qt,
                                float *restrict st)
 {
     uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
@@ -200,72 +201,6 @@ static inline void uol_vdo_tile(const float *const *restrict kr, const float *re
     uol_vst(st + 11 * 16 + 0, c11_0); uol_vst(st + 11 * 16 + 4, c11_1);
     uol_vst(st + 12 * 16 + 0, c12_0); uol_vst(st + 12 * 16 + 4, c12_1);
     uol_vst(st + 13 * 16 + 0, c13_0); uol_vst(st + 13 * 16 + 4, c13_1);
-}
-
-/* 14 x 8 accumulator tile in registers, loaded once and stored once per call. */
-static inline void uol_dq_tile14(int64_t nk, const float *restrict a, const float *restrict b,
-                               float *restrict c)
-{
-    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 4);
-    uol_v c1_0 = uol_vld(c + 16), c1_1 = uol_vld(c + 20);
-    uol_v c2_0 = uol_vld(c + 32), c2_1 = uol_vld(c + 36);
-    uol_v c3_0 = uol_vld(c + 48), c3_1 = uol_vld(c + 52);
-    uol_v c4_0 = uol_vld(c + 64), c4_1 = uol_vld(c + 68);
-    uol_v c5_0 = uol_vld(c + 80), c5_1 = uol_vld(c + 84);
-    uol_v c6_0 = uol_vld(c + 96), c6_1 = uol_vld(c + 100);
-    uol_v c7_0 = uol_vld(c + 112), c7_1 = uol_vld(c + 116);
-    uol_v c8_0 = uol_vld(c + 128), c8_1 = uol_vld(c + 132);
-    uol_v c9_0 = uol_vld(c + 144), c9_1 = uol_vld(c + 148);
-    uol_v c10_0 = uol_vld(c + 160), c10_1 = uol_vld(c + 164);
-    uol_v c11_0 = uol_vld(c + 176), c11_1 = uol_vld(c + 180);
-    uol_v c12_0 = uol_vld(c + 192), c12_1 = uol_vld(c + 196);
-    uol_v c13_0 = uol_vld(c + 208), c13_1 = uol_vld(c + 212);
-    for (int64_t k = 0; k < nk; ++k) {
-        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 4);
-        { const uol_v x = uol_vset(a[0 * 1 + k * 16]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
-        { const uol_v x = uol_vset(a[1 * 1 + k * 16]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
-        { const uol_v x = uol_vset(a[2 * 1 + k * 16]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
-        { const uol_v x = uol_vset(a[3 * 1 + k * 16]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
-        { const uol_v x = uol_vset(a[4 * 1 + k * 16]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
-        { const uol_v x = uol_vset(a[5 * 1 + k * 16]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
-        { const uol_v x = uol_vset(a[6 * 1 + k * 16]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
-        { const uol_v x = uol_vset(a[7 * 1 + k * 16]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
-        { const uol_v x = uol_vset(a[8 * 1 + k * 16]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
-        { const uol_v x = uol_vset(a[9 * 1 + k * 16]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
-        { const uol_v x = uol_vset(a[10 * 1 + k * 16]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
-        { const uol_v x = uol_vset(a[11 * 1 + k * 16]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
-        { const uol_v x = uol_vset(a[12 * 1 + k * 16]); c12_0 = uol_vfma(x, b0, c12_0); c12_1 = uol_vfma(x, b1, c12_1); }
-        { const uol_v x = uol_vset(a[13 * 1 + k * 16]); c13_0 = uol_vfma(x, b0, c13_0); c13_1 = uol_vfma(x, b1, c13_1); }
-    }
-    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 4, c0_1);
-    uol_vst(c + 1 * 16 + 0, c1_0); uol_vst(c + 1 * 16 + 4, c1_1);
-    uol_vst(c + 2 * 16 + 0, c2_0); uol_vst(c + 2 * 16 + 4, c2_1);
-    uol_vst(c + 3 * 16 + 0, c3_0); uol_vst(c + 3 * 16 + 4, c3_1);
-    uol_vst(c + 4 * 16 + 0, c4_0); uol_vst(c + 4 * 16 + 4, c4_1);
-    uol_vst(c + 5 * 16 + 0, c5_0); uol_vst(c + 5 * 16 + 4, c5_1);
-    uol_vst(c + 6 * 16 + 0, c6_0); uol_vst(c + 6 * 16 + 4, c6_1);
-    uol_vst(c + 7 * 16 + 0, c7_0); uol_vst(c + 7 * 16 + 4, c7_1);
-    uol_vst(c + 8 * 16 + 0, c8_0); uol_vst(c + 8 * 16 + 4, c8_1);
-    uol_vst(c + 9 * 16 + 0, c9_0); uol_vst(c + 9 * 16 + 4, c9_1);
-    uol_vst(c + 10 * 16 + 0, c10_0); uol_vst(c + 10 * 16 + 4, c10_1);
-    uol_vst(c + 11 * 16 + 0, c11_0); uol_vst(c + 11 * 16 + 4, c11_1);
-    uol_vst(c + 12 * 16 + 0, c12_0); uol_vst(c + 12 * 16 + 4, c12_1);
-    uol_vst(c + 13 * 16 + 0, c13_0); uol_vst(c + 13 * 16 + 4, c13_1);
-}
-
-/* 2 x 8 accumulator tile in registers, loaded once and stored once per call. */
-static inline void uol_dq_tile2(int64_t nk, const float *restrict a, const float *restrict b,
-                               float *restrict c)
-{
-    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 4);
-    uol_v c1_0 = uol_vld(c + 16), c1_1 = uol_vld(c + 20);
-    for (int64_t k = 0; k < nk; ++k) {
-        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 4);
-        { const uol_v x = uol_vset(a[0 * 1 + k * 16]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
-        { const uol_v x = uol_vset(a[1 * 1 + k * 16]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
-    }
-    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 4, c0_1);
-    uol_vst(c + 1 * 16 + 0, c1_0); uol_vst(c + 1 * 16 + 4, c1_1);
 }
 
 /* 14 x 8 accumulator tile in registers, loaded once and stored once per call. */
@@ -370,6 +305,264 @@ static inline void uol_dv_tile14(int64_t nk, const float *restrict a, const floa
     uol_vst(c + 13 * 16 + 0, c13_0); uol_vst(c + 13 * 16 + 4, c13_1);
 }
 
+/* Score micro-tile: 13 keys x 8 queries, 26 accumulators in registers. */
+static inline void uol_qk_tile13(const float *const *restrict kr, const float *restrict qt,
+                               float *restrict st)
+{
+    uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
+    uol_v c1_0 = uol_vset(0.0f), c1_1 = uol_vset(0.0f);
+    uol_v c2_0 = uol_vset(0.0f), c2_1 = uol_vset(0.0f);
+    uol_v c3_0 = uol_vset(0.0f), c3_1 = uol_vset(0.0f);
+    uol_v c4_0 = uol_vset(0.0f), c4_1 = uol_vset(0.0f);
+    uol_v c5_0 = uol_vset(0.0f), c5_1 = uol_vset(0.0f);
+    uol_v c6_0 = uol_vset(0.0f), c6_1 = uol_vset(0.0f);
+    uol_v c7_0 = uol_vset(0.0f), c7_1 = uol_vset(0.0f);
+    uol_v c8_0 = uol_vset(0.0f), c8_1 = uol_vset(0.0f);
+    uol_v c9_0 = uol_vset(0.0f), c9_1 = uol_vset(0.0f);
+    uol_v c10_0 = uol_vset(0.0f), c10_1 = uol_vset(0.0f);
+    uol_v c11_0 = uol_vset(0.0f), c11_1 = uol_vset(0.0f);
+    uol_v c12_0 = uol_vset(0.0f), c12_1 = uol_vset(0.0f);
+    for (int64_t d = 0; d < 13; ++d) {
+        const uol_v q0 = uol_vld(qt + d * 16 + 0), q1 = uol_vld(qt + d * 16 + 4);
+        { const uol_v k = uol_vset(kr[0][d]); c0_0 = uol_vfma(k, q0, c0_0); c0_1 = uol_vfma(k, q1, c0_1); }
+        { const uol_v k = uol_vset(kr[1][d]); c1_0 = uol_vfma(k, q0, c1_0); c1_1 = uol_vfma(k, q1, c1_1); }
+        { const uol_v k = uol_vset(kr[2][d]); c2_0 = uol_vfma(k, q0, c2_0); c2_1 = uol_vfma(k, q1, c2_1); }
+        { const uol_v k = uol_vset(kr[3][d]); c3_0 = uol_vfma(k, q0, c3_0); c3_1 = uol_vfma(k, q1, c3_1); }
+        { const uol_v k = uol_vset(kr[4][d]); c4_0 = uol_vfma(k, q0, c4_0); c4_1 = uol_vfma(k, q1, c4_1); }
+        { const uol_v k = uol_vset(kr[5][d]); c5_0 = uol_vfma(k, q0, c5_0); c5_1 = uol_vfma(k, q1, c5_1); }
+        { const uol_v k = uol_vset(kr[6][d]); c6_0 = uol_vfma(k, q0, c6_0); c6_1 = uol_vfma(k, q1, c6_1); }
+        { const uol_v k = uol_vset(kr[7][d]); c7_0 = uol_vfma(k, q0, c7_0); c7_1 = uol_vfma(k, q1, c7_1); }
+        { const uol_v k = uol_vset(kr[8][d]); c8_0 = uol_vfma(k, q0, c8_0); c8_1 = uol_vfma(k, q1, c8_1); }
+        { const uol_v k = uol_vset(kr[9][d]); c9_0 = uol_vfma(k, q0, c9_0); c9_1 = uol_vfma(k, q1, c9_1); }
+        { const uol_v k = uol_vset(kr[10][d]); c10_0 = uol_vfma(k, q0, c10_0); c10_1 = uol_vfma(k, q1, c10_1); }
+        { const uol_v k = uol_vset(kr[11][d]); c11_0 = uol_vfma(k, q0, c11_0); c11_1 = uol_vfma(k, q1, c11_1); }
+        { const uol_v k = uol_vset(kr[12][d]); c12_0 = uol_vfma(k, q0, c12_0); c12_1 = uol_vfma(k, q1, c12_1); }
+    }
+    uol_vst(st + 0 * 16 + 0, c0_0); uol_vst(st + 0 * 16 + 4, c0_1);
+    uol_vst(st + 1 * 16 + 0, c1_0); uol_vst(st + 1 * 16 + 4, c1_1);
+    uol_vst(st + 2 * 16 + 0, c2_0); uol_vst(st + 2 * 16 + 4, c2_1);
+    uol_vst(st + 3 * 16 + 0, c3_0); uol_vst(st + 3 * 16 + 4, c3_1);
+    uol_vst(st + 4 * 16 + 0, c4_0); uol_vst(st + 4 * 16 + 4, c4_1);
+    uol_vst(st + 5 * 16 + 0, c5_0); uol_vst(st + 5 * 16 + 4, c5_1);
+    uol_vst(st + 6 * 16 + 0, c6_0); uol_vst(st + 6 * 16 + 4, c6_1);
+    uol_vst(st + 7 * 16 + 0, c7_0); uol_vst(st + 7 * 16 + 4, c7_1);
+    uol_vst(st + 8 * 16 + 0, c8_0); uol_vst(st + 8 * 16 + 4, c8_1);
+    uol_vst(st + 9 * 16 + 0, c9_0); uol_vst(st + 9 * 16 + 4, c9_1);
+    uol_vst(st + 10 * 16 + 0, c10_0); uol_vst(st + 10 * 16 + 4, c10_1);
+    uol_vst(st + 11 * 16 + 0, c11_0); uol_vst(st + 11 * 16 + 4, c11_1);
+    uol_vst(st + 12 * 16 + 0, c12_0); uol_vst(st + 12 * 16 + 4, c12_1);
+}
+
+/* Score micro-tile: 13 keys x 8 queries, 26 accumulators in registers. */
+static inline void uol_vdo_tile13(const float *const *restrict kr, const float *restrict qt,
+                               float *restrict st)
+{
+    uol_v c0_0 = uol_vset(0.0f), c0_1 = uol_vset(0.0f);
+    uol_v c1_0 = uol_vset(0.0f), c1_1 = uol_vset(0.0f);
+    uol_v c2_0 = uol_vset(0.0f), c2_1 = uol_vset(0.0f);
+    uol_v c3_0 = uol_vset(0.0f), c3_1 = uol_vset(0.0f);
+    uol_v c4_0 = uol_vset(0.0f), c4_1 = uol_vset(0.0f);
+    uol_v c5_0 = uol_vset(0.0f), c5_1 = uol_vset(0.0f);
+    uol_v c6_0 = uol_vset(0.0f), c6_1 = uol_vset(0.0f);
+    uol_v c7_0 = uol_vset(0.0f), c7_1 = uol_vset(0.0f);
+    uol_v c8_0 = uol_vset(0.0f), c8_1 = uol_vset(0.0f);
+    uol_v c9_0 = uol_vset(0.0f), c9_1 = uol_vset(0.0f);
+    uol_v c10_0 = uol_vset(0.0f), c10_1 = uol_vset(0.0f);
+    uol_v c11_0 = uol_vset(0.0f), c11_1 = uol_vset(0.0f);
+    uol_v c12_0 = uol_vset(0.0f), c12_1 = uol_vset(0.0f);
+    for (int64_t d = 0; d < 13; ++d) {
+        const uol_v q0 = uol_vld(qt + d * 16 + 0), q1 = uol_vld(qt + d * 16 + 4);
+        { const uol_v k = uol_vset(kr[0][d]); c0_0 = uol_vfma(k, q0, c0_0); c0_1 = uol_vfma(k, q1, c0_1); }
+        { const uol_v k = uol_vset(kr[1][d]); c1_0 = uol_vfma(k, q0, c1_0); c1_1 = uol_vfma(k, q1, c1_1); }
+        { const uol_v k = uol_vset(kr[2][d]); c2_0 = uol_vfma(k, q0, c2_0); c2_1 = uol_vfma(k, q1, c2_1); }
+        { const uol_v k = uol_vset(kr[3][d]); c3_0 = uol_vfma(k, q0, c3_0); c3_1 = uol_vfma(k, q1, c3_1); }
+        { const uol_v k = uol_vset(kr[4][d]); c4_0 = uol_vfma(k, q0, c4_0); c4_1 = uol_vfma(k, q1, c4_1); }
+        { const uol_v k = uol_vset(kr[5][d]); c5_0 = uol_vfma(k, q0, c5_0); c5_1 = uol_vfma(k, q1, c5_1); }
+        { const uol_v k = uol_vset(kr[6][d]); c6_0 = uol_vfma(k, q0, c6_0); c6_1 = uol_vfma(k, q1, c6_1); }
+        { const uol_v k = uol_vset(kr[7][d]); c7_0 = uol_vfma(k, q0, c7_0); c7_1 = uol_vfma(k, q1, c7_1); }
+        { const uol_v k = uol_vset(kr[8][d]); c8_0 = uol_vfma(k, q0, c8_0); c8_1 = uol_vfma(k, q1, c8_1); }
+        { const uol_v k = uol_vset(kr[9][d]); c9_0 = uol_vfma(k, q0, c9_0); c9_1 = uol_vfma(k, q1, c9_1); }
+        { const uol_v k = uol_vset(kr[10][d]); c10_0 = uol_vfma(k, q0, c10_0); c10_1 = uol_vfma(k, q1, c10_1); }
+        { const uol_v k = uol_vset(kr[11][d]); c11_0 = uol_vfma(k, q0, c11_0); c11_1 = uol_vfma(k, q1, c11_1); }
+        { const uol_v k = uol_vset(kr[12][d]); c12_0 = uol_vfma(k, q0, c12_0); c12_1 = uol_vfma(k, q1, c12_1); }
+    }
+    uol_vst(st + 0 * 16 + 0, c0_0); uol_vst(st + 0 * 16 + 4, c0_1);
+    uol_vst(st + 1 * 16 + 0, c1_0); uol_vst(st + 1 * 16 + 4, c1_1);
+    uol_vst(st + 2 * 16 + 0, c2_0); uol_vst(st + 2 * 16 + 4, c2_1);
+    uol_vst(st + 3 * 16 + 0, c3_0); uol_vst(st + 3 * 16 + 4, c3_1);
+    uol_vst(st + 4 * 16 + 0, c4_0); uol_vst(st + 4 * 16 + 4, c4_1);
+    uol_vst(st + 5 * 16 + 0, c5_0); uol_vst(st + 5 * 16 + 4, c5_1);
+    uol_vst(st + 6 * 16 + 0, c6_0); uol_vst(st + 6 * 16 + 4, c6_1);
+    uol_vst(st + 7 * 16 + 0, c7_0); uol_vst(st + 7 * 16 + 4, c7_1);
+    uol_vst(st + 8 * 16 + 0, c8_0); uol_vst(st + 8 * 16 + 4, c8_1);
+    uol_vst(st + 9 * 16 + 0, c9_0); uol_vst(st + 9 * 16 + 4, c9_1);
+    uol_vst(st + 10 * 16 + 0, c10_0); uol_vst(st + 10 * 16 + 4, c10_1);
+    uol_vst(st + 11 * 16 + 0, c11_0); uol_vst(st + 11 * 16 + 4, c11_1);
+    uol_vst(st + 12 * 16 + 0, c12_0); uol_vst(st + 12 * 16 + 4, c12_1);
+}
+
+/* 13 x 8 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dk_tile13(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 4);
+    uol_v c1_0 = uol_vld(c + 16), c1_1 = uol_vld(c + 20);
+    uol_v c2_0 = uol_vld(c + 32), c2_1 = uol_vld(c + 36);
+    uol_v c3_0 = uol_vld(c + 48), c3_1 = uol_vld(c + 52);
+    uol_v c4_0 = uol_vld(c + 64), c4_1 = uol_vld(c + 68);
+    uol_v c5_0 = uol_vld(c + 80), c5_1 = uol_vld(c + 84);
+    uol_v c6_0 = uol_vld(c + 96), c6_1 = uol_vld(c + 100);
+    uol_v c7_0 = uol_vld(c + 112), c7_1 = uol_vld(c + 116);
+    uol_v c8_0 = uol_vld(c + 128), c8_1 = uol_vld(c + 132);
+    uol_v c9_0 = uol_vld(c + 144), c9_1 = uol_vld(c + 148);
+    uol_v c10_0 = uol_vld(c + 160), c10_1 = uol_vld(c + 164);
+    uol_v c11_0 = uol_vld(c + 176), c11_1 = uol_vld(c + 180);
+    uol_v c12_0 = uol_vld(c + 192), c12_1 = uol_vld(c + 196);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 4);
+        { const uol_v x = uol_vset(a[0 * 16 + k * 1]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 16 + k * 1]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 16 + k * 1]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 16 + k * 1]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+        { const uol_v x = uol_vset(a[4 * 16 + k * 1]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
+        { const uol_v x = uol_vset(a[5 * 16 + k * 1]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
+        { const uol_v x = uol_vset(a[6 * 16 + k * 1]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
+        { const uol_v x = uol_vset(a[7 * 16 + k * 1]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
+        { const uol_v x = uol_vset(a[8 * 16 + k * 1]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
+        { const uol_v x = uol_vset(a[9 * 16 + k * 1]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
+        { const uol_v x = uol_vset(a[10 * 16 + k * 1]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
+        { const uol_v x = uol_vset(a[11 * 16 + k * 1]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
+        { const uol_v x = uol_vset(a[12 * 16 + k * 1]); c12_0 = uol_vfma(x, b0, c12_0); c12_1 = uol_vfma(x, b1, c12_1); }
+    }
+    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 4, c0_1);
+    uol_vst(c + 1 * 16 + 0, c1_0); uol_vst(c + 1 * 16 + 4, c1_1);
+    uol_vst(c + 2 * 16 + 0, c2_0); uol_vst(c + 2 * 16 + 4, c2_1);
+    uol_vst(c + 3 * 16 + 0, c3_0); uol_vst(c + 3 * 16 + 4, c3_1);
+    uol_vst(c + 4 * 16 + 0, c4_0); uol_vst(c + 4 * 16 + 4, c4_1);
+    uol_vst(c + 5 * 16 + 0, c5_0); uol_vst(c + 5 * 16 + 4, c5_1);
+    uol_vst(c + 6 * 16 + 0, c6_0); uol_vst(c + 6 * 16 + 4, c6_1);
+    uol_vst(c + 7 * 16 + 0, c7_0); uol_vst(c + 7 * 16 + 4, c7_1);
+    uol_vst(c + 8 * 16 + 0, c8_0); uol_vst(c + 8 * 16 + 4, c8_1);
+    uol_vst(c + 9 * 16 + 0, c9_0); uol_vst(c + 9 * 16 + 4, c9_1);
+    uol_vst(c + 10 * 16 + 0, c10_0); uol_vst(c + 10 * 16 + 4, c10_1);
+    uol_vst(c + 11 * 16 + 0, c11_0); uol_vst(c + 11 * 16 + 4, c11_1);
+    uol_vst(c + 12 * 16 + 0, c12_0); uol_vst(c + 12 * 16 + 4, c12_1);
+}
+
+/* 13 x 8 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dv_tile13(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 4);
+    uol_v c1_0 = uol_vld(c + 16), c1_1 = uol_vld(c + 20);
+    uol_v c2_0 = uol_vld(c + 32), c2_1 = uol_vld(c + 36);
+    uol_v c3_0 = uol_vld(c + 48), c3_1 = uol_vld(c + 52);
+    uol_v c4_0 = uol_vld(c + 64), c4_1 = uol_vld(c + 68);
+    uol_v c5_0 = uol_vld(c + 80), c5_1 = uol_vld(c + 84);
+    uol_v c6_0 = uol_vld(c + 96), c6_1 = uol_vld(c + 100);
+    uol_v c7_0 = uol_vld(c + 112), c7_1 = uol_vld(c + 116);
+    uol_v c8_0 = uol_vld(c + 128), c8_1 = uol_vld(c + 132);
+    uol_v c9_0 = uol_vld(c + 144), c9_1 = uol_vld(c + 148);
+    uol_v c10_0 = uol_vld(c + 160), c10_1 = uol_vld(c + 164);
+    uol_v c11_0 = uol_vld(c + 176), c11_1 = uol_vld(c + 180);
+    uol_v c12_0 = uol_vld(c + 192), c12_1 = uol_vld(c + 196);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 4);
+        { const uol_v x = uol_vset(a[0 * 16 + k * 1]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 16 + k * 1]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 16 + k * 1]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 16 + k * 1]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+        { const uol_v x = uol_vset(a[4 * 16 + k * 1]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
+        { const uol_v x = uol_vset(a[5 * 16 + k * 1]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
+        { const uol_v x = uol_vset(a[6 * 16 + k * 1]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
+        { const uol_v x = uol_vset(a[7 * 16 + k * 1]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
+        { const uol_v x = uol_vset(a[8 * 16 + k * 1]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
+        { const uol_v x = uol_vset(a[9 * 16 + k * 1]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
+        { const uol_v x = uol_vset(a[10 * 16 + k * 1]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
+        { const uol_v x = uol_vset(a[11 * 16 + k * 1]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
+        { const uol_v x = uol_vset(a[12 * 16 + k * 1]); c12_0 = uol_vfma(x, b0, c12_0); c12_1 = uol_vfma(x, b1, c12_1); }
+    }
+    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 4, c0_1);
+    uol_vst(c + 1 * 16 + 0, c1_0); uol_vst(c + 1 * 16 + 4, c1_1);
+    uol_vst(c + 2 * 16 + 0, c2_0); uol_vst(c + 2 * 16 + 4, c2_1);
+    uol_vst(c + 3 * 16 + 0, c3_0); uol_vst(c + 3 * 16 + 4, c3_1);
+    uol_vst(c + 4 * 16 + 0, c4_0); uol_vst(c + 4 * 16 + 4, c4_1);
+    uol_vst(c + 5 * 16 + 0, c5_0); uol_vst(c + 5 * 16 + 4, c5_1);
+    uol_vst(c + 6 * 16 + 0, c6_0); uol_vst(c + 6 * 16 + 4, c6_1);
+    uol_vst(c + 7 * 16 + 0, c7_0); uol_vst(c + 7 * 16 + 4, c7_1);
+    uol_vst(c + 8 * 16 + 0, c8_0); uol_vst(c + 8 * 16 + 4, c8_1);
+    uol_vst(c + 9 * 16 + 0, c9_0); uol_vst(c + 9 * 16 + 4, c9_1);
+    uol_vst(c + 10 * 16 + 0, c10_0); uol_vst(c + 10 * 16 + 4, c10_1);
+    uol_vst(c + 11 * 16 + 0, c11_0); uol_vst(c + 11 * 16 + 4, c11_1);
+    uol_vst(c + 12 * 16 + 0, c12_0); uol_vst(c + 12 * 16 + 4, c12_1);
+}
+
+/* 14 x 8 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dq_tile14(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 4);
+    uol_v c1_0 = uol_vld(c + 16), c1_1 = uol_vld(c + 20);
+    uol_v c2_0 = uol_vld(c + 32), c2_1 = uol_vld(c + 36);
+    uol_v c3_0 = uol_vld(c + 48), c3_1 = uol_vld(c + 52);
+    uol_v c4_0 = uol_vld(c + 64), c4_1 = uol_vld(c + 68);
+    uol_v c5_0 = uol_vld(c + 80), c5_1 = uol_vld(c + 84);
+    uol_v c6_0 = uol_vld(c + 96), c6_1 = uol_vld(c + 100);
+    uol_v c7_0 = uol_vld(c + 112), c7_1 = uol_vld(c + 116);
+    uol_v c8_0 = uol_vld(c + 128), c8_1 = uol_vld(c + 132);
+    uol_v c9_0 = uol_vld(c + 144), c9_1 = uol_vld(c + 148);
+    uol_v c10_0 = uol_vld(c + 160), c10_1 = uol_vld(c + 164);
+    uol_v c11_0 = uol_vld(c + 176), c11_1 = uol_vld(c + 180);
+    uol_v c12_0 = uol_vld(c + 192), c12_1 = uol_vld(c + 196);
+    uol_v c13_0 = uol_vld(c + 208), c13_1 = uol_vld(c + 212);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 4);
+        { const uol_v x = uol_vset(a[0 * 1 + k * 16]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 1 + k * 16]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+        { const uol_v x = uol_vset(a[2 * 1 + k * 16]); c2_0 = uol_vfma(x, b0, c2_0); c2_1 = uol_vfma(x, b1, c2_1); }
+        { const uol_v x = uol_vset(a[3 * 1 + k * 16]); c3_0 = uol_vfma(x, b0, c3_0); c3_1 = uol_vfma(x, b1, c3_1); }
+        { const uol_v x = uol_vset(a[4 * 1 + k * 16]); c4_0 = uol_vfma(x, b0, c4_0); c4_1 = uol_vfma(x, b1, c4_1); }
+        { const uol_v x = uol_vset(a[5 * 1 + k * 16]); c5_0 = uol_vfma(x, b0, c5_0); c5_1 = uol_vfma(x, b1, c5_1); }
+        { const uol_v x = uol_vset(a[6 * 1 + k * 16]); c6_0 = uol_vfma(x, b0, c6_0); c6_1 = uol_vfma(x, b1, c6_1); }
+        { const uol_v x = uol_vset(a[7 * 1 + k * 16]); c7_0 = uol_vfma(x, b0, c7_0); c7_1 = uol_vfma(x, b1, c7_1); }
+        { const uol_v x = uol_vset(a[8 * 1 + k * 16]); c8_0 = uol_vfma(x, b0, c8_0); c8_1 = uol_vfma(x, b1, c8_1); }
+        { const uol_v x = uol_vset(a[9 * 1 + k * 16]); c9_0 = uol_vfma(x, b0, c9_0); c9_1 = uol_vfma(x, b1, c9_1); }
+        { const uol_v x = uol_vset(a[10 * 1 + k * 16]); c10_0 = uol_vfma(x, b0, c10_0); c10_1 = uol_vfma(x, b1, c10_1); }
+        { const uol_v x = uol_vset(a[11 * 1 + k * 16]); c11_0 = uol_vfma(x, b0, c11_0); c11_1 = uol_vfma(x, b1, c11_1); }
+        { const uol_v x = uol_vset(a[12 * 1 + k * 16]); c12_0 = uol_vfma(x, b0, c12_0); c12_1 = uol_vfma(x, b1, c12_1); }
+        { const uol_v x = uol_vset(a[13 * 1 + k * 16]); c13_0 = uol_vfma(x, b0, c13_0); c13_1 = uol_vfma(x, b1, c13_1); }
+    }
+    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 4, c0_1);
+    uol_vst(c + 1 * 16 + 0, c1_0); uol_vst(c + 1 * 16 + 4, c1_1);
+    uol_vst(c + 2 * 16 + 0, c2_0); uol_vst(c + 2 * 16 + 4, c2_1);
+    uol_vst(c + 3 * 16 + 0, c3_0); uol_vst(c + 3 * 16 + 4, c3_1);
+    uol_vst(c + 4 * 16 + 0, c4_0); uol_vst(c + 4 * 16 + 4, c4_1);
+    uol_vst(c + 5 * 16 + 0, c5_0); uol_vst(c + 5 * 16 + 4, c5_1);
+    uol_vst(c + 6 * 16 + 0, c6_0); uol_vst(c + 6 * 16 + 4, c6_1);
+    uol_vst(c + 7 * 16 + 0, c7_0); uol_vst(c + 7 * 16 + 4, c7_1);
+    uol_vst(c + 8 * 16 + 0, c8_0); uol_vst(c + 8 * 16 + 4, c8_1);
+    uol_vst(c + 9 * 16 + 0, c9_0); uol_vst(c + 9 * 16 + 4, c9_1);
+    uol_vst(c + 10 * 16 + 0, c10_0); uol_vst(c + 10 * 16 + 4, c10_1);
+    uol_vst(c + 11 * 16 + 0, c11_0); uol_vst(c + 11 * 16 + 4, c11_1);
+    uol_vst(c + 12 * 16 + 0, c12_0); uol_vst(c + 12 * 16 + 4, c12_1);
+    uol_vst(c + 13 * 16 + 0, c13_0); uol_vst(c + 13 * 16 + 4, c13_1);
+}
+
+/* 2 x 8 accumulator tile in registers, loaded once and stored once per call. */
+static inline void uol_dq_tile2(int64_t nk, const float *restrict a, const float *restrict b,
+                               float *restrict c)
+{
+    uol_v c0_0 = uol_vld(c + 0), c0_1 = uol_vld(c + 4);
+    uol_v c1_0 = uol_vld(c + 16), c1_1 = uol_vld(c + 20);
+    for (int64_t k = 0; k < nk; ++k) {
+        const uol_v b0 = uol_vld(b + k * 16 + 0), b1 = uol_vld(b + k * 16 + 4);
+        { const uol_v x = uol_vset(a[0 * 1 + k * 16]); c0_0 = uol_vfma(x, b0, c0_0); c0_1 = uol_vfma(x, b1, c0_1); }
+        { const uol_v x = uol_vset(a[1 * 1 + k * 16]); c1_0 = uol_vfma(x, b0, c1_0); c1_1 = uol_vfma(x, b1, c1_1); }
+    }
+    uol_vst(c + 0 * 16 + 0, c0_0); uol_vst(c + 0 * 16 + 4, c0_1);
+    uol_vst(c + 1 * 16 + 0, c1_0); uol_vst(c + 1 * 16 + 4, c1_1);
+}
+
 void uol_attention_grad(void **args, const int64_t *strides)
 {
     (void)strides;
@@ -386,104 +579,119 @@ void uol_attention_grad(void **args, const int64_t *strides)
     /* Scratch, one malloc per call: Q^T, dO^T [slice][query block][D|E][BQ]
        (contiguous per block: a row stride of SP floats, a power of two, would map the rows a
        micro-tile reads onto the same L1 sets);
-       Q, dO rows [slice][SP][DP|EP] and K rows [slice][TP][DP], zero-padded to whole tiles;
+       Q, dO rows [slice][SP][DP|EP], zero-padded to whole tiles; K rows [slice][T][DP], zero-padded to whole vectors;
        mx, 1/l, Di [slice][SP]; dQ partials [thread][slice][SP][DP]. */
-    float *scratch = (float *)malloc(sizeof(float) * 1LL * (208 + 208 + 256 + 256 + 224 + 48 + 512));
+    float *scratch = (float *)malloc(sizeof(float) * (1LL * (208 + 208 + 256 + 256 + 208 + 48) + 512LL));
     if (!scratch) {  /* no memory: NaN gradients say so instead of silent garbage */
         for (int64_t x = 0; x < 169; ++x) t_dQ[x] = NAN;
         for (int64_t x = 0; x < 169; ++x) t_dK[x] = NAN;
         for (int64_t x = 0; x < 169; ++x) t_dV[x] = NAN;
         return;
     }
-    float *const qT = scratch, *const doT = qT + 208LL, *const qp = doT + 208LL;
-    float *const dop = qp + 256LL, *const kp = dop + 256LL;
-    float *const mxs = kp + 224LL, *const rl = mxs + 16LL, *const di = rl + 16LL;
+    float *const qT = scratch, *const doT = qT + 208LL, *const kp = doT + 208LL;
+    float *const mxs = kp + 208LL, *const rl = mxs + 16LL, *const di = rl + 16LL;
     float *const dqp = di + 16LL;
+    float *const qp = dqp + 512LL, *const dop = qp + 256LL;
     #pragma omp parallel num_threads(2)
     {
         #pragma omp for
         for (int64_t th = 0; th < 2; ++th) memset(dqp + th * 256LL, 0, sizeof(float) * 256LL);
         #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 1; ++n)
-        for (int64_t i = 0; i < 16; ++i) {  /* pack one query row; Di = dO . z / l = dO . O */
-            float *restrict qr = qp + (n * 16 + i) * 16, *restrict gr = dop + (n * 16 + i) * 16;
+        for (int64_t i = 0; i < 16; ++i) {  /* row statistics; Di = dO . z / l = dO . O */
             float acc = 0.0f, inv = 0.0f, m = 0.0f;  /* padding rows: p = 0 (1/l = 0), Di = 0 */
+            float *restrict qr = qp + (n * 16 + i) * 16, *restrict gp = dop + (n * 16 + i) * 16;
             for (int64_t d = 0; d < 16; ++d) qr[d] = i < 13 && d < 13 ? t_Q[(n * 13 + i) * 13 + d] : 0.0f;
-            for (int64_t e = 0; e < 16; ++e) gr[e] = i < 13 && e < 13 ? t_dO[(n * 13 + i) * 13 + e] : 0.0f;
-            float *restrict qc = qT + (n * 16 + i / 16 * 16) * 13 + i % 16;
-            float *restrict gc = doT + (n * 16 + i / 16 * 16) * 13 + i % 16;
-            for (int64_t d = 0; d < 13; ++d) qc[d * 16] = qr[d];
-            for (int64_t e = 0; e < 13; ++e) gc[e * 16] = gr[e];
+            for (int64_t e = 0; e < 16; ++e) gp[e] = i < 13 && e < 13 ? t_dO[(n * 13 + i) * 13 + e] : 0.0f;
             if (i < 13) {
-                for (int64_t e = 0; e < 13; ++e) acc += gr[e] * t_z_O[(n * 13 + i) * 13 + e];
+                const float *restrict gr = t_dO + (n * 13 + i) * 13, *restrict zr = t_z_O + (n * 13 + i) * 13;
+                #pragma omp simd reduction(+:acc)
+                for (int64_t e = 0; e < 13; ++e) acc += gr[e] * zr[e];
                 inv = 1.0f / t_l[n * 13 + i];
                 m = t_mx[n * 13 + i];
             }
             mxs[n * 16 + i] = m; rl[n * 16 + i] = inv; di[n * 16 + i] = acc * inv;
         }
-        #pragma omp for collapse(2)
+        #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 1; ++n)
-        for (int64_t j = 0; j < 14; ++j)  /* K rows, zero-padded: padding keys score finite */
+        for (int64_t b = 0; b < 1; ++b) {  /* Q^T, dO^T of one query block */
+            float *restrict qc = qT + (n * 16 + b * 16) * 13, *restrict gc = doT + (n * 16 + b * 16) * 13;
+            for (int64_t ii = 0; ii < 16; ++ii) {
+                const int64_t i = b * 16 + ii;
+                if (i < 13) {
+                    const float *restrict qs = t_Q + (n * 13 + i) * 13, *restrict gs = t_dO + (n * 13 + i) * 13;
+                    for (int64_t d = 0; d < 13; ++d) qc[d * 16 + ii] = qs[d];
+                    for (int64_t e = 0; e < 13; ++e) gc[e * 16 + ii] = gs[e];
+                } else {
+                    for (int64_t d = 0; d < 13; ++d) qc[d * 16 + ii] = 0.0f;
+                    for (int64_t e = 0; e < 13; ++e) gc[e * 16 + ii] = 0.0f;
+                }
+            }
+        }
+
+        #pragma omp for collapse(2) nowait
+        for (int64_t n = 0; n < 1; ++n)
+        for (int64_t j = 0; j < 13; ++j)  /* K rows, zero-padded to whole vectors */
             for (int64_t d = 0; d < 16; ++d)
-                kp[(n * 14 + j) * 16 + d] = j < 13 && d < 13 ? t_K[(n * 13 + j) * 13 + d] : 0.0f;
+                kp[(n * 13 + j) * 16 + d] = d < 13 ? t_K[(n * 13 + j) * 13 + d] : 0.0f;
+        #pragma omp barrier
         /* One task = one slice and BK keys: it owns those rows of dK and dV. */
         #pragma omp for collapse(2) schedule(static)
         for (int64_t n = 0; n < 1; ++n)
         for (int64_t kb = 0; kb < 1; ++kb) {
             const int64_t k0 = kb * 14;
             const int64_t nk = 13 - k0 < 14 ? 13 - k0 : 14;
-            const int64_t nkr = (nk + 13) / 14 * 14;  /* keys the register tiles cover */
             float st[14][16] __attribute__((aligned(64))), dt[14][16] __attribute__((aligned(64))), dka[14][16] __attribute__((aligned(64))), dva[14][16] __attribute__((aligned(64)));
             float *const dq = dqp + (omp_get_thread_num() * 1LL + n) * 256;
-            const float *const kb0 = kp + (n * 14 + k0) * 16;
+            const float *const kb0 = kp + (n * 13 + k0) * 16;
             const float *const mxn = mxs + n * 16, *const rln = rl + n * 16, *const din = di + n * 16;
             memset(dka, 0, sizeof dka); memset(dva, 0, sizeof dva);
             for (int64_t q0 = 0; q0 < 16; q0 += 16) {
-                for (int64_t j0 = 0; j0 < nkr; j0 += 14) {  /* S^T = K Q^T, dP^T = V dO^T */
+                for (int64_t j0 = 0; j0 < nk; j0 += 14) {  /* S^T = K Q^T, dP^T = V dO^T */
+                    const int64_t rows = nk - j0 < 14 ? nk - j0 : 14;  /* the last: 13 */
                     const float *kr[14], *vr[14];
-                    for (int64_t r = 0; r < 14; ++r) {
+                    for (int64_t r = 0; r < rows; ++r) {
                         kr[r] = kb0 + (j0 + r) * 16;
-                        vr[r] = t_V + (n * 13 + (k0 + j0 + r < 13 ? k0 + j0 + r : 12)) * 13;
+                        vr[r] = t_V + (n * 13 + k0 + j0 + r) * 13;
                     }
                     for (int64_t i0 = 0; i0 < 16; i0 += 8) {
-                        uol_qk_tile(kr, qT + (n * 16 + q0) * 13 + i0, &st[j0][i0]);
-                        uol_vdo_tile(vr, doT + (n * 16 + q0) * 13 + i0, &dt[j0][i0]);
+                        if (rows == 14) { uol_qk_tile14(kr, qT + (n * 16 + q0) * 13 + i0, &st[j0][i0]); uol_vdo_tile14(vr, doT + (n * 16 + q0) * 13 + i0, &dt[j0][i0]); }
+                        else { uol_qk_tile13(kr, qT + (n * 16 + q0) * 13 + i0, &st[j0][i0]); uol_vdo_tile13(vr, doT + (n * 16 + q0) * 13 + i0, &dt[j0][i0]); }
                     }
                 }
-                for (int64_t jj = 0; jj < nkr; ++jj) {
-                    if (jj >= nk) {  /* keys past T: p = dS = 0, no share in dQ */
-                        memset(st[jj], 0, sizeof st[jj]); memset(dt[jj], 0, sizeof dt[jj]);
-                        continue;
-                    }
-                    #pragma omp simd
-                    for (int64_t ii = 0; ii < 16; ++ii) {  /* the score expression and its slope */
-                        st[jj][ii] = (st[jj][ii] * ((float)0.125));
-                        dt[jj][ii] = (dt[jj][ii] - din[q0 + ii]) * (((float)0.125));
-                    }
+                for (int64_t jj = 0; jj < nk; ++jj) {
                     #pragma omp simd
                     for (int64_t ii = 0; ii < 16; ++ii) {  /* P = exp(s - mx) / l, dS = P (dP - Di) f' */
+                        /* the score expression and its slope, both of the Q.K sum in st */
+                        const float s = (st[jj][ii] * ((float)0.125));
+                        const float dp = (dt[jj][ii] - din[q0 + ii]) * (((float)0.125));
                         /* Below -84.77 (ln of the smallest normal float x 13 keys), e^z / l
                            is subnormal, and every operation on a subnormal runs as a microcode
                            assist (masked causal scores made the backward 6x slower): such a P
                            (under 13 x 1.2e-38) is 0, and no lane computes it. */
-                        const float z = st[jj][ii] - mxn[q0 + ii];
+                        const float z = s - mxn[q0 + ii];
                         const int under = z < -84.771595f;
                         const float p = under ? 0.0f : uol_expf(under ? 0.0f : z) * rln[q0 + ii];
                         st[jj][ii] = p;
-                        dt[jj][ii] = p * dt[jj][ii];
+                        dt[jj][ii] = p * dp;
                     }
                 }
-                for (int64_t j0 = 0; j0 < nkr; j0 += 14) {  /* dV += P^T dO, dK += dS^T Q */
-                    for (int64_t e0 = 0; e0 < 16; e0 += 8)
-                        uol_dv_tile14(16, &st[j0][0], dop + (n * 16 + q0) * 16 + e0, &dva[j0][e0]);
-                    for (int64_t d0 = 0; d0 < 16; d0 += 8)
-                        uol_dk_tile14(16, &dt[j0][0], qp + (n * 16 + q0) * 16 + d0, &dka[j0][d0]);
+                for (int64_t j0 = 0; j0 < nk; j0 += 14) {  /* dV += P^T dO, dK += dS^T Q */
+                    const int64_t rows = nk - j0 < 14 ? nk - j0 : 14;
+                    for (int64_t e0 = 0; e0 < 16; e0 += 8) {
+                        if (rows == 14) uol_dv_tile14(16, &st[j0][0], dop + (n * 16 + q0) * 16 + e0, &dva[j0][e0]);
+                        else uol_dv_tile13(16, &st[j0][0], dop + (n * 16 + q0) * 16 + e0, &dva[j0][e0]);
+                    }
+                    for (int64_t d0 = 0; d0 < 16; d0 += 8) {
+                        if (rows == 14) uol_dk_tile14(16, &dt[j0][0], qp + (n * 16 + q0) * 16 + d0, &dka[j0][d0]);
+                        else uol_dk_tile13(16, &dt[j0][0], qp + (n * 16 + q0) * 16 + d0, &dka[j0][d0]);
+                    }
                 }
-                for (int64_t i0 = 0; i0 < 14; i0 += 14)  /* dQ += dS K, this thread's partial */
+                for (int64_t i0 = 0; i0 < 14; i0 += 14)  /* dQ += dS K */
                     for (int64_t d0 = 0; d0 < 16; d0 += 8)
-                        uol_dq_tile14(nkr, &dt[0][i0], kb0 + d0, dq + (q0 + i0) * 16 + d0);
+                        uol_dq_tile14(nk, &dt[0][i0], kb0 + d0, dq + (q0 + i0) * 16 + d0);
                 for (int64_t d0 = 0; d0 < 16; d0 += 8)
-                    uol_dq_tile2(nkr, &dt[0][14], kb0 + d0, dq + (q0 + 14) * 16 + d0);
+                    uol_dq_tile2(nk, &dt[0][14], kb0 + d0, dq + (q0 + 14) * 16 + d0);
             }
             for (int64_t jj = 0; jj < nk; ++jj) {
                 for (int64_t d = 0; d < 13; ++d) t_dK[(n * 13 + k0 + jj) * 13 + d] = dka[jj][d];
