@@ -53,12 +53,13 @@ static inline uint16_t to_bf16(float f)
     return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
-/* B (K x N, any strides) -> Bp: per panel j and k step s, halves h of 16 rows (k pairs) x 16
-   columns x 2 (k, k+1); zero beyond K and N so that padded blocks add nothing. */
-static void pack_b(const uint16_t *restrict B, uint16_t *restrict Bp)
+/* B (K x N, any strides) -> Bp, panels j0 <= j < j1: per panel j and k step s, halves h of 16
+   rows (k pairs) x 16 columns x 2 (k, k+1); zero beyond K and N so that padded blocks add
+   nothing. */
+static void pack_b(const uint16_t *restrict B, uint16_t *restrict Bp, int64_t j0, int64_t j1)
 {
     #pragma omp for collapse(2) schedule(static)
-    for (int64_t j = 0; j < NP / 32; ++j)
+    for (int64_t j = j0; j < j1; ++j)
         for (int64_t s = 0; s < KS; ++s) {
             uint16_t *restrict tile = Bp + (j * KS + s) * 1024;
             const int64_t n0 = j * 32, k0 = s * 32;
@@ -331,14 +332,16 @@ void ENTRY(void **args, const int64_t *strides)
         for (int64_t bt = 0; bt < BATCH; ++bt) {
             int64_t oa, ob, oc;
             batch_offsets(bt, &oa, &ob, &oc);
-            if (!B_SHARED || bt == 0) pack_b(B + ob, Bp);  /* a B the batch shares: once */
             if (!A_DIRECT) pack_a(A + oa, Ap, 0);
             if (A_TAIL) pack_a(A + oa, At, MP / BM - 1);  /* the last, short block row */
             /* block rows LDA elements apart: A's own rows, or the packed copy's */
             const uint16_t *a0 = A_DIRECT ? A + oa : Ap;
-            /* CHUNK panels of B stay in L2 while every block row of A passes over them */
+            /* CHUNK panels of B stay in L2 while every block row of A passes over them; they
+               are packed right before (still in cache), once when the batch shares B */
             for (int64_t jc = 0; jc < NP / 32; jc += CHUNK) {
-                const int64_t blocks_n = (jc + CHUNK <= NP / 32 ? CHUNK : NP / 32 - jc) * (32 / BN);
+                const int64_t panels = jc + CHUNK <= NP / 32 ? CHUNK : NP / 32 - jc;
+                const int64_t blocks_n = panels * (32 / BN);
+                if (!B_SHARED || bt == 0) pack_b(B + ob, Bp, jc, jc + panels);
                 #pragma omp for collapse(2) schedule(static)
                 for (int64_t ib = 0; ib < MP / BM; ++ib)
                     for (int64_t jb = 0; jb < blocks_n; ++jb) {
