@@ -3,7 +3,7 @@
 C[batch, m, n] = sum[k](A[.., m, k] * B[.., k, n]) with A and B in bf16. B is packed per batch
 entry (once when the batch shares it) into VNNI panels: pairs of k interleaved, the layout
 TDPBF16PS and VDPBF16PS read; each group of panels right before A passes over it, so the
-group is still in cache (2048^3 on Zen 4: 1.3% faster than packing all of B first). The AMX and VDPBF16PS kernels read A in place when its k axis
+group is still in cache (about 1% faster at 2048^3 on Zen 4 than packing all of B first). The AMX and VDPBF16PS kernels read A in place when its k axis
 is contiguous, k fills whole 32-deep steps and its rows are not a multiple of 4 KiB apart (rows
 in the same L1 sets evict each other); AMX also needs whole 32-row blocks, while VDPBF16PS takes
 a last, short block row from a padded copy. Every other case packs A, zero padded, in the
