@@ -40,6 +40,8 @@ def _grads(out, inputs, upstream):
     (2, 3, 70, 64, 32),
     (1, 1, 16, 130, 80),  # head dim 80: padded to whole register tiles
     (1, 8, 128, 128, 64),
+    (1, 3, 20, 5, 16),    # 3 slices (not split evenly over 2 threads), fewer keys than a tile
+    (1, 2, 28, 28, 16),   # keys in whole register tiles: no short tile
 ])
 def test_uol_attention_gradients_match_torch(B, H, S, T, D):
     torch.manual_seed(S + T + D)
