@@ -1,7 +1,9 @@
 """Search space of the non-GEMM C kernels (maps, rows, stencils, scans, fused ops), as named constraints.
 
 Knobs: threads, chunk (outer iterations handed to a thread at a time: rows per thread),
-vec (simd length; 0 lets gcc choose) and fuse (statement fusion on/off). Every hardware number
+vec (simd length; 0 lets gcc choose) and fuse (statement fusion on/off). A bf16 GEMM and a
+flash attention (forward or backward) get the knobs their templates read instead
+(acg/space_bf16.py, acg/space_attention.py). Every hardware number
 (cores, vector bits, L2 size, bandwidth) comes from the HFL target; each constraint records how
 many assignments of the full product it alone removes. The cost model is a roofline on bytes.
 """
@@ -15,6 +17,12 @@ from dataclasses import dataclass, field
 import constraint
 
 from uol_core.acg.fusion import FusionPlan, plan_fusion
+from uol_core.acg.space_attention import (
+    attention_domains_and_rules,
+    attention_shape,
+    distance_from_default,
+    predict_attention_seconds,
+)
 from uol_core.acg.space_bf16 import bf16_domains_and_rules, is_bf16_gemm, predict_bf16_seconds
 from uol_core.acg.space_core import (
     Config,
@@ -27,7 +35,8 @@ from uol_core.acg.space_core import (
 from uol_core.odl.ir import Access, Op, walk
 from uol_core.odl.shapes import shape_of
 
-VARIABLES = ("threads", "chunk", "vec", "fuse", "bf16_isa")  # bf16_isa: bf16 GEMMs only
+# bf16_isa: bf16 GEMMs only; bq, bk: flash attention only
+VARIABLES = ("threads", "chunk", "vec", "fuse", "bf16_isa", "bq", "bk")
 
 
 @dataclass
@@ -70,6 +79,10 @@ def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpac
     GEMM gets the knobs its template reads (acg/space_bf16.py)."""
     if is_bf16_gemm(op, sizes):
         domains, named = bf16_domains_and_rules(target)
+        return _solved(domains, named, op, sizes, target)
+    attention = attention_shape(op, sizes, target)
+    if attention is not None:
+        domains, named = attention_domains_and_rules(attention, target)
         return _solved(domains, named, op, sizes, target)
     cores = int(target.cores or 1)
     lanes = int(target.vector_bits or 128) // 32
@@ -132,10 +145,14 @@ def traffic_bytes(op: Op, sizes: Mapping[str, int], fuse: bool) -> int:
 def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> float:
     """Roofline estimate: memory traffic over bandwidth (scaled by threads), plus a per-chunk
     cost; a bf16 GEMM's FLOPs over its unit's peak."""
-    if "bf16_isa" in cfg:
+    if "bf16_isa" in cfg or "bq" in cfg:
         from uol_core.odl.cost import op_cost
 
-        return predict_bf16_seconds(op_cost(op, sizes).flops, target, cfg)
+        flops = op_cost(op, sizes).flops
+        if "bq" in cfg:
+            return predict_attention_seconds(attention_shape(op, sizes, target), flops,
+                                             target, cfg)
+        return predict_bf16_seconds(flops, target, cfg)
     bw = float(target.mem_bandwidth_gbps or 10.0) * 1e9
     share = min(1.0, 0.5 + 0.5 * cfg["threads"] / max(1, int(target.cores or 1)))
     seconds = traffic_bytes(op, sizes, bool(cfg["fuse"])) / (bw * share)
@@ -148,8 +165,13 @@ def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
     """The model's best legal config with the user's overrides on top ('chunk=4,vec=8' or a dict;
     'tuned' the best recorded config, tuning with a small budget when there is none)."""
     space = build_pattern_space(op, sizes, target)
+    attention = attention_shape(op, sizes, target)
+
+    def preference(c: Mapping) -> float:  # among equal predictions
+        return distance_from_default(attention, c) if attention else -c.get("fuse", 1)
+
     best = min(space.configs, key=lambda c: (predict_seconds(op, sizes, target, c),
-                                             -c.get("fuse", 1))) \
+                                             preference(c))) \
         if space.configs else _defaults()
     if request == "tuned":
         from uol_core.acg.pattern_tuner import tuned_pattern_config
@@ -173,7 +195,7 @@ def explain_pattern(space: PatternSpace, cfg: Mapping, src, measured: dict | Non
              for f in ("cores", "vector_bits", "l2_bytes", "mem_bandwidth_gbps")]
     roofline = {"bound": "memory", "bytes": nbytes, "predicted_seconds": seconds,
                 "attainable_gflops": 0.0, "predicted_gflops": 0.0}
-    if "bf16_isa" in cfg:  # a GEMM: bound by its unit's peak (acg/space_bf16.py)
+    if "bf16_isa" in cfg or "bq" in cfg:  # GEMMs: bound by a unit's peak (bf16, attention)
         from uol_core.odl.cost import op_cost
 
         flops = op_cost(op, sizes).flops

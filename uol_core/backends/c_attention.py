@@ -36,6 +36,9 @@ from uol_core.odl.masks import causal_offset
 
 GENERATOR = "uol-c-flash-1"
 MAX_HEAD = 512  # largest D or E kept in per-thread stack tiles
+# The blocks a config asks for when it names none (acg/space_attention.py offers others); the
+# emitter floors them to whole micro-tiles (block_units) within the padded sequence lengths.
+FORWARD_BLOCKS = {"bq": 64, "bk": 96}
 
 
 # The C template renders the shared plan (acg/plans/attention.py).
@@ -55,12 +58,9 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
          config: Mapping | None = None) -> KernelSource | None:
     """The flash kernel, or None when head sizes exceed the stack tiles (the generic path runs).
     A target with a length-agnostic ISA (SVE) gets c_attention_sve's form."""
-    cfg = {"bq": 64, "bk": 96, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
-    ext = stmt_extents(op, 0)
-    free = {n: f.evaluate(dict(sizes)) for n, f in ext.free.items()}
-    S, T = free[plan.i], free[plan.j]
-    D = ext.reductions[plan.reduce][plan.reduce.indices[0]].evaluate(dict(sizes))
-    E = stmt_extents(op, 4).free[op.stmts[4].indices[-1]].evaluate(dict(sizes))
+    cfg = {**FORWARD_BLOCKS, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
+    free = {n: f.evaluate(dict(sizes)) for n, f in stmt_extents(op, 0).free.items()}
+    S, T, D, E, _ = attention_extents(op, plan, sizes)
     if D > MAX_HEAD or E > MAX_HEAD:
         return None
     from uol_core.backends import c_attention_sve
@@ -102,6 +102,30 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
             "generator": GENERATOR, "groups": 1, "reduction_length": max(T, D),
             "fusion": "flash: s, mx, p, l fused into O with an online softmax (never stored)"}
     return w.source(entry, op.name, dict(cfg), meta)
+
+
+def attention_extents(op: Op, plan: FlashPlan, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """(S, T, D, E, slices) of a recognised attention: queries, keys, the Q.K depth, the
+    value width and the batch slices (the product of the prefix extents)."""
+    ext = stmt_extents(op, 0)
+    free = {n: f.evaluate(dict(sizes)) for n, f in ext.free.items()}
+    D = ext.reductions[plan.reduce][plan.reduce.indices[0]].evaluate(dict(sizes))
+    E = stmt_extents(op, 4).free[op.stmts[4].indices[-1]].evaluate(dict(sizes))
+    return free[plan.i], free[plan.j], D, E, math.prod(free[x] for x in plan.prefix)
+
+
+def block_units(target, backward: bool = False) -> tuple[int, int]:
+    """The query and key granularity of the flash templates' blocks on `target`: whole
+    register tiles (fixed-width ISAs: QT queries, MR keys; SVE: MQ queries and NJ keys, the
+    backward's key blocks whole dot and dV/dK tiles)."""
+    from uol_core.backends import c_attention_sve
+
+    vla = c_attention_sve.vla_isa(target)
+    if vla is not None:
+        t = c_attention_sve.choose_vla_tiles(vla, target)
+        return t.mq, math.lcm(t.mq, t.nj) if backward else t.nj
+    t = choose_tiles(target)
+    return t.qt, t.mr
 
 
 def open_query_blocks(w: CodeWriter, prefix: tuple[str, ...], free: Mapping[str, int],

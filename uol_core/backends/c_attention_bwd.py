@@ -23,7 +23,7 @@ backward leaves it out for the same reason); so are z_mx and the where(s == mx) 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from uol_core.backends.base import KernelSource
@@ -49,6 +49,8 @@ from uol_core.odl.ir import (
 from uol_core.odl.masks import causal_offset
 
 GENERATOR = "uol-c-flash-bwd-1"
+# The blocks a config asks for when it names none (acg/space_attention.py offers others).
+BACKWARD_BLOCKS = {"bq": 64, "bk": 64}
 
 
 @dataclass(frozen=True)
@@ -163,12 +165,8 @@ def _slope(score: Stmt, reduce: Reduce) -> Expr | None:
 def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
          config: Mapping | None = None) -> KernelSource | None:
     """The flash backward kernel, or None when head sizes exceed the stack buffers."""
-    cfg = {"bq": 64, "bk": 64, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
-    shape = {d.name: [f.evaluate(dict(sizes)) for f in d.shape] for d in op.inputs}
-    n_pre = len(plan.prefix)
-    S, D = shape[plan.q][n_pre:]
-    T, E = shape[plan.v][n_pre:]
-    NB = math.prod(shape[plan.q][:n_pre])
+    cfg = {**BACKWARD_BLOCKS, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
+    S, T, D, E, NB = grad_extents(op, plan, sizes)
     if D > MAX_HEAD or E > MAX_HEAD:
         return None
     from uol_core.backends import c_attention_bwd_sve, c_attention_sve
@@ -213,13 +211,53 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
     open_entry(w, entry, args, len(op.inputs))
 
     body(w, op, plan, dict(n, S=S, T=T, D=D, E=E, NB=NB, THREADS=threads), t,
-         _renderer(op, plan, sizes), [shape[plan.q][x] for x in range(n_pre)])
+         _renderer(op, plan, sizes),
+         [f.evaluate(dict(sizes)) for f in op.tensor(plan.q).shape[:len(plan.prefix)]])
     meta = {"isa": t.isa, "args": args, "outputs": [d.name for d in op.outputs],
             "threads": threads,
             "generator": GENERATOR, "groups": 1, "reduction_length": max(S, T, D, E),
             "fusion": "flash backward: s, p, d_p, d_s recomputed per tile (never stored); "
                       "dQ, dK, dV in one kernel"}
     return w.source(entry, op.name, dict(cfg), meta)
+
+
+def grad_extents(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """(S, T, D, E, slices) of a recognised attention gradient."""
+    shape = {d.name: [f.evaluate(dict(sizes)) for f in d.shape] for d in op.inputs}
+    n_pre = len(plan.prefix)
+    S, D = shape[plan.q][n_pre:]
+    T, E = shape[plan.v][n_pre:]
+    return S, T, D, E, math.prod(shape[plan.q][:n_pre])
+
+
+def task_bytes(bq: int, bk: int, D: int, E: int, t: Tiles) -> int:
+    """A task's working set (st, dt, dK, dV; Q, dO both ways, dQ; the K block), which the
+    emitter keeps within half of L2."""
+    DP, EP = (-(-x // t.qt) * t.qt for x in (D, E))
+    return 4 * (2 * bk * bq + bk * (DP + EP) + bq * (D + E + 2 * DP + EP) + bk * DP)
+
+
+def shrink_blocks(bq: int, bk: int, q_unit: int, k_unit: int,
+                  fits: Callable[[int, int], bool]) -> tuple[int, int]:
+    """Halve the larger block that can still shrink (whole units) until `fits(bq, bk)`
+    or both are one unit."""
+    while not fits(bq, bk) and (bq > q_unit or bk > k_unit):
+        if bk <= k_unit or (bq >= bk and bq > q_unit):
+            bq = max(q_unit, bq // 2 // q_unit * q_unit)
+        else:
+            bk = max(k_unit, bk // 2 // k_unit * k_unit)
+    return bq, bk
+
+
+def backward_fits_l2(bq: int, bk: int, D: int, E: int, target) -> bool:
+    """Whether a task of bq queries x bk keys stays within half of the target's L2, the bound
+    this emitter (or the SVE one) shrinks its blocks to."""
+    from uol_core.backends import c_attention_bwd_sve, c_attention_sve
+
+    half = int(getattr(target, "l2_bytes", 0) or 1 << 20) // 2
+    if c_attention_sve.vla_isa(target) is not None:
+        return c_attention_bwd_sve.task_bytes(bq, bk, D + E) <= half
+    return task_bytes(bq, bk, D, E, choose_tiles(target)) <= half
 
 
 def _blocks(t: Tiles, S: int, T: int, D: int, E: int, cfg: Mapping, l2: int) -> dict[str, int]:
@@ -229,12 +267,8 @@ def _blocks(t: Tiles, S: int, T: int, D: int, E: int, cfg: Mapping, l2: int) -> 
     bq = min(max(t.qt, int(cfg["bq"]) // t.qt * t.qt), -(-S // t.qt) * t.qt)
     bk = min(max(t.mr, int(cfg["bk"]) // t.mr * t.mr), -(-T // t.mr) * t.mr)
 
-    def working_set(bq: int, bk: int) -> int:  # st, dt, dK, dV; Q, dO both ways, dQ; K block
-        return 4 * (2 * bk * bq + bk * (DP + EP) + bq * (D + E + 2 * DP + EP) + bk * DP)
-
-    while working_set(bq, bk) > l2 // 2 and (bq > t.qt or bk > t.mr):
-        bq, bk = (max(t.qt, bq // 2 // t.qt * t.qt), bk) if bq >= bk else \
-            (bq, max(t.mr, bk // 2 // t.mr * t.mr))
+    bq, bk = shrink_blocks(bq, bk, t.qt, t.mr,
+                           lambda bq, bk: task_bytes(bq, bk, D, E, t) <= l2 // 2)
     return {"BQ": bq, "BK": bk, "DP": DP, "EP": EP, "SP": -(-S // bq) * bq,
             "KB": -(-T // bk)}
 

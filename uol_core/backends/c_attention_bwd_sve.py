@@ -34,7 +34,9 @@ def emit(op: Op, plan, sizes: Mapping[str, int], target, config: Mapping | None,
          isa: str) -> KernelSource:
     """The length-agnostic flash backward of a recognised gradient (c_attention_bwd's plan)."""
     t = choose_vla_tiles(isa, target)
-    cfg = {"bq": 64, "bk": 64, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
+    from uol_core.backends.c_attention_bwd import BACKWARD_BLOCKS
+
+    cfg = {**BACKWARD_BLOCKS, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
     shape = {d.name: [f.evaluate(dict(sizes)) for f in d.shape] for d in op.inputs}
     n_pre = len(plan.prefix)
     S, D = shape[plan.q][n_pre:]
@@ -80,18 +82,19 @@ def emit(op: Op, plan, sizes: Mapping[str, int], target, config: Mapping | None,
     return w.source(entry, op.name, dict(cfg), meta)
 
 
+def task_bytes(bq: int, bk: int, width: int) -> int:
+    """A task's working set: st, dt, its dK and dV rows, the query and key rows it reads
+    (width = D + E floats a row)."""
+    return 4 * (2 * bq * bk + 2 * bk * width + bq * width)
+
+
 def _fit_l2(bq: int, bk: int, q_step: int, k_step: int, width: int, l2: int) -> tuple[int, int]:
     """Halve the larger block until a task's working set (st, dt, its dK and dV rows, the
     query and key rows it reads) is within half the target's L2 (an HFL fact)."""
-    def working_set(bq: int, bk: int) -> int:
-        return 4 * (2 * bq * bk + 2 * bk * width + bq * width)
+    from uol_core.backends.c_attention_bwd import shrink_blocks
 
-    while working_set(bq, bk) > l2 // 2 and (bq > q_step or bk > k_step):
-        if bk <= k_step or (bq >= bk and bq > q_step):
-            bq = max(q_step, bq // 2 // q_step * q_step)
-        else:
-            bk = max(k_step, bk // 2 // k_step * k_step)
-    return bq, bk
+    return shrink_blocks(bq, bk, q_step, k_step,
+                         lambda bq, bk: task_bytes(bq, bk, width) <= l2 // 2)
 
 
 def _texts(op: Op, plan, sizes: Mapping[str, int]) -> tuple[str, str]:

@@ -145,7 +145,9 @@ def emit(op: Op, plan, sizes: Mapping[str, int], target, config: Mapping | None,
     from uol_core.backends.c_attention import _addr, _base, open_query_blocks
 
     t = choose_vla_tiles(isa, target)
-    cfg = {"bq": 64, "bk": 96, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
+    from uol_core.backends.c_attention import FORWARD_BLOCKS
+
+    cfg = {**FORWARD_BLOCKS, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
     ext = stmt_extents(op, 0)
     free = {n: f.evaluate(dict(sizes)) for n, f in ext.free.items()}
     S, T = free[plan.i], free[plan.j]
