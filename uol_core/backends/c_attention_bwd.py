@@ -181,6 +181,9 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
     dq_text = ("the thread's buffer of its slice (slices split evenly over the threads)"
                if owns_slices(NB, threads) else
                "the thread's own partial (summed at the end, in thread order)")
+    rem = T % t.mr
+    keys_text = (f"The last keys take tiles of {rem} row{'s' if rem > 1 else ''}: no padding "
+                 "key is ever computed." if rem else "The keys fill whole register tiles.")
     w = CodeWriter(default_line=op.line)
     entry = f"uol_{op.name}"
     args = [d.name for d in op.inputs] + [d.name for d in op.outputs]
@@ -191,8 +194,7 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
    P^T = exp(s - mx) / l and dS^T = P^T (dP^T - Di) f', then dV += P^T dO and dK += dS^T Q into
    the task's own BK-row buffers and dQ += dS K into {dq_text}. Q^T and dO^T (query on the
    lanes) and Di are packed once in a first pass, and Q, dO and K rows (head dimension on the
-   lanes) too where they need padding to whole tiles. The last keys ({T % t.mr}) take register
-   tiles of their own rows: no padding key is ever computed.
+   lanes) too where they need padding to whole tiles. {keys_text}
    Left out: d_mx and z_mx (the gradient through the row max is exactly zero). */""")
     w.emit(includes("stdint.h", "stdlib.h", "string.h", "math.h", "omp.h") + PRELUDE)
     w.emit(t.prelude())

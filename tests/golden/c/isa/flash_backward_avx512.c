@@ -5,8 +5,7 @@
    P^T = exp(s - mx) / l and dS^T = P^T (dP^T - Di) f', then dV += P^T dO and dK += dS^T Q into
    the task's own BK-row buffers and dQ += dS K into the thread's buffer of its slice (slices split evenly over the threads). Q^T and dO^T (query on the
    lanes) and Di are packed once in a first pass, and Q, dO and K rows (head dimension on the
-   lanes) too where they need padding to whole tiles. The last keys (13) take register
-   tiles of their own rows: no padding key is ever computed.
+   lanes) too where they need padding to whole tiles. The last keys take tiles of 13 rows: no padding key is ever computed.
    Left out: d_mx and z_mx (the gradient through the row max is exactly zero). */
 #include <stdint.h>
 #include <stdlib.h>
