@@ -45,13 +45,17 @@ class AttentionShape:
 
 
 _SHAPES: dict[tuple, AttentionShape | None] = {}
+_REMEMBERED = 256
 
 
 def attention_shape(op: Op, sizes: Mapping[str, int], target) -> AttentionShape | None:
     """The flash kernel `op` compiles to on `target`, or None when the C backend runs it with
     another template (recognising the gradient derives it again: remembered per op)."""
-    key = (op, tuple(sorted(sizes.items())), getattr(target, "name", None))
+    key = (op, tuple(sorted(sizes.items())), getattr(target, "name", None),
+           getattr(target, "l2_bytes", None))
     if key not in _SHAPES:
+        if len(_SHAPES) >= _REMEMBERED:  # a long IDE session tries many sizes
+            _SHAPES.clear()
         _SHAPES[key] = _recognise(op, sizes, target)
     return _SHAPES[key]
 
