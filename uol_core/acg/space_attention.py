@@ -77,18 +77,14 @@ def _recognise(op: Op, sizes: Mapping[str, int], target) -> AttentionShape | Non
         return None  # the generic path runs it
     qu, ku = c_attention.block_units(target, backward=kind == "backward")
     shape = AttentionShape(kind, S, T, D, E, slices, qu, ku)
-    defaults = {"bq": _whole(blocks["bq"], qu, S), "bk": _whole(blocks["bk"], ku, T)}
+    defaults = {"bq": c_attention.whole_tiles(blocks["bq"], qu, S),
+                "bk": c_attention.whole_tiles(blocks["bk"], ku, T)}
     if kind == "backward":  # the emitter halves the larger block until a task fits
         from uol_core.backends.c_attention_bwd import shrink_blocks
 
         defaults["bq"], defaults["bk"] = shrink_blocks(
             defaults["bq"], defaults["bk"], qu, ku, lambda bq, bk: _fits(shape, target, bq, bk))
     return AttentionShape(kind, S, T, D, E, slices, qu, ku, defaults)
-
-
-def _whole(request: int, unit: int, extent: int) -> int:
-    """A requested block as the emitters run it: whole tiles, at most the padded extent."""
-    return min(max(unit, request // unit * unit), -(-extent // unit) * unit)
 
 
 def _fits(shape: AttentionShape, target, bq: int, bk: int) -> bool:

@@ -71,8 +71,7 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
     tiles = choose_tiles(target)
     # A query block is whole micro-tiles of queries, a key block whole micro-tiles of keys,
     # never larger than the (rounded-up) sequence lengths, so short ones keep small stack tiles.
-    bq = min(max(tiles.qt, int(cfg["bq"]) // tiles.qt * tiles.qt), -(-S // tiles.qt) * tiles.qt)
-    bk = min(max(tiles.mr, int(cfg["bk"]) // tiles.mr * tiles.mr), -(-T // tiles.mr) * tiles.mr)
+    bq, bk = whole_tiles(cfg["bq"], tiles.qt, S), whole_tiles(cfg["bk"], tiles.mr, T)
     shapes = {t: [f.evaluate(dict(sizes)) for f in op.tensor(t).shape]
               for t in (plan.q.tensor, plan.k.tensor, plan.v.tensor, plan.out,
                         *filter(None, plan.saves))}
@@ -112,6 +111,12 @@ def attention_extents(op: Op, plan: FlashPlan, sizes: Mapping[str, int]) -> tupl
     D = ext.reductions[plan.reduce][plan.reduce.indices[0]].evaluate(dict(sizes))
     E = stmt_extents(op, 4).free[op.stmts[4].indices[-1]].evaluate(dict(sizes))
     return free[plan.i], free[plan.j], D, E, math.prod(free[x] for x in plan.prefix)
+
+
+def whole_tiles(request, unit: int, extent: int) -> int:
+    """A requested block as the flash templates run it: whole tiles of `unit`, at least one,
+    at most the extent rounded up to whole tiles."""
+    return min(max(unit, int(request) // unit * unit), -(-extent // unit) * unit)
 
 
 def block_units(target, backward: bool = False) -> tuple[int, int]:

@@ -266,8 +266,9 @@ def _blocks(t: Tiles, S: int, T: int, D: int, E: int, cfg: Mapping, l2: int) -> 
     """Block sizes: BQ whole query tiles, BK whole key tiles, the task's working set within
     half the target's L2 (an HFL fact) so every re-read of a block hits the cache."""
     DP, EP = (-(-x // t.qt) * t.qt for x in (D, E))
-    bq = min(max(t.qt, int(cfg["bq"]) // t.qt * t.qt), -(-S // t.qt) * t.qt)
-    bk = min(max(t.mr, int(cfg["bk"]) // t.mr * t.mr), -(-T // t.mr) * t.mr)
+    from uol_core.backends.c_attention import whole_tiles
+
+    bq, bk = whole_tiles(cfg["bq"], t.qt, S), whole_tiles(cfg["bk"], t.mr, T)
 
     bq, bk = shrink_blocks(bq, bk, t.qt, t.mr,
                            lambda bq, bk: task_bytes(bq, bk, D, E, t) <= l2 // 2)

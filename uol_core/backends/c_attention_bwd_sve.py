@@ -43,8 +43,9 @@ def emit(op: Op, plan, sizes: Mapping[str, int], target, config: Mapping | None,
     T, E = shape[plan.v][n_pre:]
     NB = math.prod(shape[plan.q][:n_pre])
     key_step = math.lcm(t.mq, t.nj)  # a key block is whole dot tiles and whole dV/dK tiles
-    BQ = min(max(t.mq, int(cfg["bq"]) // t.mq * t.mq), -(-S // t.mq) * t.mq)
-    BK = min(max(key_step, int(cfg["bk"]) // key_step * key_step), -(-T // key_step) * key_step)
+    from uol_core.backends.c_attention import whole_tiles
+
+    BQ, BK = whole_tiles(cfg["bq"], t.mq, S), whole_tiles(cfg["bk"], key_step, T)
     BQ, BK = _fit_l2(BQ, BK, t.mq, key_step, D + E, int(getattr(target, "l2_bytes", 0) or 1 << 20))
     SP, KB, TH = -(-S // BQ) * BQ, -(-T // BK), int(cfg["threads"])
     w = CodeWriter(default_line=op.line)

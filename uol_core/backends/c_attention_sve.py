@@ -142,19 +142,20 @@ static inline void {name}(int64_t nk, const float *restrict a, const float *rest
 def emit(op: Op, plan, sizes: Mapping[str, int], target, config: Mapping | None,
          isa: str) -> KernelSource:
     """The length-agnostic flash kernel of a recognised attention (c_attention.flash_plan)."""
-    from uol_core.backends.c_attention import _addr, _base, open_query_blocks
+    from uol_core.backends.c_attention import (
+        FORWARD_BLOCKS,
+        _addr,
+        _base,
+        attention_extents,
+        open_query_blocks,
+        whole_tiles,
+    )
 
     t = choose_vla_tiles(isa, target)
-    from uol_core.backends.c_attention import FORWARD_BLOCKS
-
     cfg = {**FORWARD_BLOCKS, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
-    ext = stmt_extents(op, 0)
-    free = {n: f.evaluate(dict(sizes)) for n, f in ext.free.items()}
-    S, T = free[plan.i], free[plan.j]
-    D = ext.reductions[plan.reduce][plan.reduce.indices[0]].evaluate(dict(sizes))
-    E = stmt_extents(op, 4).free[op.stmts[4].indices[-1]].evaluate(dict(sizes))
-    bq = min(max(t.mq, int(cfg["bq"]) // t.mq * t.mq), -(-S // t.mq) * t.mq)
-    bk = min(max(t.nj, int(cfg["bk"]) // t.nj * t.nj), -(-T // t.nj) * t.nj)
+    free = {n: f.evaluate(dict(sizes)) for n, f in stmt_extents(op, 0).free.items()}
+    S, T, D, E, _ = attention_extents(op, plan, sizes)
+    bq, bk = whole_tiles(cfg["bq"], t.mq, S), whole_tiles(cfg["bk"], t.nj, T)
     shapes = {x: [f.evaluate(dict(sizes)) for f in op.tensor(x).shape]
               for x in (plan.q.tensor, plan.k.tensor, plan.v.tensor, plan.out,
                         *filter(None, plan.saves))}
