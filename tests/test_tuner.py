@@ -11,9 +11,10 @@ from dataclasses import replace
 
 import pytest
 
+from uol_core.acg import tuner
 from uol_core.acg.config import TileConfig
 from uol_core.acg.fixtures import runnable_target
-from uol_core.acg.tuner import TuningSession
+from uol_core.acg.tuner import Trial, TuneResult, TuningSession
 from uol_core.backends.c import emit
 from uol_core.ops import load_op, op_text
 from uol_core.runtime.tuningdb import TuningDB
@@ -80,10 +81,13 @@ def test_tune_records_every_measurement_and_replays(tmp_path):
     assert all(t.from_db for t in again.trials) and len(db.rows(session.key)) == len(rows)
 
 
-def test_the_finalists_are_timed_in_turn_and_the_race_settles_the_pick(tmp_path):
+def test_the_finalists_are_timed_in_turn_and_the_race_settles_the_pick(tmp_path, monkeypatch):
     """After the search, the best measured configs are timed again in turn in one process;
     the race's rows are recorded, its winner is the result, and the database's best follows
     the race rather than an earlier, luckier single measurement."""
+    # every verified config is a finalist: at 48x40x32 one lucky measurement can be twice its
+    # neighbours and leave none within CONFIRM_WITHIN (test_finalists_... covers that filter)
+    monkeypatch.setattr(tuner, "CONFIRM_WITHIN", 1.0)
     db = TuningDB(tmp_path / "t.sqlite")
     session = TuningSession(load_op("matmul"), SIZES, TARGET, db=db, min_seconds=0.0)
     try:
@@ -106,10 +110,31 @@ def test_the_finalists_are_timed_in_turn_and_the_race_settles_the_pick(tmp_path)
     assert db.best(session.key)["config"] == winner["config"]
 
 
+def test_finalists_are_the_best_of_each_tile_within_reach_of_the_best():
+    """The race takes the best config, then the best of each other register tile, then the
+    next best, each within CONFIRM_WITHIN of the best; failures and far-off configs stay out."""
+    def trial(mr, kc, gflops, status="ok"):
+        cfg = TileConfig(isa="avx2", mr=mr, nr=16, kc=kc, mc=48, nc=48, threads=1)
+        return Trial(cfg, 0.0, 0, {"status": status, "gflops": gflops})
+
+    class Session:
+        @staticmethod
+        def family(cfg):
+            return (cfg.mr, cfg.nr)
+
+    trials = [trial(4, 64, 100.0), trial(4, 128, 90.0), trial(6, 64, 80.0),
+              trial(8, 64, 45.0), trial(2, 64, 99.0, "mismatch"), trial(6, 128, 70.0)]
+    out = TuneResult(trials[0].config, 100.0, trials=trials)
+    picked = [(t.config.mr, t.config.kc) for t in tuner._finalists(Session(), out)]
+    assert picked == [(4, 64), (6, 64), (4, 128), (6, 128)][:tuner.CONFIRM_FINALISTS]
+    lone = TuneResult(trials[0].config, 100.0, trials=[trials[0], trials[3]])
+    assert tuner._finalists(Session(), lone) == [trials[0]]  # nothing else within reach
+
+
 def test_interleaved_timing_tells_a_slower_call_apart():
     from uol_core.runtime.measure import time_interleaved
 
-    fast, slow = time_interleaved([lambda: time.sleep(0.001), lambda: time.sleep(0.003)],
+    fast, slow = time_interleaved([lambda: time.sleep(0.001), lambda: time.sleep(0.006)],
                                   seconds=0.1, rounds=4)
     assert fast.repeats >= 4 and slow.repeats == fast.repeats
     assert slow.median_s > 2 * fast.median_s
@@ -127,7 +152,8 @@ def test_failures_are_never_retried(tmp_path):
 KILLED_TUNER = """
 import sys
 from uol_core.acg.fixtures import runnable_target
-from uol_core.acg.tuner import TuningSession
+from uol_core.acg import tuner
+from uol_core.acg.tuner import Trial, TuneResult, TuningSession
 from uol_core.ops import load_op
 from uol_core.runtime.tuningdb import TuningDB
 s = TuningSession(load_op("matmul"), {"M": 40, "N": 40, "K": 40}, runnable_target(),
