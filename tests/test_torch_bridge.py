@@ -98,6 +98,25 @@ def test_linear_on_three_dimensional_input():
     torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_rows_reach_the_op_without_views_and_other_shapes_keep_theirs():
+    """A 2-D input goes to the kernel as it is (a view would be one more backward node per
+    call); 3-D inputs are folded into rows and their output unfolded, gradients as torch's."""
+    torch.manual_seed(0)
+    ref_ln, ref_lin = nn.LayerNorm(16), nn.Linear(16, 8)
+    ln, lin = UolLayerNorm(16), UolLinear.from_torch(ref_lin)
+    rows = torch.randn(6, 16, requires_grad=True)
+    for module in (ln, lin):
+        assert type(module(rows).grad_fn).__name__ == "_EagerCallBackward"
+    seq = torch.randn(2, 3, 16, requires_grad=True)
+    ref_seq = seq.detach().clone().requires_grad_()
+    out, want = lin(ln(seq)), ref_lin(ref_ln(ref_seq))
+    assert out.shape == want.shape == (2, 3, 8)
+    out.square().sum().backward()
+    want.square().sum().backward()
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(seq.grad, ref_seq.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_mlp_backward_saves_hidden_activations_and_skips_unneeded_gradients():
     model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
     swap_modules(model)
