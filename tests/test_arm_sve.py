@@ -122,7 +122,8 @@ def test_one_binary_is_right_at_every_vector_length(case):
     if case == "flash_backward":  # the saved row statistics come from the forward, not noise
         forward = ATTENTION_GRAD.forward_with_saves
         saved = evaluate_all(forward, {d.name: inputs[d.name] for d in forward.inputs})
-        inputs.update({name: saved[name] for name in ATTENTION_GRAD.saved_extra})
+        kept = (*ATTENTION_GRAD.saved, *ATTENTION_GRAD.saved_extra)  # O, mx, l
+        inputs.update({name: saved[name] for name in kept})
     want = evaluate_all(op, inputs)
     for bits in VECTOR_LENGTHS:
         got = _run_at(kernel, bits, inputs)
@@ -230,7 +231,7 @@ def test_causal_flash_with_saves_and_its_backward_over_several_blocks():
     saved = evaluate_all(grad.forward_with_saves, forward_inputs)
     backward_inputs = random_inputs(grad.op, sizes, seed=4)  # dO; Q, K, V as in the forward
     backward_inputs.update({name: forward_inputs[name] for name in forward_inputs})
-    backward_inputs.update({name: saved[name] for name in grad.saved_extra})
+    backward_inputs.update({name: saved[name] for name in (*grad.saved, *grad.saved_extra)})
     for op, inputs in ((grad.forward_with_saves, forward_inputs), (grad.op, backward_inputs)):
         kernel = compile_c(op, sizes, SVE_TARGET)
         assert kernel.src.meta["isa"] == "sve", op.name

@@ -79,9 +79,12 @@ def test_causal_attention_gradients_use_the_flash_backward():
 
 def test_training_saves_row_statistics_not_scores():
     grad = UolAttention(64).fn.grad
-    assert grad.saved_extra == ("mx", "l", "z_O")  # the S x T score matrix is recomputed
+    assert grad.saved_extra == ("mx", "l")  # the S x T score matrix is recomputed
+    # and sum[j](p V) is O * l: the output the backward keeps, never a second copy of it
+    assert grad.saved == ("O",) and [d.name for d in grad.forward_with_saves.outputs] == \
+        ["O", "mx", "l"]
     assert any("recomputed although a reduction" in n and n.endswith(": s") for n in grad.notes)
-    assert flash_plan(grad.forward_with_saves).saves == ("mx", "l", "z_O")
+    assert flash_plan(grad.forward_with_saves).saves == ("mx", "l", None)
     assert whole_op_template(grad.op) and whole_op_template(grad.forward_with_saves)
 
 
@@ -152,7 +155,7 @@ def test_portable_backward_matches_the_reference():
     assert kernel.src.meta["generator"] == GENERATOR and "_mm" not in kernel.src.text
     inputs = random_inputs(grad.forward_with_saves, kernel.sizes, seed=5)
     saved = evaluate_all(grad.forward_with_saves, inputs)
-    feed = {**inputs, **{n: saved[n] for n in ("mx", "l", "z_O")},
+    feed = {**inputs, **{n: saved[n] for n in ("O", "mx", "l")},
             "dO": torch.randn(sizes["S"], sizes["E"], generator=torch.Generator().manual_seed(2))}
     got, want = kernel.run(feed), evaluate_all(grad.op, feed)
     for name in ("dQ", "dK", "dV"):

@@ -135,7 +135,8 @@ def test_runs_and_verifies_where_the_host_has_the_isa(case, isa):
     if case == "flash_backward":  # the saved row statistics come from the forward, not noise
         forward = ATTENTION_GRAD.forward_with_saves
         saved = evaluate_all(forward, {d.name: inputs[d.name] for d in forward.inputs})
-        inputs.update({name: saved[name] for name in ATTENTION_GRAD.saved_extra})
+        kept = (*ATTENTION_GRAD.saved, *ATTENTION_GRAD.saved_extra)  # O, mx, l
+        inputs.update({name: saved[name] for name in kept})
     compiled = uol_compile(op, target=TARGETS[isa])
     got = compiled(**inputs)
     if isa == "neon":  # verified under qemu unless this host is AArch64

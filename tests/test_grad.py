@@ -111,6 +111,28 @@ def test_linear_gradient_saves_the_pre_activation():
     assert [s.target for s in grad.op.stmts] == ["g_Y", "dX", "dW", "db"]
 
 
+def test_a_reduction_divided_into_an_output_is_read_back_from_the_output():
+    """Y = z / c with z a reduction over all of Y's indices: the gradient reads z as Y * c,
+    so the forward saves no copy of z; the gradients are still torch's."""
+    op = parse("op weighted_mean(A: f64[M, J], B: f64[J, E], c: f64[M]) -> Y: f64[M, E]:\n"
+               "    Y[m, e] = sum[j](A[m, j] * B[j, e]) / c[m]\n")
+    grad = derive_grad(op)
+    assert grad.saved == ("Y",) and grad.saved_extra == ()
+    assert [d.name for d in grad.forward_with_saves.outputs] == ["Y"]
+    gen = torch.Generator().manual_seed(0)
+    tensors = {"A": torch.randn(3, 5, generator=gen, dtype=torch.float64),
+               "B": torch.randn(5, 4, generator=gen, dtype=torch.float64),
+               "c": torch.rand(3, generator=gen, dtype=torch.float64) + 0.5}
+    leaves = {k: v.clone().requires_grad_() for k, v in tensors.items()}
+    y = leaves["A"] @ leaves["B"] / leaves["c"][:, None]
+    upstream = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    expected = torch.autograd.grad((y * upstream).sum(), [leaves[n] for n in grad.wrt])
+    got = as_dict(grad.op, evaluate(grad.op, **backward_inputs(
+        grad, tensors, {"Y": y.detach()}, {"Y": upstream})))
+    for wrt, ref in zip(grad.wrt, expected):
+        torch.testing.assert_close(got[grad.grad_of_input[wrt]], ref, rtol=1e-9, atol=1e-9)
+
+
 def test_integer_inputs_get_no_gradient_and_bad_wrt_is_an_error():
     op = load_op("cross_entropy")
     assert derive_grad(op).wrt == ("X",)

@@ -50,11 +50,22 @@ def test_each_template_declines_only_by_its_own_limits():
     assert triton_attention.flash_plan(transposed) == plan
 
 
-def test_the_split_form_with_saves_is_one_plan_that_only_c_renders():
+def test_the_forward_with_saves_is_one_plan_that_only_c_renders():
     from uol_core.torch.nn import UolAttention
 
-    grad = UolAttention(64).fn.grad  # training saves the row statistics: the split form
+    grad = UolAttention(64).fn.grad  # training saves the row statistics, and keeps O itself
     plan = attention_plan(grad.forward_with_saves)
-    assert plan is not None and plan.split and plan.saves == ("mx", "l", "z_O")
+    assert plan is not None and not plan.split and plan.saves == ("mx", "l", None)
     assert c_attention.flash_plan(grad.forward_with_saves) == plan
     assert triton_attention.flash_plan(grad.forward_with_saves) is None
+    split = parse("op att_split(Q: f32[S, D], K: f32[T, D], V: f32[T, E]) -> (O: f32[S, E], "
+                  "mx: f32[S], l: f32[S], z: f32[S, E]):\n"
+                  "    s[i, j] = sum[d](Q[i, d] * K[j, d])\n"
+                  "    mx[i] = max[j](s[i, j])\n"
+                  "    p[i, j] = exp(s[i, j] - mx[i])\n"
+                  "    l[i] = sum[j](p[i, j])\n"
+                  "    z[i, e] = sum[j](p[i, j] * V[j, e])\n"
+                  "    O[i, e] = z[i, e] / l[i]\n")
+    plan = attention_plan(split)  # O = z / l written out, z returned too
+    assert plan is not None and plan.split and plan.saves == ("mx", "l", "z")
+    assert c_attention.flash_plan(split) == plan and triton_attention.flash_plan(split) is None

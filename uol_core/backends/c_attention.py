@@ -10,10 +10,10 @@ queries lie along the vector lanes: Q^T is packed once, then each block of BK ke
 BK x BQ score tile S^T = K Q^T, the online softmax (running max m, sum l, rescale alpha), and
 O^T = alpha O^T + V^T P^T, both products in register micro-tiles (c_attention_tiles) that
 broadcast K and V straight from memory. Nothing of size S x T is ever stored.
-The forward that training runs (grad's forward_with_saves) splits O into z = sum[j](p * V) and
-O = z / l and returns mx, l and z too: the same kernel then also writes those row statistics
-(m and l are final after the last key block) and z = O^T before the division, for the flash
-backward (c_attention_bwd) to recompute p = exp(s - mx) from.
+The forward that training runs (grad's forward_with_saves) returns mx and l too: the same
+kernel then also writes those row statistics (m and l are final after the last key block), for
+the flash backward (c_attention_bwd) to recompute p = exp(s - mx) / l from; it reads O itself
+for Di = dO . O. A split form (O = z / l, z its own statement, returned) writes z too.
 On a target with a length-agnostic ISA (SVE) c_attention_sve emits the same computation with
 the head dimension on the lanes instead (block sizes of whole vectors need a fixed lane count).
 """

@@ -7,7 +7,7 @@ the kernel then computes exactly what the ODL says, and any other op gets None (
 
 With P = exp(s - mx) / l recomputed from Q, K and the saved row statistics (mx, l), per slice
 (the batch indices) and block of BK keys, looping over blocks of BQ queries:
-    Di = sum_e dO z / l (= rowsum(dO * O))     dP^T = V dO^T      dS^T = P^T (dP^T - Di) f'(q.k)
+    Di = rowsum(dO * O)     dP^T = V dO^T      dS^T = P^T (dP^T - Di) f'(q.k)
     dV += P^T dO          dK += dS^T Q          dQ += dS K (a per-thread partial, summed at the end)
 f' is the slope of the score expression in the Q.K sum (the scale; 0 where a mask cuts). dK and
 dV of a key block stay in per-task buffers, so tasks never write the same rows. dQ: where the
@@ -16,7 +16,7 @@ one buffer, written once; else each thread adds into its own dQ partial of every
 at the end (static schedule either way: the sums are deterministic). Q and dO rows are read in
 place unless the tiles need them zero-padded; Q^T and dO^T are packed per query block. The derived op's
 d_mx term (the gradient through the row max) is left out: d_mx = -sum_j d_p p =
--(dO . z) / l - d_l l = 0 exactly, the softmax does not depend on its shift (torch's SDPA
+-(dO . O) - d_l l = 0 exactly, the softmax does not depend on its shift (torch's SDPA
 backward leaves it out for the same reason); so are z_mx and the where(s == mx) it feeds.
 """
 
@@ -62,7 +62,7 @@ class FlashGradPlan:
     v: str
     mx: str
     l: str  # noqa: E741 (the row sum's name in the ODL)
-    z: str  # sum[j](p * V): O before the division by l
+    o: str  # the output O = sum[j](p * V) / l, kept for Di = dO . O
     do: str
     dq: str
     dk: str
@@ -99,25 +99,25 @@ def flash_grad_plan(op: Op) -> FlashGradPlan | None:
     slope = _slope(score, reduce)
     if slope is None:
         return None
-    q, k, v, mx, lsum, z, do = (d.name for d in op.inputs)
+    q, k, v, o, mx, lsum, do = (d.name for d in op.inputs)
     dq, dk, dv = (grad.grad_of_input[n] for n in (q, k, v))
     *prefix, i, j = score.indices
-    return FlashGradPlan(q, k, v, mx, lsum, z, do, dq, dk, dv, tuple(prefix), i, j, score,
+    return FlashGradPlan(q, k, v, mx, lsum, o, do, dq, dk, dv, tuple(prefix), i, j, score,
                          reduce, slope, causal_offset(score.expr, i, j))
 
 
 def _forward_of(op: Op) -> Op | None:
     """The attention forward whose gradient `op` would be, from its first two statements
-    (s and p, recomputed) and its inputs (Q, K, V, then the saved mx, l, z and dO)."""
+    (s and p, recomputed) and its inputs (Q, K, V, then the saved O, mx and l, and dO)."""
     from uol_core.odl.check import check_op
     from uol_core.odl.errors import OdlError
 
     s, p = op.stmts[:2]
-    q, k, v, mx, lsum, _z, do = op.inputs
+    q, k, v, o, mx, lsum, do = op.inputs
     e = p.expr
     if not (isinstance(e, Call) and e.fn == "exp" and isinstance(e.args[0], Binary)
             and isinstance(e.args[0].rhs, Access) and e.args[0].rhs.tensor == mx.name
-            and do.name.startswith("d") and len(s.indices) >= 2):
+            and do.name == f"d{o.name}" and len(s.indices) >= 2):
         return None
     *pre, i, _ = s.indices
     taken = set(op.dims) | {x for st in (s, p) for x in st.indices} | {

@@ -24,8 +24,8 @@ def body(w: CodeWriter, op: Op, plan, n: dict, t: Tiles, texts: tuple[str, str],
 
     S, T, D, E, NB, BQ, BK, DP, EP, SP, KB, TH = (n[k] for k in (
         "S", "T", "D", "E", "NB", "BQ", "BK", "DP", "EP", "SP", "KB", "THREADS"))
-    Q, K, V, MX, L, Z, DO, DQ, DK, DV = (tensor_id(x) for x in (
-        plan.q, plan.k, plan.v, plan.mx, plan.l, plan.z, plan.do, plan.dq, plan.dk, plan.dv))
+    Q, K, V, MX, L, OUT, DO, DQ, DK, DV = (tensor_id(x) for x in (
+        plan.q, plan.k, plan.v, plan.mx, plan.l, plan.o, plan.do, plan.dq, plan.dk, plan.dv))
     mr, qt = t.mr, t.qt
     rem = T % mr  # keys of the one short register tile (the last key block's last)
     score, slope = texts
@@ -93,16 +93,16 @@ def body(w: CodeWriter, op: Op, plan, n: dict, t: Tiles, texts: tuple[str, str],
             for (int64_t e = 0; e < {EP}; ++e) gp[e] = i < {S} && e < {E} ? {DO}[(n * {S} + i) * {E} + e] : 0.0f;"""
     w.emit(f"""        #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < {NB}; ++n)
-        for (int64_t i = 0; i < {SP}; ++i) {{  /* row statistics; Di = dO . z / l = dO . O */
+        for (int64_t i = 0; i < {SP}; ++i) {{  /* row statistics; Di = dO . O */
             float acc = 0.0f, inv = 0.0f, m = 0.0f;  /* padding rows: p = 0 (1/l = 0), Di = 0 */{copies}
             if (i < {S}) {{
-                const float *restrict gr = {DO} + (n * {S} + i) * {E}, *restrict zr = {Z} + (n * {S} + i) * {E};
+                const float *restrict gr = {DO} + (n * {S} + i) * {E}, *restrict orow = {OUT} + (n * {S} + i) * {E};
                 #pragma omp simd reduction(+:acc)
-                for (int64_t e = 0; e < {E}; ++e) acc += gr[e] * zr[e];
+                for (int64_t e = 0; e < {E}; ++e) acc += gr[e] * orow[e];
                 inv = 1.0f / {L}[n * {S} + i];
                 m = {MX}[n * {S} + i];
             }}
-            mxs[n * {SP} + i] = m; rl[n * {SP} + i] = inv; di[n * {SP} + i] = acc * inv;
+            mxs[n * {SP} + i] = m; rl[n * {SP} + i] = inv; di[n * {SP} + i] = acc;
         }}
         #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < {NB}; ++n)

@@ -8,7 +8,7 @@ owns those rows of dK and dV), for every block of BQ queries:
     P = exp(S - mx) / l, dS = P (dP - Di) f'     vectors along the keys, the platform's exp
     dV += P^T dO, dK += dS^T Q       MQ keys x NE vectors of E (D), P and dS broadcast
     dQ += dS K                       into the thread's own partial, summed at the end
-Di = dO . z / l is one predicated dot product and a horizontal sum per query row, in a first
+Di = dO . O is one predicated dot product and a horizontal sum per query row, in a first
 pass. Query rows past S read the last row and get 1/l = 0 (P = dS = 0); key rows past T read
 the last key and are never stored.
 """
@@ -111,8 +111,8 @@ def _body(w: CodeWriter, op: Op, plan, n: dict, mq: int, nj: int, texts: tuple[s
     """The kernel's statements after the argument declarations (closes the function)."""
     S, T, D, E, NB, BQ, BK, SP, KB, TH = (n[k] for k in (
         "S", "T", "D", "E", "NB", "BQ", "BK", "SP", "KB", "TH"))
-    Q, K, V, MX, L, Z, DO, DQ, DK, DV = (tensor_id(x) for x in (
-        plan.q, plan.k, plan.v, plan.mx, plan.l, plan.z, plan.do, plan.dq, plan.dk, plan.dv))
+    Q, K, V, MX, L, OUT, DO, DQ, DK, DV = (tensor_id(x) for x in (
+        plan.q, plan.k, plan.v, plan.mx, plan.l, plan.o, plan.do, plan.dq, plan.dk, plan.dv))
     score, slope = texts
     both = score + slope
     pad = "            "
@@ -144,15 +144,15 @@ def _body(w: CodeWriter, op: Op, plan, n: dict, mq: int, nj: int, texts: tuple[s
         #pragma omp for
         for (int64_t th = 0; th < {TH}; ++th) memset(dqp + th * {part}LL, 0, sizeof(float) * {part}LL);
         #pragma omp for
-        for (int64_t r = 0; r < {NB * S}; ++r) {{  /* Di = dO . z / l (= dO . O) */
-            const float *restrict gr = {DO} + r * {E}, *restrict zr = {Z} + r * {E};
+        for (int64_t r = 0; r < {NB * S}; ++r) {{  /* Di = dO . O */
+            const float *restrict gr = {DO} + r * {E}, *restrict orow = {OUT} + r * {E};
             uol_v acc = uol_vzero();
             for (int64_t e = 0; e < {E}; e += uol_lanes()) {{
                 const uol_p pg = uol_pwhile(e, {E});
-                acc = uol_vfma(pg, acc, uol_vld(pg, gr + e), uol_vld(pg, zr + e));
+                acc = uol_vfma(pg, acc, uol_vld(pg, gr + e), uol_vld(pg, orow + e));
             }}
             rl[r] = 1.0f / {L}[r];
-            di[r] = uol_vsum(acc) * rl[r];
+            di[r] = uol_vsum(acc);
         }}
         /* One task = one slice and BK keys: it owns those rows of dK and dV. */
         #pragma omp for collapse(2) schedule(static)

@@ -37,7 +37,7 @@ def flash_plan(op: Op) -> FlashPlan | None:
     """The shared attention plan when this template takes it: the five-statement form (no
     saves) with an elementwise score expression; any float type and operand layout."""
     plan = attention_plan(op)
-    if plan is None or plan.split or not plan.score_elementwise:
+    if plan is None or plan.split or any(plan.saves) or not plan.score_elementwise:
         return None
     return plan
 

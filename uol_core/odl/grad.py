@@ -132,6 +132,8 @@ class _Builder(SavePolicy):
         # Forward sub-values the backward reads instead of recomputing: key -> (name, indices,
         # statement index, value, extents); and forward locals promoted to outputs.
         self.saves: dict[Expr, tuple[str, tuple[str, ...], int, Expr, tuple]] = {}
+        # Forward reductions rebuilt from an output the backward keeps anyway (`from_output`).
+        self.rebuilt: dict[Expr, Expr] = {}
         self.saved_extra: list[str] = []
         self.current_stmt = -1
 
@@ -267,11 +269,17 @@ class _Builder(SavePolicy):
                      out: list[Stmt]) -> Access:
         """An Access to a new statement computing `value` over the indices it uses (shared)."""
         key = alpha_normal(value)
+        if key in self.rebuilt:
+            return self.rebuilt[key]
         if key not in self.hoisted:
             used = free_indices(value)
             names = tuple(i for i in stmt.indices if i in used)
-            target = self.name(f"g_{stmt.target}" if not isinstance(value, Reduce) else f"z_{stmt.target}")
             written = tuple((n, extents[n]) for n in names)
+            if isinstance(value, Reduce) and contains(stmt.expr, key) and \
+                    (rebuilt := self.from_output(key, stmt, names)) is not None:
+                self.rebuilt[key] = rebuilt
+                return rebuilt
+            target = self.name(f"g_{stmt.target}" if not isinstance(value, Reduce) else f"z_{stmt.target}")
             if isinstance(value, Reduce) and contains(stmt.expr, key) and \
                     not self.unbounded(tuple(e for _, e in written)):
                 # Cost rule: a forward reduction is a whole pass over its input; saving it costs

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 from uol_core.odl.grad_rewrite import alpha_normal, replace_subexpression
-from uol_core.odl.ir import Access, Affine, Op, Reduce, Scan, Stmt, TensorDecl, walk
+from uol_core.odl.ir import Access, Affine, Binary, Expr, Op, Reduce, Scan, Stmt, TensorDecl, walk
 
 
 class SavePolicy:
@@ -41,6 +41,20 @@ class SavePolicy:
             return False
         need = Counter(shape)
         return not any(not need - Counter(d.shape) for d in self.op.inputs + self.op.outputs)
+
+    def from_output(self, key: Expr, stmt: Stmt, names: tuple[str, ...]) -> Expr | None:
+        """`z` of an output statement Y = z / X (z a reduction over every index of Y, X one
+        tensor element at Y's indices) as Y * X: the backward keeps Y and X anyway, so a copy of
+        z would cost the forward a store and the step its memory (attention's O = z / l: the
+        flash backward reads dO . O where it read dO . z / l). None for any other form."""
+        e = stmt.expr
+        if stmt.target not in {d.name for d in self.op.outputs} or names != stmt.indices or \
+                not (isinstance(e, Binary) and e.op == "div" and isinstance(e.rhs, Access)) or \
+                alpha_normal(e.lhs) != key or e.rhs.pad is not None or \
+                any(f.pure_symbol not in stmt.indices for f in e.rhs.indices):
+            return None
+        output = Access(stmt.target, tuple(Affine.of(n) for n in stmt.indices))
+        return Binary("mul", output, e.rhs)
 
     def recompute_closure(self, names: set[str]) -> tuple[set[str], set[str]]:
         """Locals the backward needs: elementwise ones are recomputed (with what they read),

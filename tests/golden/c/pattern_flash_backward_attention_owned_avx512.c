@@ -523,9 +523,9 @@ void uol_attention_batched_grad(void **args, const int64_t *strides)
     const float *restrict t_Q = (const float *)args[0];
     const float *restrict t_K = (const float *)args[1];
     const float *restrict t_V = (const float *)args[2];
-    const float *restrict t_mx = (const float *)args[3];
-    const float *restrict t_l = (const float *)args[4];
-    const float *restrict t_z_O = (const float *)args[5];
+    const float *restrict t_O = (const float *)args[3];
+    const float *restrict t_mx = (const float *)args[4];
+    const float *restrict t_l = (const float *)args[5];
     const float *restrict t_dO = (const float *)args[6];
     float *restrict t_dQ = (float *)args[7];
     float *restrict t_dK = (float *)args[8];
@@ -549,16 +549,16 @@ void uol_attention_batched_grad(void **args, const int64_t *strides)
     {
         #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 4; ++n)
-        for (int64_t i = 0; i < 64; ++i) {  /* row statistics; Di = dO . z / l = dO . O */
+        for (int64_t i = 0; i < 64; ++i) {  /* row statistics; Di = dO . O */
             float acc = 0.0f, inv = 0.0f, m = 0.0f;  /* padding rows: p = 0 (1/l = 0), Di = 0 */
             if (i < 64) {
-                const float *restrict gr = t_dO + (n * 64 + i) * 32, *restrict zr = t_z_O + (n * 64 + i) * 32;
+                const float *restrict gr = t_dO + (n * 64 + i) * 32, *restrict orow = t_O + (n * 64 + i) * 32;
                 #pragma omp simd reduction(+:acc)
-                for (int64_t e = 0; e < 32; ++e) acc += gr[e] * zr[e];
+                for (int64_t e = 0; e < 32; ++e) acc += gr[e] * orow[e];
                 inv = 1.0f / t_l[n * 64 + i];
                 m = t_mx[n * 64 + i];
             }
-            mxs[n * 64 + i] = m; rl[n * 64 + i] = inv; di[n * 64 + i] = acc * inv;
+            mxs[n * 64 + i] = m; rl[n * 64 + i] = inv; di[n * 64 + i] = acc;
         }
         #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 4; ++n)

@@ -332,9 +332,9 @@ void uol_causal_attention_grad(void **args, const int64_t *strides)
     const float *restrict t_Q = (const float *)args[0];
     const float *restrict t_K = (const float *)args[1];
     const float *restrict t_V = (const float *)args[2];
-    const float *restrict t_mx = (const float *)args[3];
-    const float *restrict t_l = (const float *)args[4];
-    const float *restrict t_z_O = (const float *)args[5];
+    const float *restrict t_O = (const float *)args[3];
+    const float *restrict t_mx = (const float *)args[4];
+    const float *restrict t_l = (const float *)args[5];
     const float *restrict t_dO = (const float *)args[6];
     float *restrict t_dQ = (float *)args[7];
     float *restrict t_dK = (float *)args[8];
@@ -361,19 +361,19 @@ void uol_causal_attention_grad(void **args, const int64_t *strides)
         for (int64_t th = 0; th < 2; ++th) memset(dqp + th * 768LL, 0, sizeof(float) * 768LL);
         #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 1; ++n)
-        for (int64_t i = 0; i < 48; ++i) {  /* row statistics; Di = dO . z / l = dO . O */
+        for (int64_t i = 0; i < 48; ++i) {  /* row statistics; Di = dO . O */
             float acc = 0.0f, inv = 0.0f, m = 0.0f;  /* padding rows: p = 0 (1/l = 0), Di = 0 */
             float *restrict qr = qp + (n * 48 + i) * 16, *restrict gp = dop + (n * 48 + i) * 16;
             for (int64_t d = 0; d < 16; ++d) qr[d] = i < 40 && d < 16 ? t_Q[(n * 40 + i) * 16 + d] : 0.0f;
             for (int64_t e = 0; e < 16; ++e) gp[e] = i < 40 && e < 16 ? t_dO[(n * 40 + i) * 16 + e] : 0.0f;
             if (i < 40) {
-                const float *restrict gr = t_dO + (n * 40 + i) * 16, *restrict zr = t_z_O + (n * 40 + i) * 16;
+                const float *restrict gr = t_dO + (n * 40 + i) * 16, *restrict orow = t_O + (n * 40 + i) * 16;
                 #pragma omp simd reduction(+:acc)
-                for (int64_t e = 0; e < 16; ++e) acc += gr[e] * zr[e];
+                for (int64_t e = 0; e < 16; ++e) acc += gr[e] * orow[e];
                 inv = 1.0f / t_l[n * 40 + i];
                 m = t_mx[n * 40 + i];
             }
-            mxs[n * 48 + i] = m; rl[n * 48 + i] = inv; di[n * 48 + i] = acc * inv;
+            mxs[n * 48 + i] = m; rl[n * 48 + i] = inv; di[n * 48 + i] = acc;
         }
         #pragma omp for collapse(2) nowait
         for (int64_t n = 0; n < 1; ++n)

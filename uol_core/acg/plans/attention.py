@@ -3,8 +3,8 @@
     s[P, i, j] = f(sum[d](Q[.. i, d ..] * K[.. j, d ..]))   mx[P, i] = max[j](s[P, i, j])
     p[P, i, j] = exp(s[P, i, j] - mx[P, i])                  l[P, i] = sum[j](p[P, i, j])
     O[P, i, e] = sum[j](p[P, i, j] * V[.. j, e ..]) / l[P, i]
-or the split form of the forward with saves (O = z / l with z[P, i, e] = sum[j](p * V) its own
-statement), where mx, l and z may be outputs: the kernel then writes them for the backward.
+or the split form (O = z / l with z[P, i, e] = sum[j](p * V) its own statement). mx and l (and
+z in the split form) may be outputs: the kernel then writes them for the backward.
 Any index names, any leading batch/head indices P, any float element type; `f` is any
 expression around the Q.K sum (a scale, a `where` mask over index values, a bias).
 """
@@ -66,8 +66,7 @@ def attention_plan(op: Op) -> AttentionPlan | None:
     o = op.stmts[-1]
     outputs = {d.name for d in op.outputs}
     inputs = {d.name for d in op.inputs}
-    hidden = {s.target, p.target} | (set() if split else {mx.target, lsum.target})
-    if hidden & outputs or o.target not in outputs:
+    if {s.target, p.target} & outputs or o.target not in outputs:
         return None
     score = _score_product(s, inputs)
     if score is None:
@@ -79,9 +78,8 @@ def attention_plan(op: Op) -> AttentionPlan | None:
     if weighted is None:
         return None
     va, jj, names, value_canonical = weighted
-    saves = tuple(t if t in outputs else None for t in (mx.target, lsum.target,
-                                                        op.stmts[4].target)) if split \
-        else (None, None, None)
+    saves = (*(t if t in outputs else None for t in (mx.target, lsum.target)),
+             op.stmts[4].target if split and op.stmts[4].target in outputs else None)
     elementwise = _score_ok(s.expr, red, set(s.indices) | set(op.dims), inputs)
     return AttentionPlan(qa, ka, va, o.target, tuple(prefix), i, j, d, names, jj, red,
                          causal_offset(s.expr, i, j), saves, split, dtypes, elementwise,

@@ -246,9 +246,9 @@ void uol_attention_grad(void **args, const int64_t *strides)
     const float *restrict t_Q = (const float *)args[0];
     const float *restrict t_K = (const float *)args[1];
     const float *restrict t_V = (const float *)args[2];
-    const float *restrict t_mx = (const float *)args[3];
-    const float *restrict t_l = (const float *)args[4];
-    const float *restrict t_z_O = (const float *)args[5];
+    const float *restrict t_O = (const float *)args[3];
+    const float *restrict t_mx = (const float *)args[4];
+    const float *restrict t_l = (const float *)args[5];
     const float *restrict t_dO = (const float *)args[6];
     float *restrict t_dQ = (float *)args[7];
     float *restrict t_dK = (float *)args[8];
@@ -268,15 +268,15 @@ void uol_attention_grad(void **args, const int64_t *strides)
         #pragma omp for
         for (int64_t th = 0; th < 2; ++th) memset(dqp + th * 208LL, 0, sizeof(float) * 208LL);
         #pragma omp for
-        for (int64_t r = 0; r < 13; ++r) {  /* Di = dO . z / l (= dO . O) */
-            const float *restrict gr = t_dO + r * 13, *restrict zr = t_z_O + r * 13;
+        for (int64_t r = 0; r < 13; ++r) {  /* Di = dO . O */
+            const float *restrict gr = t_dO + r * 13, *restrict orow = t_O + r * 13;
             uol_v acc = uol_vzero();
             for (int64_t e = 0; e < 13; e += uol_lanes()) {
                 const uol_p pg = uol_pwhile(e, 13);
-                acc = uol_vfma(pg, acc, uol_vld(pg, gr + e), uol_vld(pg, zr + e));
+                acc = uol_vfma(pg, acc, uol_vld(pg, gr + e), uol_vld(pg, orow + e));
             }
             rl[r] = 1.0f / t_l[r];
-            di[r] = uol_vsum(acc) * rl[r];
+            di[r] = uol_vsum(acc);
         }
         /* One task = one slice and BK keys: it owns those rows of dK and dV. */
         #pragma omp for collapse(2) schedule(static)
