@@ -275,7 +275,7 @@ class _Builder(SavePolicy):
             used = free_indices(value)
             names = tuple(i for i in stmt.indices if i in used)
             written = tuple((n, extents[n]) for n in names)
-            if isinstance(value, Reduce) and contains(stmt.expr, key) and \
+            if isinstance(value, Reduce) and \
                     (rebuilt := self.from_output(key, stmt, names)) is not None:
                 self.rebuilt[key] = rebuilt
                 return rebuilt

@@ -11,7 +11,7 @@ from torch import nn
 
 from uol_core.odl import parse
 from uol_core.torch.bridge import TorchOp, to_torch
-from uol_core.torch.nn_mlp import UolMLP, activation_of, layer_spec
+from uol_core.torch.nn_mlp import UolMLP, activation_of, as_rows, from_rows, layer_spec
 
 _LINEAR = """op {name}(X: f32[M, K], W: f32[K, N], b: f32[N]) -> Y: f32[M, N]:
     Y[m, n] = {body}
@@ -33,20 +33,6 @@ def linear_op(activation: str | None, backend: str = "auto") -> TorchOp:
     body = f"{activation}({inner})" if activation else inner
     name = f"linear_bias_{activation}" if activation else "linear_bias"
     return to_torch(parse(_LINEAR.format(name=name, body=body)), backend)
-
-
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    """Leading axes folded into rows, as the row-wise ops expect. Rows already are passed as
-    they are: a reshape to the same shape is still a view, and each view is one more node for
-    the backward to run (about 5 us a direction)."""
-    if x.dim() == 2 and x.is_contiguous():
-        return x
-    return x.reshape(-1, x.shape[-1]).contiguous()
-
-
-def _unrows(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """`y`, rows of the row-wise op, back in the leading axes of its input `x`."""
-    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
 
 
 class UolLinear(nn.Module):
@@ -74,7 +60,7 @@ class UolLinear(nn.Module):
         return module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _unrows(self.fn(_rows(x), self.weight, self.bias), x)
+        return from_rows(self.fn(as_rows(x), self.weight, self.bias), x)
 
 
 class UolLayerNorm(nn.Module):
@@ -87,7 +73,7 @@ class UolLayerNorm(nn.Module):
         self.fn = to_torch(parse(_LAYERNORM.format(eps=float(eps))), backend)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _unrows(self.fn(_rows(x), self.weight, self.bias), x)
+        return from_rows(self.fn(as_rows(x), self.weight, self.bias), x)
 
 
 class UolRMSNorm(nn.Module):
@@ -99,7 +85,7 @@ class UolRMSNorm(nn.Module):
         self.fn = to_torch(parse(_RMSNORM.format(eps=float(eps))), backend)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _unrows(self.fn(_rows(x), self.weight), x)
+        return from_rows(self.fn(as_rows(x), self.weight), x)
 
 
 class UolAttention(nn.Module):
