@@ -103,8 +103,9 @@ def cases(quick: bool):
 
 def nanogpt_training(steps: int, quick: bool) -> dict:
     """A nanoGPT block trained three ways from the same weights, in lockstep: torch eager,
-    torch.compile, and the block with its Linear and LayerNorm layers swapped for UOL's and its
-    causal attention for UOL's flash kernels (tanh GELU and the residual adds stay torch ops).
+    torch.compile, and the block with its Linear and LayerNorm layers swapped for UOL's (c_fc
+    fused with the tanh GELU its forward calls) and its causal attention for UOL's flash kernels
+    (the residual adds stay torch ops).
     AdamW on an MSE target; every step runs each model on the same batch, one after the other,
     so load hits them alike. Returns the losses' gaps and the median step times."""
     torch.manual_seed(0)

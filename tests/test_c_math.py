@@ -35,6 +35,7 @@ def _run(fn: str, x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("fn, exact, abs_tol", [
     ("erf", torch.erf, 0.0),
     ("gelu", torch.nn.functional.gelu, GELU_ABS_TOL),
+    ("gelu_tanh", lambda x: torch.nn.functional.gelu(x, approximate="tanh"), GELU_ABS_TOL),
 ])
 def test_erf_and_gelu_stay_within_their_tolerance_everywhere(fn, exact, abs_tol) -> None:
     x = _grid()

@@ -42,7 +42,8 @@ def test_nanogpt_block_trains_on_uol_kernels_in_lockstep_with_torch():
     torch.manual_seed(0)
     reference = NanoGPTBlock(32, 2)
     ours = copy.deepcopy(reference)
-    assert sorted(swap_modules(ours)) == ["c_attn", "c_fc", "c_proj", "ln_1", "ln_2", "mlp_proj"]
+    assert sorted(swap_modules(ours)) == ["c_attn", "c_fc+gelu_tanh", "c_proj", "ln_1", "ln_2",
+                                          "mlp_proj"]
     ours.attention = UolAttention(16, causal=True)
     calls: list[int] = []
     ours.attention.register_forward_hook(lambda *_: calls.append(1))

@@ -88,7 +88,7 @@ op f(X: f32[R, C]) -> (Y: f32[R, C], Z: f32[R, C]):
 
 
 @pytest.mark.parametrize("fn", ["exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
-                                "gelu", "silu", "abs", "erf"])
+                                "gelu", "gelu_tanh", "silu", "abs", "erf"])
 def test_named_functions(fn):
     op = parse(f"op f(X: f32[N]) -> Y: f32[N]:\n    Y[i] = {fn}(X[i])\n")
     assert op.stmts[0].expr == Call(fn, (Access("X", (Affine.of("i"),)),))

@@ -94,7 +94,8 @@ def test_integer_labels_select_a_class():
 
 @pytest.mark.parametrize("fn, ref", [
     ("exp", torch.exp), ("tanh", torch.tanh), ("sigmoid", torch.sigmoid), ("relu", torch.relu),
-    ("gelu", F.gelu), ("silu", F.silu), ("abs", torch.abs), ("erf", torch.erf),
+    ("gelu", F.gelu), ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")), ("silu", F.silu),
+    ("abs", torch.abs), ("erf", torch.erf),
 ])
 def test_unary_functions(fn, ref):
     x = torch.randn(17)

@@ -21,7 +21,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
             var rules = [
                 [/^#.*/, "c1"], [/^\b(op)\b/, "k"],
                 [/^\b(f16|bf16|f32|f64|i32|i8|bool)\b/, "kt"],
-                [/^\b(sum|max|min|mean|prod|cumsum|cumprod|cummax|exp|log|sqrt|rsqrt|tanh|sigmoid|relu|gelu|silu|abs|erf|sin|cos|floor|ceil|pow|where|pad)\b/, "nb"],
+                [/^\b(sum|max|min|mean|prod|cumsum|cumprod|cummax|exp|log|sqrt|rsqrt|tanh|sigmoid|relu|gelu|gelu_tanh|silu|abs|erf|sin|cos|floor|ceil|pow|where|pad)\b/, "nb"],
                 [/^\d+\.?\d*([eE][-+]?\d+)?/, "m"], [/^(->|\*\*|<=|>=|==|!=|[-+*\/<>=])/, "o"],
                 [/^[A-Za-z_]\w*/, "n"], [/^\s+/, ""], [/^./, "p"]
             ];

@@ -28,7 +28,7 @@ class OdlLexer(RegexLexer):
         (r"\b(op)(\s+)([A-Za-z_]\w*)", bygroups(Keyword, Text, Name.Function)),
         (r"\b(f16|bf16|f32|f64|i32|i8|bool)\b", Keyword.Type),
         (r"\b(sum|max|min|mean|prod|cumsum|cumprod|cummax)(?=\[)", Name.Builtin),
-        (r"\b(exp|log|sqrt|rsqrt|tanh|sigmoid|relu|gelu|silu|abs|erf|sin|cos|floor|ceil|pow|"
+        (r"\b(exp|log|sqrt|rsqrt|tanh|sigmoid|relu|gelu|gelu_tanh|silu|abs|erf|sin|cos|floor|ceil|pow|"
          r"where|pad|max|min)(?=\()", Name.Builtin),
         (r"\b(and|or|not)\b", Operator.Word),
         (r"\d+\.?\d*([eE][-+]?\d+)?", Number),

@@ -61,12 +61,15 @@ static inline int64_t uol_mini(int64_t a, int64_t b) { return a < b ? a : b; }
 """
 
 # Unary functions per compute type ({0} is the argument, already of the compute type).
+# gelu_tanh is torch's tanh form, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
+# written as x * sigmoid(2u): one exp, and no 1 + tanh that cancels for large negative x.
 FUNCS: dict[str, dict[str, str]] = {
     "float": {
         "exp": "uol_expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})",
         "rsqrt": "(1.0f / sqrtf({0}))", "tanh": "uol_tanhf({0})",
         "sigmoid": "(1.0f / (1.0f + uol_expf(-({0}))))", "relu": "(({0}) > 0.0f ? ({0}) : 0.0f)",
         "gelu": "(0.5f * ({0}) * (1.0f + uol_erff(({0}) * 0.70710678118654752f)))",
+        "gelu_tanh": "(({0}) / (1.0f + uol_expf(-1.5957691216057308f * (({0}) + 0.044715f * ({0}) * ({0}) * ({0})))))",
         "silu": "(({0}) / (1.0f + uol_expf(-({0}))))", "abs": "fabsf({0})", "erf": "uol_erff({0})",
         "sin": "sinf({0})", "cos": "cosf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
     },
@@ -75,6 +78,7 @@ FUNCS: dict[str, dict[str, str]] = {
         "tanh": "tanh({0})", "sigmoid": "(1.0 / (1.0 + exp(-({0}))))",
         "relu": "(({0}) > 0.0 ? ({0}) : 0.0)",
         "gelu": "(0.5 * ({0}) * (1.0 + erf(({0}) * 0.70710678118654752)))",
+        "gelu_tanh": "(({0}) / (1.0 + exp(-1.5957691216057308 * (({0}) + 0.044715 * ({0}) * ({0}) * ({0})))))",
         "silu": "(({0}) / (1.0 + exp(-({0}))))", "abs": "fabs({0})", "erf": "erf({0})",
         "sin": "sin({0})", "cos": "cos({0})", "floor": "floor({0})", "ceil": "ceil({0})",
     },

@@ -46,6 +46,8 @@ UNARY_RULES = {
     "silu": "({0} * tl.sigmoid({0}))",
     # torch's default gelu is the exact (erf) form.
     "gelu": "(0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476)))",
+    # torch's tanh form, 0.5 x (1 + tanh(u)), is x * sigmoid(2u).
+    "gelu_tanh": "({0} * tl.sigmoid(1.5957691216057308 * ({0} + 0.044715 * {0} * {0} * {0})))",
 }
 BINARY_RULES = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",

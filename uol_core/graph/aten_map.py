@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-GELU_TANH = "0.5 * {X} * (1.0 + tanh(0.7978845608028654 * ({X} + 0.044715 * {X} * {X} * {X})))"
 MAX_POOL_WINDOW = 16  # a max-pool window is unrolled (ODL reductions take extents from tensors)
 
 

@@ -68,7 +68,7 @@ def unary(kind: str):
 
 def gelu(imp: ExportImporter, n: fx.Node) -> None:
     approximate = _arg(n, 1, "approximate", "none")
-    elementwise(imp, n, A.GELU_TANH if approximate == "tanh" else "gelu({X})", {"X": n.args[0]})
+    elementwise(imp, n, "gelu_tanh({X})" if approximate == "tanh" else "gelu({X})", {"X": n.args[0]})
 
 
 def binary(kind: str):

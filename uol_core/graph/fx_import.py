@@ -38,6 +38,7 @@ UNARY = {torch.relu: "relu", F.relu: "relu", F.gelu: "gelu", F.silu: "silu", tor
          torch.tanh: "tanh", torch.exp: "exp", "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh",
          "exp": "exp", nn.ReLU: "relu", nn.GELU: "gelu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid",
          nn.Tanh: "tanh"}
+GELU_FORMS = {"none": "gelu", "tanh": "gelu_tanh"}  # torch's `approximate` -> ODL function
 BINARY = {operator.add: "+", torch.add: "+", "add": "+", operator.sub: "-", torch.sub: "-",
           "sub": "-", operator.mul: "*", torch.mul: "*", "mul": "*", operator.truediv: "/",
           torch.div: "/", "div": "/"}
@@ -165,10 +166,12 @@ class _Importer:
         approximate = n.kwargs.get("approximate", "none")
         if n.op == "call_module":
             approximate = getattr(self.gm.get_submodule(n.target), "approximate", "none")
-        if key in UNARY and approximate == "none":  # tanh-approximate gelu is another function
+        fn = UNARY.get(key) if approximate == "none" else \
+            (GELU_FORMS.get(approximate) if UNARY.get(key) == "gelu" else None)
+        if fn is not None:
             src = n.args[0]
             form = self.form_of([src])
-            op = map_op(f"{UNARY[key]}({{X}})", self.rank(src, form), ("X",))
+            op = map_op(f"{fn}({{X}})", self.rank(src, form), ("X",))
             self.odl(n, op, "inline", {"X": self.tensor(src, form)}, form)
             return True
         if key in BINARY and len(n.args) == 2 and not n.kwargs:

@@ -25,6 +25,7 @@ from uol_core.odl.simplify import ONE, ZERO, const
 INV_SQRT_2 = 1.0 / math.sqrt(2.0)
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+GELU_TANH_K, GELU_TANH_A = 2.0 * math.sqrt(2.0 / math.pi), 0.044715  # gelu_tanh = x sigmoid(K u)
 
 
 def affine_expr(form: Affine) -> Expr:
@@ -166,6 +167,7 @@ class Differentiator:
                 "add", ONE, Call("erf", (Binary("mul", x, const(INV_SQRT_2)),)))), Binary(
                 "mul", Binary("mul", x, const(INV_SQRT_2PI)),
                 Call("exp", (Binary("mul", const(-0.5), Binary("mul", x, x)),)))),
+            "gelu_tanh": lambda: _gelu_tanh_slope(x),
             "silu": lambda: Binary("mul", sig, Binary("add", ONE, Binary(
                 "mul", x, Binary("sub", ONE, sig)))),
             "abs": lambda: Call("where", (Binary("gt", x, ZERO), ONE, Call(
@@ -210,3 +212,14 @@ class Differentiator:
         if e.op == "prod":
             return summed(Binary("mul", Binary("div", e, e.body), dbody))
         raise OdlError(f"no derivative rule for reduction '{e.op}'")
+
+
+def _gelu_tanh_slope(x: Expr) -> Expr:
+    """d/dx of x s with s = sigmoid(K (x + A x^3)): s + x s (1 - s) K (1 + 3 A x^2)."""
+    cube = Binary("mul", x, Binary("mul", x, x))
+    s = Call("sigmoid", (Binary("mul", const(GELU_TANH_K), Binary(
+        "add", x, Binary("mul", const(GELU_TANH_A), cube))),))
+    inner_slope = Binary("mul", const(GELU_TANH_K), Binary(
+        "add", ONE, Binary("mul", const(3.0 * GELU_TANH_A), Binary("mul", x, x))))
+    return Binary("add", s, Binary("mul", Binary("mul", x, Binary("mul", s, Binary("sub", ONE, s))),
+                                   inner_slope))

@@ -193,8 +193,8 @@ class Scan:
 Expr = Union[Const, Var, Access, Unary, Binary, Call, Cast, Reduce, Scan]
 
 UNARY_FUNCTIONS = (
-    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "silu", "abs", "erf",
-    "sin", "cos", "floor", "ceil",
+    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "abs",
+    "erf", "sin", "cos", "floor", "ceil",
 )
 BINARY_FUNCTIONS = ("pow", "max", "min")
 REDUCTIONS = ("sum", "max", "min", "mean", "prod")

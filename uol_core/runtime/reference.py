@@ -37,6 +37,7 @@ TORCH_DTYPES = {
 UNARY_RULES = {
     "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
     "tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu, "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu, "abs": torch.abs, "erf": torch.erf, "sin": torch.sin, "cos": torch.cos,
     "floor": torch.floor, "ceil": torch.ceil,
 }

@@ -11,6 +11,7 @@ from torch import nn
 
 from uol_core.odl import parse
 from uol_core.torch.bridge import TorchOp, to_torch
+from uol_core.torch.fuse_calls import fuse_activation_calls
 from uol_core.torch.nn_mlp import UolMLP, activation_of, as_rows, from_rows, layer_spec
 
 _LINEAR = """op {name}(X: f32[M, K], W: f32[K, N], b: f32[N]) -> Y: f32[M, N]:
@@ -113,21 +114,28 @@ _ATTENTION = """op attention_scaled(Q: f32[B, NH, S, D], K: f32[B, NH, T, D], V:
 """
 
 
-def swap_modules(model: nn.Module, backend: str = "auto", mlp: bool = True) -> list[str]:
+def swap_modules(model: nn.Module, backend: str = "auto", mlp: bool = True,
+                 calls: bool = True) -> list[str]:
     """Replace supported submodules in place; returns what was swapped (dotted names).
 
     With `mlp` (the default), a run of two or more layers in a Sequential (Linear with an
-    optional ReLU / GELU (exact) / SiLU after it, LayerNorm, RMSNorm) becomes one `UolMLP`
-    in the run's first slot, the rest turning into Identity; otherwise, and for layers
+    optional ReLU / GELU (exact or tanh) / SiLU after it, LayerNorm, RMSNorm) becomes one
+    `UolMLP` in the run's first slot, the rest turning into Identity; otherwise, and for layers
     outside such runs, Linear followed by an activation becomes one fused UolLinear, other
-    Linear, LayerNorm and RMSNorm layers their Uol versions.
+    Linear, LayerNorm and RMSNorm layers their Uol versions. With `calls` (the default), a
+    Linear whose output only an activation call in its parent's forward reads
+    (`F.gelu(self.fc(x))`) is fused with it too, and that forward rewritten (`fuse_calls`).
     """
     swapped: list[str] = []
-    _swap(model, "", backend, swapped, mlp)
+    _swap(model, "", backend, swapped, mlp, calls)
     return swapped
 
 
-def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str], mlp: bool) -> None:
+def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str], mlp: bool,
+          calls: bool) -> None:
+    if calls and not isinstance(module, nn.Sequential):
+        swapped += fuse_activation_calls(
+            module, lambda linear, act: UolLinear.from_torch(linear, act, backend), prefix)
     names = list(module._modules)
     children = [module._modules[n] for n in names]
     index = 0
@@ -165,7 +173,7 @@ def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str], mlp:
             module._modules[name] = new
             swapped.append(path)
         else:
-            _swap(child, path + ".", backend, swapped, mlp)
+            _swap(child, path + ".", backend, swapped, mlp, calls)
         index += step
 
 

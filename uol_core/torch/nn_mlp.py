@@ -34,11 +34,16 @@ class LayerSpec:
 
 
 def activation_of(module: nn.Module | None) -> str | None:
-    """The ODL function of a supported activation module (exact GELU only)."""
+    """The ODL function of a supported activation module (GELU's exact or tanh form)."""
     for kind, name in ACTIVATIONS.items():
-        if isinstance(module, kind) and getattr(module, "approximate", "none") == "none":
-            return name
+        if isinstance(module, kind):
+            return gelu_function(getattr(module, "approximate", "none")) if name == "gelu" else name
     return None
+
+
+def gelu_function(approximate: str) -> str | None:
+    """The ODL function of torch's GELU with this `approximate` ("none" or "tanh")."""
+    return {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate)
 
 
 def as_rows(x: torch.Tensor) -> torch.Tensor:
