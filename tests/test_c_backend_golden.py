@@ -17,6 +17,9 @@ CASES = {
     "linear_bias_gelu_avx512": ("linear_bias_gelu", {"M": 100, "N": 64, "K": 77},
                                 TileConfig("avx512", 14, 32, 256, 112, 64, 4, 8, "ir", 2),
                                 "test-avx512"),
+    # SiLU's epilogue as x * (1 / (1 + e)): one vector division (c_expr.FUNCS)
+    "linear_bias_silu_avx2": ("linear_bias_silu", {"M": 64, "N": 48, "K": 32},
+                              TileConfig("avx2", 6, 16, 256, 96, 48, 4, 0, "jr", 2), "test-avx2"),
     "bmm_vecext": ("bmm", {"B": 4, "M": 8, "N": 8, "K": 8},
                    TileConfig("vecext", 4, 8, 64, 24, 8, 1, 0, "batch", 2), "test-portable"),
     "matmul_nt_avx2": ("matmul_nt", {"M": 30, "N": 20, "K": 10},
