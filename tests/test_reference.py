@@ -160,3 +160,18 @@ def test_concrete_bounds_check_for_affine_output():
         evaluate(op, X=torch.randn(2), F=torch.randn(3))
     torch.testing.assert_close(evaluate(op, X=torch.arange(5.0), F=torch.ones(2)),
                                torch.tensor([1.0, 3, 5, 7]))
+
+
+def test_every_unary_function_has_a_rule_everywhere():
+    """A function ODL accepts is evaluated, emitted for C (float and double) and Triton, and
+    differentiated: adding one to the language means adding it to each of these."""
+    from uol_core.backends.c_expr import FUNCS
+    from uol_core.backends.triton_expr import UNARY_RULES as TRITON
+    from uol_core.odl.derivatives import Differentiator
+    from uol_core.odl.ir import UNARY_FUNCTIONS, Var
+    from uol_core.runtime.reference import UNARY_RULES
+
+    for fn in UNARY_FUNCTIONS:
+        assert fn in UNARY_RULES and fn in FUNCS["float"] and fn in FUNCS["double"], fn
+        assert fn in TRITON, fn
+        Differentiator.local_slope(fn, Var("x"), Var("y"))  # raises where there is no rule
