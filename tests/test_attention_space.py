@@ -87,3 +87,36 @@ def test_tuning_attention_measures_block_pairs(tmp_path):
         session.close()
     assert result.best is not None and {"bq", "bk", "threads"} <= set(result.best)
     assert all(t.result["status"] == "ok" for t in result.trials)  # verified before timing
+
+
+def _causal_ops():
+    grad = derive_grad(load_op("causal_attention"), recompute_wide=True)
+    return {"forward": grad.forward_with_saves, "backward": grad.op}
+
+
+def test_computed_share_counts_the_blocks_the_causal_loops_visit():
+    """By hand, at S = T = 128 (forward) and 64 (backward), D = 64: the forward stops a query
+    block's keys at its last query, in whole key blocks; the backward starts a key block's
+    queries at the query block holding its first key."""
+    from uol_core.acg.space_attention import attention_shape, computed_share
+
+    forward = attention_shape(_causal_ops()["forward"], {"S": 128, "D": 64}, AVX512)
+    assert forward.causal == 0
+    # 32 x 14: query blocks end at 32, 64, 96, 128 -> keys 42, 70, 98, 128
+    assert computed_share(forward, 32, 14) == 32 * (42 + 70 + 98 + 128) / 128**2
+    assert computed_share(forward, 64, 84) == 64 * (84 + 128) / 128**2
+    backward = attention_shape(_causal_ops()["backward"], {"S": 64, "D": 64}, AVX512)
+    # key blocks at 0, 14, 28, 42, 56 (8 keys): queries from 0, 0, 0, 32, 32
+    assert computed_share(backward, 32, 14) == (14 * 64 * 3 + 14 * 32 + 8 * 32) / 64**2
+    plain = attention_shape(_ops()["forward"], SIZES, AVX512)
+    assert plain.causal is None and computed_share(plain, 96, 14) == 288 / 256  # padding alone
+
+
+@pytest.mark.parametrize("kind", ["forward", "backward"])
+def test_causal_attention_gets_blocks_that_follow_the_diagonal(kind):
+    op = _causal_ops()[kind]
+    sizes = {"S": 128, "D": 64}
+    cfg, space = choose_pattern_config(op, sizes, AVX512)
+    assert (cfg["bq"], cfg["bk"]) == (32, 14)  # one register tile each way
+    assert _blocks(emit_any(op, sizes, AVX512, dict(cfg)).text) == (32, 14)
+    assert any("causal mask" in note and "32 x 14" in note for note in space.notes)

@@ -221,6 +221,9 @@ def explain(space: KnobSpace, cfg: dict, op, sizes: dict[str, int], target) -> s
     if binding:
         lines.append("binding constraints:")
         lines.extend(binding)
+    if space.notes:
+        lines.append("model notes:")
+        lines.extend(f"  {note}" for note in space.notes)
     cost = op_cost(op, sizes)
     try:
         roof = roofline(cost.flops, cost.bytes, target)

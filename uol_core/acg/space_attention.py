@@ -175,3 +175,19 @@ def computed_share(shape: AttentionShape, bq: int, bk: int) -> float:
 def distance_from_default(shape: AttentionShape, cfg: Mapping) -> int:
     """How far a config's blocks are from the template's (the tie-break among equals)."""
     return sum(abs(int(cfg[k]) - v) for k, v in shape.defaults.items())
+
+
+def causal_note(shape: AttentionShape, configs: list[Mapping]) -> str | None:
+    """What the model weighs under a causal mask, for the explanation: the block pair that
+    computes the fewest scores against the template's own."""
+    if shape.causal is None or not configs:
+        return None
+    least = min(configs, key=lambda c: (computed_share(shape, int(c["bq"]), int(c["bk"])),
+                                        distance_from_default(shape, c)))
+    bq, bk = int(least["bq"]), int(least["bk"])
+    own = shape.defaults
+    return (f"causal mask: the kernel skips the blocks past the diagonal, so the model prices "
+            f"the scores each block pair computes: bq x bk = {bq} x {bk} computes "
+            f"{computed_share(shape, bq, bk):.0%} of the {shape.S} x {shape.T} scores, the "
+            f"template's {own['bq']} x {own['bk']} "
+            f"{computed_share(shape, own['bq'], own['bk']):.0%}")

@@ -20,6 +20,7 @@ from uol_core.acg.fusion import FusionPlan, plan_fusion
 from uol_core.acg.space_attention import (
     attention_domains_and_rules,
     attention_shape,
+    causal_note,
     distance_from_default,
     predict_attention_seconds,
 )
@@ -83,7 +84,10 @@ def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpac
     attention = attention_shape(op, sizes, target)
     if attention is not None:
         domains, named = attention_domains_and_rules(attention, target)
-        return _solved(domains, named, op, sizes, target)
+        space = _solved(domains, named, op, sizes, target)
+        note = causal_note(attention, space.configs)
+        space.notes.extend([note] if note else [])
+        return space
     cores = int(target.cores or 1)
     lanes = int(target.vector_bits or 128) // 32
     fused = plan_fusion(op, sizes)
