@@ -107,3 +107,21 @@ def test_gelu_tanh_gradient_is_torchs_in_float64() -> None:
             torch.randn(3, 5, dtype=torch.float64, requires_grad=True)]
     assert torch.autograd.gradcheck(lambda *a: f(*a), args)
     torch.testing.assert_close(f(*args), F.gelu(args[0] @ args[1], approximate="tanh"))
+
+
+def test_layers_that_read_their_childrens_weights_keep_them():
+    """MultiheadAttention hands out_proj.weight to its functional form, and the encoder layer's
+    inference fast path hands every weight to one fused op: a [in, out] UolLinear under them
+    computed something else (a 0.9 error), so their children stay torch's."""
+    model = nn.Sequential(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True),
+                          nn.Linear(16, 4))
+    ours = nn.Sequential(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True),
+                         nn.Linear(16, 4))
+    ours.load_state_dict(model.state_dict())
+    assert swap_modules(ours) == ["1"]
+    x = torch.randn(3, 5, 16)
+    for mode in (True, False):
+        model.train(mode)
+        ours.train(mode)
+        with torch.no_grad():  # eval without grad takes the encoder's fast path
+            torch.testing.assert_close(ours(x), model(x), rtol=1e-5, atol=1e-5)

@@ -125,14 +125,27 @@ def swap_modules(model: nn.Module, backend: str = "auto", mlp: bool = True,
     Linear, LayerNorm and RMSNorm layers their Uol versions. With `calls` (the default), a
     Linear whose output only an activation call in its parent's forward reads
     (`F.gelu(self.fc(x))`) is fused with it too, and that forward rewritten (`fuse_calls`).
+    Modules that read their children's weights directly (`READS_CHILD_WEIGHTS`: torch's
+    attention and transformer layers) keep their children as they are.
     """
     swapped: list[str] = []
     _swap(model, "", backend, swapped, mlp, calls)
     return swapped
 
 
+# torch modules whose forward reads their children's parameters directly rather than calling
+# the children: MultiheadAttention passes out_proj.weight to its functional form, and the
+# transformer layers' inference fast path passes every linear and norm weight to one fused op.
+# A UolLinear stores its weight [in, out], so under them a swap would compute something else.
+READS_CHILD_WEIGHTS = (nn.MultiheadAttention, nn.TransformerEncoderLayer,
+                       nn.TransformerDecoderLayer, nn.TransformerEncoder, nn.TransformerDecoder,
+                       nn.Transformer)
+
+
 def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str], mlp: bool,
           calls: bool) -> None:
+    if isinstance(module, READS_CHILD_WEIGHTS):
+        return
     if calls and not isinstance(module, nn.Sequential):
         swapped += fuse_activation_calls(
             module, lambda linear, act: UolLinear.from_torch(linear, act, backend), prefix)
