@@ -125,3 +125,32 @@ def test_layers_that_read_their_childrens_weights_keep_them():
         ours.train(mode)
         with torch.no_grad():  # eval without grad takes the encoder's fast path
             torch.testing.assert_close(ours(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+class TiedLM(nn.Module):
+    """An embedding whose weight the output layer shares (GPT-2's wte and lm_head)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(11, 8)
+        self.fc = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 11, bias=False)
+        self.head.weight = self.wte.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(F.relu(self.fc(self.wte(ids))))
+
+
+def test_a_layer_holding_a_tied_weight_stays_torchs():
+    model, ours = TiedLM(), TiedLM()
+    ours.load_state_dict(model.state_dict())
+    assert swap_modules(ours) == ["fc+relu"]
+    assert ours.head.weight is ours.wte.weight  # still one tensor, trained as one
+    ids = torch.tensor([[1, 4, 7], [10, 0, 3]])
+    opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, ours)]
+    for _ in range(3):
+        for m, opt in zip((model, ours), opts):
+            opt.zero_grad()
+            F.cross_entropy(m(ids).flatten(0, 1), ids.flatten()).backward()
+            opt.step()
+    torch.testing.assert_close(ours.wte.weight, model.wte.weight, rtol=1e-5, atol=1e-6)

@@ -47,12 +47,14 @@ class _OneLevel(fx.Tracer):
         return True
 
 
-def fuse_activation_calls(module: nn.Module, make_linear: Callable[[nn.Linear, str], nn.Module],
+def fuse_activation_calls(module: nn.Module,
+                          make_linear: Callable[[nn.Linear, str], nn.Module | None],
                           prefix: str = "") -> list[str]:
     """Fuse `module`'s Linear children into the activation calls that alone read them.
 
-    `make_linear(linear, activation)` builds the fused layer. Returns the fused layers as
-    dotted names with their activation ("mlp.c_fc+gelu_tanh"); [] when nothing changed."""
+    `make_linear(linear, activation)` builds the fused layer (None: leave this one). Returns
+    the fused layers as dotted names with their activation ("mlp.c_fc+gelu_tanh"); [] when
+    nothing changed."""
     if not any(isinstance(child, nn.Linear) for child in module.children()):
         return []
     graph = _trace_in_both_modes(module)
@@ -61,7 +63,10 @@ def fuse_activation_calls(module: nn.Module, make_linear: Callable[[nn.Linear, s
     fused: list[str] = []
     for node, user, activation in _fusible(module, graph):
         name = str(node.target)
-        module._modules[name] = make_linear(module.get_submodule(name), activation)
+        fused_layer = make_linear(module.get_submodule(name), activation)
+        if fused_layer is None:
+            continue
+        module._modules[name] = fused_layer
         user.replace_all_uses_with(node)
         graph.erase_node(user)
         fused.append(f"{prefix}{name}+{activation}")

@@ -6,6 +6,9 @@ module's eps) through `to_torch`: compiled kernels forward, derived kernels back
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass, field
+
 import torch
 from torch import nn
 
@@ -128,9 +131,30 @@ def swap_modules(model: nn.Module, backend: str = "auto", mlp: bool = True,
     Modules that read their children's weights directly (`READS_CHILD_WEIGHTS`: torch's
     attention and transformer layers) keep their children as they are.
     """
-    swapped: list[str] = []
-    _swap(model, "", backend, swapped, mlp, calls)
-    return swapped
+    counts = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    job = _SwapJob(backend, mlp, calls, frozenset(i for i, n in counts.items() if n > 1))
+    _swap(model, "", job)
+    return job.swapped
+
+
+@dataclass
+class _SwapJob:
+    """One `swap_modules` call: its options, the parameters shared between modules (a tied
+    embedding and output layer: a Uol layer holds its own copy, which would untie them, so
+    layers holding one stay torch's) and what it swapped."""
+
+    backend: str
+    mlp: bool
+    calls: bool
+    tied: frozenset[int]
+    swapped: list[str] = field(default_factory=list)
+
+    def may_swap(self, module: nn.Module) -> bool:
+        return not any(id(p) in self.tied for p in module.parameters(recurse=False))
+
+    def linear(self, linear: nn.Linear, activation: str | None) -> UolLinear | None:
+        return UolLinear.from_torch(linear, activation, self.backend) \
+            if self.may_swap(linear) else None
 
 
 # torch modules whose forward reads their children's parameters directly rather than calling
@@ -142,13 +166,12 @@ READS_CHILD_WEIGHTS = (nn.MultiheadAttention, nn.TransformerEncoderLayer,
                        nn.Transformer)
 
 
-def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str], mlp: bool,
-          calls: bool) -> None:
+def _swap(module: nn.Module, prefix: str, job: _SwapJob) -> None:
     if isinstance(module, READS_CHILD_WEIGHTS):
         return
-    if calls and not isinstance(module, nn.Sequential):
-        swapped += fuse_activation_calls(
-            module, lambda linear, act: UolLinear.from_torch(linear, act, backend), prefix)
+    backend, swapped = job.backend, job.swapped
+    if job.calls and not isinstance(module, nn.Sequential):
+        swapped += fuse_activation_calls(module, job.linear, prefix)
     names = list(module._modules)
     children = [module._modules[n] for n in names]
     index = 0
@@ -158,7 +181,8 @@ def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str], mlp:
         if child is None:
             index += 1
             continue
-        chain = _chain(children, index) if mlp and isinstance(module, nn.Sequential) else []
+        chain = _chain(children, index, job) if job.mlp and isinstance(module, nn.Sequential) \
+            else []
         if len(chain) >= 2:
             module._modules[name] = UolMLP.from_torch(children, [s for s, _ in chain], backend)
             taken = sum(n for _, n in chain)
@@ -169,7 +193,9 @@ def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str], mlp:
             continue
         nxt = children[index + 1] if index + 1 < len(names) else None
         step = 1
-        if isinstance(child, nn.Linear):
+        if not job.may_swap(child):
+            pass  # a layer holding a tied parameter stays torch's
+        elif isinstance(child, nn.Linear):
             act = activation_of(nxt) if isinstance(module, nn.Sequential) else None
             module._modules[name] = UolLinear.from_torch(child, act, backend)
             if act:
@@ -186,17 +212,17 @@ def _swap(module: nn.Module, prefix: str, backend: str, swapped: list[str], mlp:
             module._modules[name] = new
             swapped.append(path)
         else:
-            _swap(child, path + ".", backend, swapped, mlp, calls)
+            _swap(child, path + ".", job)
         index += step
 
 
-def _chain(children: list[nn.Module], start: int) -> list[tuple]:
+def _chain(children: list[nn.Module], start: int, job: _SwapJob) -> list[tuple]:
     """The longest run of supported layers from `start` (layer spec, modules it takes)."""
     chain: list[tuple] = []
     at = start
     while at < len(children):
         found = layer_spec(children, at)
-        if found is None:
+        if found is None or not job.may_swap(children[at]):
             break
         chain.append(found)
         at += found[1]
