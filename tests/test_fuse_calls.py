@@ -154,3 +154,24 @@ def test_a_layer_holding_a_tied_weight_stays_torchs():
             F.cross_entropy(m(ids).flatten(0, 1), ids.flatten()).backward()
             opt.step()
     torch.testing.assert_close(ours.wte.weight, model.wte.weight, rtol=1e-5, atol=1e-6)
+
+
+class OptionalMask(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = F.relu(self.fc(x))
+        return h if mask is None else h.masked_fill(mask, 0.0)
+
+
+def test_a_forward_with_optional_arguments_is_not_traced():
+    """A trace binds `mask` to a proxy, and `mask is None` is then false for good."""
+    model, ours = OptionalMask(), OptionalMask()
+    ours.load_state_dict(model.state_dict())
+    assert swap_modules(ours) == ["fc"] and "forward" not in vars(ours)
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(ours(x), model(x), rtol=1e-5, atol=1e-5)
+    mask = x > 0
+    torch.testing.assert_close(ours(x, mask), model(x, mask), rtol=1e-5, atol=1e-5)

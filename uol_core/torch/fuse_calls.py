@@ -11,7 +11,9 @@ child called once, whose only user is a supported activation (a function, a tens
 an activation module), becomes one UolLinear with the activation fused, and the module's
 forward becomes the rewritten trace. A forward is left as it is when it does not trace, when it
 traces differently in training and eval mode (a `self.training` branch that a trace would
-freeze), or when nothing in it fuses.
+freeze), when it takes optional or variadic arguments (a trace would freeze the branch on
+`mask is not None`), or when nothing in it fuses. Like any trace, the rewritten forward keeps
+the branches the module's other attributes chose when it was swapped.
 
 The rewritten forward is generated code bound to the module: `state_dict` and `torch.compile`
 work as before; pickling the whole module object does not (save its state instead).
@@ -19,6 +21,7 @@ work as before; pickling the whole module object does not (save its state instea
 
 from __future__ import annotations
 
+import inspect
 import types
 from collections.abc import Callable
 
@@ -80,6 +83,8 @@ def fuse_activation_calls(module: nn.Module,
 def _trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
     """The forward's graph, or None when it does not trace or depends on the training mode.
     Only the root's flag is flipped: the children are leaves, their own flags never read."""
+    if not _plain_signature(module.forward):
+        return None
     was_training = module.training
     graphs: list[fx.Graph] = []
     try:
@@ -97,6 +102,17 @@ def _trace_in_both_modes(module: nn.Module) -> fx.Graph | None:
     if any(n.op == "get_attr" and not _resolves(module, str(n.target)) for n in train.nodes):
         return None  # a constant the trace made up (torch.tensor(...) in forward)
     return train
+
+
+def _plain_signature(forward: Callable) -> bool:
+    """Only positional parameters without defaults: a trace binds an optional argument to a
+    proxy, so `if mask is not None` would freeze its branch for a call that passes None."""
+    try:
+        params = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+               for p in params)
 
 
 def _resolves(module: nn.Module, target: str) -> bool:

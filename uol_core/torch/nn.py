@@ -45,6 +45,7 @@ class UolLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, activation: str | None = None,
                  backend: str = "auto") -> None:
         super().__init__()
+        self.in_features, self.out_features = in_features, out_features  # as nn.Linear names them
         self.weight = nn.Parameter(torch.empty(in_features, out_features))
         self.bias = nn.Parameter(torch.zeros(out_features))
         nn.init.kaiming_uniform_(self.weight.T, a=5**0.5)
@@ -72,6 +73,7 @@ class UolLayerNorm(nn.Module):
 
     def __init__(self, size: int, eps: float = 1e-5, backend: str = "auto") -> None:
         super().__init__()
+        self.normalized_shape, self.eps = (size,), float(eps)  # as nn.LayerNorm names them
         self.weight = nn.Parameter(torch.ones(size))
         self.bias = nn.Parameter(torch.zeros(size))
         self.fn = to_torch(parse(_LAYERNORM.format(eps=float(eps))), backend)
@@ -85,6 +87,7 @@ class UolRMSNorm(nn.Module):
 
     def __init__(self, size: int, eps: float = 1e-6, backend: str = "auto") -> None:
         super().__init__()
+        self.normalized_shape, self.eps = (size,), float(eps)  # as nn.RMSNorm names them
         self.weight = nn.Parameter(torch.ones(size))
         self.fn = to_torch(parse(_RMSNORM.format(eps=float(eps))), backend)
 
