@@ -14,7 +14,9 @@ the blocks that reach the unmasked triangle: the forward skips the key blocks pa
 block's last query, the backward the query blocks before a key block's first key. Finer
 blocks follow the diagonal more closely: on Zen 4, 32 x 14 instead of the template's 64 x 84
 (forward) and 64 x 56 (backward) ran a causal S=128 forward 12% faster and its backward 20%
-(B=8, H=4, D=64), S=256 11% and 11-18%, S=512 11% and 4%. Without a mask it has no term that
+(B=8, H=4, D=64), S=256 11% and 11-18%, S=512 11% and 4%; the AVX2 kernels (the avx2-desktop
+target's, run there on 2 threads) at S=128 took 16 x 6 within 2% of the best pair, and 64 x 48
+ran 33% (forward) and 21% (backward) longer. Without a mask it has no term that
 tells block sizes apart beyond the padding: there every block pair measured within 4% at S=256
 (the forward, BQ 32-128 x BK 84-256; the backward, BQ 32-128 x BK 28-112), and smaller blocks
 pay per block in ways it does not count (each backward key block passes over every query). So
