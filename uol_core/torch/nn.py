@@ -196,7 +196,7 @@ def _swap(module: nn.Module, prefix: str, job: _SwapJob) -> None:
             continue
         nxt = children[index + 1] if index + 1 < len(names) else None
         step = 1
-        if not job.may_swap(child):
+        if isinstance(child, (nn.Linear, nn.LayerNorm, nn.RMSNorm)) and not job.may_swap(child):
             pass  # a layer holding a tied parameter stays torch's
         elif isinstance(child, nn.Linear):
             act = activation_of(nxt) if isinstance(module, nn.Sequential) else None
