@@ -15,6 +15,7 @@ from torch import fx
 from uol_core.graph import aten_map as A
 from uol_core.graph.aten_map import Unmapped
 from uol_core.graph.export_import import ExportImporter, _arg, packet
+from uol_core.odl.ir import GELU_FORMS
 from uol_core.ops import op_text
 
 UNARY = {
@@ -68,7 +69,10 @@ def unary(kind: str):
 
 def gelu(imp: ExportImporter, n: fx.Node) -> None:
     approximate = _arg(n, 1, "approximate", "none")
-    elementwise(imp, n, "gelu_tanh({X})" if approximate == "tanh" else "gelu({X})", {"X": n.args[0]})
+    fn = GELU_FORMS.get(approximate)
+    if fn is None:
+        raise Unmapped(f"gelu with approximate={approximate!r} has no ODL form")
+    elementwise(imp, n, f"{fn}({{X}})", {"X": n.args[0]})
 
 
 def binary(kind: str):

@@ -25,7 +25,7 @@ from uol_core.graph.format import DTYPE_NAMES, Graph, GraphError, Node, TensorSp
 from uol_core.graph.load import validate
 from uol_core.graph.merge import fresh_name
 from uol_core.odl import parse
-from uol_core.odl.ir import Op
+from uol_core.odl.ir import GELU_FORMS, Op
 from uol_core.ops import load_op, op_text
 
 # torch.fx's symbolic tracer and torch.export keep their state in module globals (the patcher,
@@ -38,7 +38,6 @@ UNARY = {torch.relu: "relu", F.relu: "relu", F.gelu: "gelu", F.silu: "silu", tor
          torch.tanh: "tanh", torch.exp: "exp", "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh",
          "exp": "exp", nn.ReLU: "relu", nn.GELU: "gelu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid",
          nn.Tanh: "tanh"}
-GELU_FORMS = {"none": "gelu", "tanh": "gelu_tanh"}  # torch's `approximate` -> ODL function
 BINARY = {operator.add: "+", torch.add: "+", "add": "+", operator.sub: "-", torch.sub: "-",
           "sub": "-", operator.mul: "*", torch.mul: "*", "mul": "*", operator.truediv: "/",
           torch.div: "/", "div": "/"}

@@ -196,6 +196,8 @@ UNARY_FUNCTIONS = (
     "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "abs",
     "erf", "sin", "cos", "floor", "ceil",
 )
+# torch's GELU `approximate` argument -> the ODL function of that form
+GELU_FORMS = {"none": "gelu", "tanh": "gelu_tanh"}
 BINARY_FUNCTIONS = ("pow", "max", "min")
 REDUCTIONS = ("sum", "max", "min", "mean", "prod")
 SCANS = ("cumsum", "cumprod", "cummax")

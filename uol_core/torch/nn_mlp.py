@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from uol_core.odl import parse
+from uol_core.odl.ir import GELU_FORMS
 from uol_core.torch.bridge import to_torch
 
 ACTIVATIONS = {nn.ReLU: "relu", nn.GELU: "gelu", nn.SiLU: "silu"}
@@ -43,7 +44,7 @@ def activation_of(module: nn.Module | None) -> str | None:
 
 def gelu_function(approximate: str) -> str | None:
     """The ODL function of torch's GELU with this `approximate` ("none" or "tanh")."""
-    return {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate)
+    return GELU_FORMS.get(approximate)
 
 
 def as_rows(x: torch.Tensor) -> torch.Tensor:
