@@ -190,6 +190,7 @@ def causal_note(shape: AttentionShape, configs: list[Mapping]) -> str | None:
     own = shape.defaults
     return (f"causal mask: the kernel skips the blocks past the diagonal, so the model prices "
             f"the scores each block pair computes: bq x bk = {bq} x {bk} computes "
-            f"{computed_share(shape, bq, bk):.0%} of the {shape.S} x {shape.T} scores, the "
+            f"{computed_share(shape, bq, bk):.0%} of the {shape.S} x {shape.T} scores (padding "
+            f"counts), the "
             f"template's {own['bq']} x {own['bk']} "
             f"{computed_share(shape, own['bq'], own['bk']):.0%}")
