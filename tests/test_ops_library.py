@@ -98,6 +98,25 @@ def _gelu_tanh(X):
     return F.gelu(X, approximate="tanh")
 
 
+def _sgd_momentum(P, G, B, lr, momentum, decay):
+    """torch.optim.SGD's own step (float64) from this momentum buffer."""
+    param = torch.nn.Parameter(P.clone())
+    param.grad = G.clone()
+    opt = torch.optim.SGD([param], lr=float(lr), momentum=float(momentum),
+                          weight_decay=float(decay))
+    opt.state[param]["momentum_buffer"] = B.clone()
+    opt.step()
+    return {"P_next": param.detach(), "B_next": opt.state[param]["momentum_buffer"]}
+
+
+def _adamw(P, G, M, V, shrink, lerp, beta2, one_minus_beta2, step_size, root_correction, eps):
+    """AdamW's update as the paper writes it, with the op's precomputed scalars."""
+    m = (1 - lerp) * M + lerp * G
+    v = beta2 * V + one_minus_beta2 * G * G
+    return {"M_next": m, "V_next": v,
+            "P_next": P * shrink - step_size * m / (v.sqrt() / root_correction + eps)}
+
+
 def _swiglu_mlp(X, Wg, Wu, Wd):
     return (F.silu(X @ Wg) * (X @ Wu)) @ Wd
 
@@ -175,6 +194,14 @@ CASES: dict[str, Case] = {
                              lambda X, W, b: F.silu(F.linear(X, W.T, b)),
                              _sizes("M=1,K=1,N=1", "M=7,K=13,N=33", "M=17,K=32,N=8"),
                              lambda K, **_: K),
+    "sgd_momentum": Case(lambda R, C: {"P": (R, C), "G": (R, C), "B": (R, C), "lr": Positive(()),
+                                       "momentum": Positive(()), "decay": Positive(())},
+                         _sgd_momentum, _sizes("R=1,C=1", "R=3,C=17", "R=8,C=256")),
+    "adamw": Case(lambda R, C: {"P": (R, C), "G": (R, C), "M": (R, C), "V": Positive((R, C)),
+                                **{n: Positive(()) for n in ("shrink", "lerp", "beta2",
+                                                             "one_minus_beta2", "step_size",
+                                                             "root_correction", "eps")}},
+                  _adamw, _sizes("R=1,C=1", "R=3,C=17", "R=8,C=256")),
     "swiglu_mlp": Case(lambda M, D, H: {"X": (M, D), "Wg": (D, H), "Wu": (D, H), "Wd": (H, D)},
                        _swiglu_mlp,
                        _sizes("M=1,D=1,H=1", "M=7,D=13,H=33", "M=5,D=16,H=48"),

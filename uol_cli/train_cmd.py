@@ -23,6 +23,8 @@ def register(app: typer.Typer) -> None:
 def train_demo(
     backend: Annotated[str, typer.Option(help="auto | c | reference | triton")] = "auto",
     steps: Annotated[int, typer.Option(min=1, max=100_000, help="optimizer steps")] = 200,
+    optimizer: Annotated[str, typer.Option(help="what updates the UOL model: uol (one generated "
+                                                "kernel) | torch (torch.optim.SGD)")] = "uol",
     ddp: Annotated[bool, typer.Option(help="also train on 2 gloo processes (DDP)")] = False,
     compression: Annotated[str, typer.Option(help="DDP gradient codec from HCF: none, fp16, "
                                                   "int8, topk, powersgd")] = "int8",
@@ -32,14 +34,17 @@ def train_demo(
 
     Both start from the same weights and see the same batches, one step of each in turn;
     reports both loss curves' agreement and the step times."""
-    from uol_cli.training_demo import run_ddp, run_demo
+    from uol_cli.training_demo import OPTIMIZERS, run_ddp, run_demo
     from uol_core.runtime.dispatch import BACKENDS
 
     if backend not in BACKENDS:
         raise UserError(f"unknown backend '{backend}'; choose one of {', '.join(BACKENDS)}")
+    if optimizer not in OPTIMIZERS:
+        raise UserError(f"unknown optimizer '{optimizer}'; choose one of {', '.join(OPTIMIZERS)}")
     with Progress(console=console, transient=True, disable=as_json) as bar:
         task = bar.add_task("training (torch and UOL, in lockstep)", total=steps)
-        result = run_demo(steps, backend, progress=lambda _: bar.advance(task))
+        result = run_demo(steps, backend, progress=lambda _: bar.advance(task),
+                          optimizer=optimizer)
     if ddp:
         from hcf_sim.compression import ddp_hook
 

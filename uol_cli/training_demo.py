@@ -63,6 +63,20 @@ def make_model(seed: int = 0) -> nn.Sequential:
                          nn.Linear(HIDDEN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))
 
 
+MOMENTUM = 0.9
+OPTIMIZERS = ("uol", "torch")  # what updates the UOL-backed model's parameters
+
+
+def sgd(model: nn.Module, lr: float, kind: str = "torch") -> torch.optim.Optimizer:
+    """SGD with momentum over the model's parameters: torch's, or UOL's (`uol_core.torch.optim`,
+    the same math as one kernel written over the parameters)."""
+    if kind == "uol":
+        from uol_core.torch.optim import SGD
+
+        return SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
+
+
 def train(model: nn.Module, steps: int, batch: int = 128, lr: float = 0.05, seed: int = 1,
           progress: Callable[[int], None] | None = None) -> tuple[list[float], list[float], float]:
     """SGD with momentum on fixed batches; returns losses, step times (ms), test accuracy."""
@@ -70,12 +84,14 @@ def train(model: nn.Module, steps: int, batch: int = 128, lr: float = 0.05, seed
 
 
 def train_together(models: list[nn.Module], steps: int, batch: int = 128, lr: float = 0.05,
-                   seed: int = 1, progress: Callable[[int], None] | None = None) -> list[tuple]:
+                   seed: int = 1, progress: Callable[[int], None] | None = None,
+                   optimizers: list[str] | None = None) -> list[tuple]:
     """`train` for several models in lockstep: each step runs every model on the same batch,
     one after the other, so load from other processes hits them alike (their step times are
-    compared). Returns (losses, step times in ms, test accuracy) per model."""
+    compared). `optimizers`: per model, "torch" (the default) or "uol". Returns (losses,
+    step times in ms, test accuracy) per model."""
     xtr, ytr, xte, yte = digits_data()
-    opts = [torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9) for m in models]
+    opts = [sgd(m, lr, kind) for m, kind in zip(models, optimizers or ["torch"] * len(models))]
     gen = torch.Generator().manual_seed(seed)
     losses: list[list[float]] = [[] for _ in models]
     times: list[list[float]] = [[] for _ in models]
@@ -101,19 +117,26 @@ def train_together(models: list[nn.Module], steps: int, batch: int = 128, lr: fl
 
 
 def run_demo(steps: int = 200, backend: str = "auto", seed: int = 0,
-             progress: Callable[[int], None] | None = None) -> dict:
-    """Train the torch model and its UOL twin from the same weights; compare loss and time."""
+             progress: Callable[[int], None] | None = None, optimizer: str = "uol") -> dict:
+    """Train the torch model and its UOL twin from the same weights; compare loss and time.
+    The torch model steps with torch's SGD; the twin with UOL's (`optimizer="uol"`: the update
+    as one generated kernel) or torch's (`"torch"`: only the layers differ)."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer '{optimizer}'; choose one of {', '.join(OPTIMIZERS)}")
     reference = make_model(seed)
     ours = copy.deepcopy(reference)
     swapped = swap_modules(ours, backend)
+    if optimizer == "uol":
+        swapped.append("SGD (momentum)")
     (ref_losses, ref_ms, ref_acc), (our_losses, our_ms, our_acc) = train_together(
-        [reference, ours], steps, progress=progress)
+        [reference, ours], steps, progress=progress, optimizers=["torch", optimizer])
     torch_run = TrainResult("torch", ref_losses, ref_ms, ref_acc)
     uol_run = TrainResult(f"uol ({backend})", our_losses, our_ms, our_acc, swapped)
     final_gap = abs(our_losses[-1] - ref_losses[-1]) / max(abs(ref_losses[-1]), 1e-12)
     worst = max(abs(a - b) for a, b in zip(our_losses, ref_losses))
     return {
         "steps": steps,
+        "optimizer": optimizer,
         "torch": torch_run.to_dict(),
         "uol": uol_run.to_dict(),
         "final_loss_relative_gap": final_gap,

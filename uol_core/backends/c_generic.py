@@ -153,13 +153,14 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
            + "\n".join(f"   {line}" for line in plan.explain(op).splitlines())
            + "".join(f"\n   row loop of {share.describe(op, i)}" for i, share in lay.rows.items())
            + " */")
-    w.emit(includes("stdint.h", "stdlib.h", "math.h", "omp.h"))
+    w.emit(includes("stdint.h", "stdlib.h", "math.h", "omp.h", *(("string.h",) if op.aliases else ())))
     w.emit(PRELUDE)
     if streams:
         w.emit(stream_prelude(cfg["isa"], target))
     for name in op.dims:
         w.emit(f"#define {size_id(name)} {int(sizes[name])}")
-    open_entry(w, entry, args, len(op.inputs), blank_before=True, elem_type=lay.elem_type)
+    open_entry(w, entry, args, len(op.inputs), blank_before=True, elem_type=lay.elem_type,
+               aliases=op.aliases, counts=lay.count)
     scratch = [d.name for d in op.locals if d.name not in lay.private]
     for name in scratch:
         w.emit(f"    {lay.elem_type(name)} *restrict {tensor_id(name)} = "

@@ -21,13 +21,21 @@ def region_pointers(w: CodeWriter, op: Op, lay, g: FusionGroup, pad: str, line: 
         used.add(op.stmts[i].target)
         used.update(n.tensor for n in walk(op.stmts[i].expr) if isinstance(n, Access))
     inputs = {d.name for d in op.inputs}
-    for name in sorted(used - set(g.private)):
+    written_over = {source: out for out, source in op.aliases.items()}
+    for name in sorted(used - set(g.private) - set(written_over)):
         if name not in lay.shapes:
             continue
         qual = "const " if name in inputs else ""
         local = region_id(name)
         w.emit(f"{pad}{qual}{lay.elem_type(name)} *restrict {local} = {tensor_id(name)};", line)
         lay.region_names[name] = local
+    for name in sorted(used & set(written_over)):
+        # read through the copy of the output written over it, when this pass writes that
+        # output: one restrict pointer per object (see c_frame._aliased_inputs)
+        out = written_over[name]
+        base, qual = (region_id(out), "") if out in used else (tensor_id(name), "restrict ")
+        w.emit(f"{pad}const {lay.elem_type(name)} *{qual}{region_id(name)} = {base};", line)
+        lay.region_names[name] = region_id(name)
 
 
 def hoist_invariant_reads(w: CodeWriter, lay, stmt, index: str, pad: str, expr=None) -> None:

@@ -84,7 +84,9 @@ def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | No
 
     cfg = dict(config or {})
     threads = int(cfg.get("threads") or getattr(target, "cores", 0) or os.cpu_count() or 1)
-    if not cfg.get("generic"):
+    # an op that writes an output over an input runs on the generic path, which reads that
+    # input through the output's pointer; the templates take their inputs as given
+    if not cfg.get("generic") and not op.aliases:
         ctx = Context(sizes, target, cfg, threads)
         direct_loads_ok = not padded_escapes(op, sizes)
         for route in routes():

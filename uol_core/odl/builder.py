@@ -153,8 +153,9 @@ class OpBuilder:
         self.inputs.append(TensorDecl(name, DType(dtype), _shape(dims)))
         return TensorRef(name)
 
-    def output(self, name: str, dtype: str, *dims: object) -> TensorRef:
-        self.outputs.append(TensorDecl(name, DType(dtype), _shape(dims)))
+    def output(self, name: str, dtype: str, *dims: object, aliases: str | None = None) -> TensorRef:
+        """An output; `aliases` names the input it is written over (ODL's `aliases X`)."""
+        self.outputs.append(TensorDecl(name, DType(dtype), _shape(dims), alias=aliases))
         return TensorRef(name)
 
     def indices(self, names: str) -> tuple[Index, ...]:

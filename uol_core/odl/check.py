@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
+from uol_core.odl.aliases import check_aliases
 from uol_core.odl.errors import OdlError
 from uol_core.odl.ir import (
     COMPARISONS,
@@ -78,7 +79,9 @@ def check_op(op: Op) -> Op:
     if missing:
         raise OdlError(f"output '{missing[0]}' is never assigned", outputs[missing[0]].line, 1,
                        f"add a statement  {missing[0]}[...] = ...")
-    return replace(op, locals=tuple(local_decls))
+    checked = replace(op, locals=tuple(local_decls))
+    check_aliases(checked)
+    return checked
 
 
 def _check_numbers(stmt: Stmt, known: dict[str, TensorDecl], dtype: DType) -> None:

@@ -211,12 +211,15 @@ LOGICAL = ("and", "or")
 
 @dataclass(frozen=True)
 class TensorDecl:
-    """A declared tensor: name, element type and a shape of affine forms over dimension symbols."""
+    """A declared tensor: name, element type and a shape of affine forms over dimension symbols.
+    An output may name the input it is written over (`alias`, ODL's `aliases X`): the kernel
+    updates that input's storage in place when the caller donates it."""
 
     name: str
     dtype: DType
     shape: tuple[Affine, ...]
     line: int = field(default=0, compare=False)
+    alias: str | None = None
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,11 @@ class Op:
     @property
     def tensors(self) -> dict[str, TensorDecl]:
         return {d.name: d for d in self.inputs + self.outputs + self.locals}
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        """Output name -> the input it is written over (`aliases` in ODL)."""
+        return {d.name: d.alias for d in self.outputs if d.alias}
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:

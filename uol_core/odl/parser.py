@@ -151,19 +151,19 @@ class _Parser:
     def outputs(self) -> list[TensorDecl]:
         if self.at("("):
             self.advance()
-            outs = [self.decl()]
+            outs = [self.decl(output=True)]
             while self.at(","):
                 self.advance()
-                outs.append(self.decl())
+                outs.append(self.decl(output=True))
             self.expect(")")
             return outs
-        outs = [self.decl()]
+        outs = [self.decl(output=True)]
         while self.at(","):
             self.advance()
-            outs.append(self.decl())
+            outs.append(self.decl(output=True))
         return outs
 
-    def decl(self) -> TensorDecl:
+    def decl(self, output: bool = False) -> TensorDecl:
         name_tok = self.expect_name("a tensor name")
         self.expect(":", hint=f"declare it as {name_tok.text}: f32[N]")
         dtype_tok = self.tok
@@ -178,7 +178,12 @@ class _Parser:
                 self.advance()
                 shape.append(self.affine("a shape expression"))
         self.expect("]")
-        return TensorDecl(name_tok.text, _DTYPES[dtype_tok.text], tuple(shape), name_tok.line)
+        alias = None
+        if output and self.at("aliases"):  # `Y: f32[N] aliases X`: Y is written over input X
+            self.advance()
+            alias = self.expect_name("the input this output is written over").text
+        return TensorDecl(name_tok.text, _DTYPES[dtype_tok.text], tuple(shape), name_tok.line,
+                          alias)
 
     def stmt(self) -> Stmt:
         target = self.expect_name("a tensor name to assign")

@@ -25,8 +25,9 @@ _LEVEL = {"or": 1, "and": 2, "not": 3, "lt": 4, "le": 4, "gt": 4, "ge": 4, "eq":
 
 
 def format_decl(decl: TensorDecl) -> str:
-    """`A: f32[M, K]`."""
-    return f"{decl.name}: {decl.dtype.value}[{', '.join(map(str, decl.shape))}]"
+    """`A: f32[M, K]`, and `aliases X` after an output written over input X."""
+    text = f"{decl.name}: {decl.dtype.value}[{', '.join(map(str, decl.shape))}]"
+    return f"{text} aliases {decl.alias}" if decl.alias else text
 
 
 def format_op(op: Op) -> str:

@@ -63,8 +63,10 @@ class OpRunner:
         name = resolve_name(self.backend, self.target)
         if name != REFERENCE:
             backend = get_backend(name)
-            groups = statement_groups(self.op) if getattr(backend, "splits_contractions",
-                                                          False) else []
+            # an op writing over its inputs runs whole: its checked order of reads and writes
+            # holds inside one kernel, not across sub-ops
+            splits = getattr(backend, "splits_contractions", False) and not self.op.aliases
+            groups = statement_groups(self.op) if splits else []
             if len(groups) > 1 and _all_f32(tensors) and not backend.whole_op(self.op):
                 return self._grouped(key, groups)
             try:

@@ -26,8 +26,13 @@ class LaunchPlan:
     """Run kernel steps on inputs given in a fixed order; returns the named outputs in order."""
 
     def __init__(self, inputs: Sequence[str], input_specs: Mapping[str, tuple], steps: list,
-                 outputs: Sequence[str]) -> None:
+                 outputs: Sequence[str], donated: Mapping[str, str] | None = None) -> None:
         slot = {name: i for i, name in enumerate(inputs)}
+        # an output written over a donated input (ODL `aliases`) takes the input's slot: the
+        # kernel updates that tensor in place, and the plan returns it
+        slot.update({out: slot[source] for out, source in (donated or {}).items()})
+        self.names = list(inputs)
+        self._donated = sorted({slot[source] for source in (donated or {}).values()})
         self.input_specs = [input_specs[n] for n in inputs]  # (shape, dtype) per input
         self.allocs: list[tuple[tuple, torch.dtype]] = []
         self.steps: list[tuple] = []
@@ -55,6 +60,10 @@ class LaunchPlan:
 
     def __call__(self, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         env: list = [v if v.is_contiguous() else v.contiguous() for v in values]
+        for i in self._donated:  # a contiguous copy would take the update, not the tensor
+            if env[i] is not values[i]:
+                raise ValueError(f"input {self.names[i]} is written in place and must be "
+                                 "contiguous")
         env.extend(self._scratch())
         for i, shape, dtype in self._output_allocs:
             env[i] = fresh_output(shape, dtype)
@@ -93,10 +102,10 @@ def _step_table(steps: list[tuple]) -> array:
 
 
 def plan_for(runner: OpRunner, tensors: Mapping[str, torch.Tensor],
-             order: Sequence[str]) -> LaunchPlan | None:
+             order: Sequence[str], donate: bool = False) -> LaunchPlan | None:
     """A plan for `runner` at these tensors' shapes and dtypes, inputs taken in `order`;
     None when a step is not a compiled C kernel (reference or Triton) or a tensor is not on
-    the CPU."""
+    the CPU. `donate`: outputs that alias an input are written over it (in place)."""
     if any(t.device.type != "cpu" for t in tensors.values()):
         return None
     steps = runner.kernel_steps(tensors)
@@ -107,7 +116,20 @@ def plan_for(runner: OpRunner, tensors: Mapping[str, torch.Tensor],
             if name in tensors and tensors[name].dtype != dtype:
                 return None
     specs = {n: (tuple(t.shape), t.dtype) for n, t in tensors.items()}
-    return LaunchPlan(order, specs, steps, [d.name for d in runner.op.outputs])
+    return LaunchPlan(order, specs, steps, [d.name for d in runner.op.outputs],
+                      runner.op.aliases if donate else None)
+
+
+class RenamedStep:
+    """A kernel step whose arguments carry other names, so that one plan can run the same
+    kernel on several sets of tensors (an optimizer's update over every parameter)."""
+
+    def __init__(self, native, names: Mapping[str, str]) -> None:
+        self.fn = native.fn
+        self._args = [(names.get(n, n), shape, dtype) for n, shape, dtype in native.launch_args()]
+
+    def launch_args(self) -> list[tuple[str, tuple, torch.dtype]]:
+        return self._args
 
 
 def _contiguous_strides(shape: Sequence[int]) -> list[int]:

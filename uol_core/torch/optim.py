@@ -1,0 +1,234 @@
+"""Optimizers whose update is one ODL op written over the parameters (entry points `SGD`,
+`AdamW`).
+
+torch's default optimizers on the CPU update one tensor at a time with several ops each
+(SGD with momentum: 3 per parameter, AdamW: about 10), each a dispatcher call and a pass over
+memory. Here the update is a library op (`sgd_momentum`, `adamw`) whose outputs alias the
+parameter and its state (ODL `aliases`), so its kernel reads and writes each element once, in
+place; one launch plan runs it over every parameter of a group in one foreign call.
+
+The math, the hyper-parameters and the state (`momentum_buffer`; `step`, `exp_avg`,
+`exp_avg_sq`) are torch's, so state dicts move between these and torch's optimizers. Each
+parameter is updated through a [rows, cols] view (`rows_view`): the generic C path fuses the
+op's statements into one pass per row and splits rows across threads. Parameters off the CPU,
+non-contiguous or not float32 take the same op through its runner (Triton or the reference)
+and are copied back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from uol_core.ops import load_op
+from uol_core.runtime.dispatch import OpRunner
+from uol_core.runtime.launch import LaunchPlan, RenamedStep
+
+_WIDTHS = (1024, 512, 256, 128, 64, 32, 16)  # row lengths tried, longest first
+
+
+def rows_view(numel: int) -> tuple[int, int]:
+    """The [rows, cols] view a parameter is updated through: the longest row of _WIDTHS that
+    divides it (few distinct shapes, so few kernels to build), else one row."""
+    cols = next((w for w in _WIDTHS if numel % w == 0 and numel >= w), max(1, numel))
+    return numel // cols, cols
+
+
+class _PlannedUpdate:
+    """One op's update over a fixed list of parameters as one launch plan. Tensor inputs are
+    named `<name><k>` for parameter k. Scalars live in `shared` (one value for the group) and
+    `own` (a row per parameter: AdamW's bias corrections follow each parameter's step), both
+    written through numpy views, so setting them costs no torch op."""
+
+    def __init__(self, runner: OpRunner, shapes: Sequence[tuple[int, int]],
+                 tensor_names: Sequence[str], shared: Sequence[str], own: Sequence[str]) -> None:
+        op = runner.op
+        self._shared, self._own = torch.zeros(len(shared)), torch.zeros(len(shapes), len(own))
+        self.shared, self.own = self._shared.numpy(), self._own.numpy()
+        # 0-d views at fixed addresses, passed after the tensors on every call
+        self.scalars = [self._shared[j] for j in range(len(shared))] + \
+            [self._own[k, j] for k in range(len(shapes)) for j in range(len(own))]
+        order, steps, outputs, donated = [], [], [], {}
+        specs = {n: ((), torch.float32) for n in shared}
+        for k, shape in enumerate(shapes):
+            meta = {n: torch.empty(shape, device="meta") for n in tensor_names}
+            meta.update({n: torch.empty((), device="meta") for n in [*shared, *own]})
+            natives = runner.kernel_steps(meta)
+            if not natives:
+                raise ValueError(f"{op.name} has no C kernel here ({runner.reason})")
+            names = {n: f"{n}{k}" for n in [*tensor_names, *own, *(d.name for d in op.outputs)]}
+            steps += [RenamedStep(native, names) for native in natives]
+            order += [names[n] for n in tensor_names]
+            outputs += [names[d.name] for d in op.outputs]
+            donated.update({names[out]: names[src] for out, src in op.aliases.items()})
+            specs.update({names[n]: (shape, torch.float32) for n in tensor_names})
+            specs.update({names[n]: ((), torch.float32) for n in own})
+        order += [*shared, *(f"{n}{k}" for k in range(len(shapes)) for n in own)]
+        self.plan = LaunchPlan(order, specs, steps, outputs, donated)
+
+    def __call__(self, tensors: list[torch.Tensor]) -> None:
+        self.plan(tensors + self.scalars)
+
+
+class _UolOptimizer(torch.optim.Optimizer):
+    """An optimizer whose step is the library op OP over (param, grad, *STATE) per parameter;
+    its scalars are SHARED (from the group's settings) then OWN (per parameter)."""
+
+    OP = ""
+    STATE: tuple[str, ...] = ()  # state tensors, in the op's input order after P and G
+    SHARED: tuple[str, ...] = ()
+    OWN: tuple[str, ...] = ()
+
+    def __init__(self, params: Iterable, defaults: dict, backend: str = "auto") -> None:
+        super().__init__(params, defaults)
+        self.backend = backend
+        self._runner = OpRunner(load_op(self.OP), backend, "host")
+        # per list of parameters with gradients: (plan, argument list, tensors written)
+        self._groups: dict[tuple, tuple] = {}
+        self._last: tuple | None = None  # the parameters the last step updated
+
+    def shared_values(self, group: dict) -> tuple[float, ...]:
+        """The SHARED scalars for a group's settings (float64, rounded to float32 once)."""
+        raise NotImplementedError
+
+    def own_values(self, group: dict, params: Sequence[torch.Tensor], fresh: bool):
+        """The OWN scalars, a numpy [len(params), len(OWN)] array, for this step (`fresh`:
+        the parameters differ from the last step's, so re-read any state kept in Python)."""
+        return None
+
+    def _state(self, p: torch.Tensor) -> list[torch.Tensor]:
+        state = self.state[p]
+        for name in self.STATE:
+            if state.get(name) is None:
+                state[name] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        return [state[name] for name in self.STATE]
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self._groups.clear()  # the state tensors the cached argument lists held are replaced
+        self._last = None
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient; returns the closure's loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = tuple(p for p in group["params"] if p.grad is not None)
+            if not params:
+                continue
+            cached = self._groups.get(params)
+            if cached is None:
+                cached = self._groups[params] = self._prepare(params)
+            plan, flat, written = cached
+            shared, own = self.shared_values(group), self.own_values(group, params,
+                                                                params != self._last)
+            self._last = params
+            if plan is None:
+                self._run_each(params, shared, own)
+                continue
+            grads = [p.grad for p in params]
+            if any(g.layout is not torch.strided for g in grads):
+                raise RuntimeError(f"{type(self).__name__} does not take sparse gradients")
+            flat[1::2 + len(self.STATE)] = grads
+            plan.shared[:] = shared
+            if own is not None:
+                plan.own[:] = own
+            plan(flat)
+            # the kernel wrote through pointers: tell autograd the tensors changed, as an
+            # in-place torch op would (a graph that saved one then refuses a stale backward)
+            torch.autograd.graph.increment_version(written)
+        return loss
+
+    def _prepare(self, params: tuple[torch.Tensor, ...]) -> tuple:
+        """(plan, argument list with the gradients' places empty, tensors written) for these
+        parameters; the plan is None when some parameter or state tensor is not a contiguous
+        float32 CPU tensor, or the op has no C kernel here."""
+        rows = [[p, None, *self._state(p)] for p in params]
+        written = [t for row in rows for t in row[:1] + row[2:]]
+        plan = None
+        if all(t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
+               for t in written):
+            try:
+                plan = _PlannedUpdate(self._runner, [rows_view(p.numel()) for p in params],
+                                      ["P", "G", *self._state_inputs()], self.SHARED, self.OWN)
+            except ValueError:
+                plan = None
+        return plan, [t for row in rows for t in row], written
+
+    def _state_inputs(self) -> list[str]:
+        return [d.name for d in self._runner.op.inputs[2:2 + len(self.STATE)]]
+
+    def _run_each(self, params: Sequence[torch.Tensor], shared: tuple, own) -> None:
+        """The same op per parameter through its runner (Triton, the reference), copied back."""
+        names = ["P", "G", *self._state_inputs()]
+        for k, p in enumerate(params):
+            row = [p, p.grad, *self._state(p)]
+            feed = {n: t.reshape(rows_view(p.numel())) for n, t in zip(names, row)}
+            values = [*shared, *(own[k] if own is not None else ())]
+            feed.update({n: torch.tensor(float(v), dtype=p.dtype, device=p.device)
+                         for n, v in zip(self.SHARED + self.OWN, values)})
+            outs = self._runner(feed)
+            for out, source in self._runner.op.aliases.items():
+                row[names.index(source)].copy_(outs[out].reshape(p.shape))
+
+
+class SGD(_UolOptimizer):
+    """torch.optim.SGD with momentum (dampening 0, not Nesterov) as one UOL kernel per step."""
+
+    OP = "sgd_momentum"
+    STATE = ("momentum_buffer",)
+    SHARED = ("lr", "momentum", "decay")
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.9,
+                 weight_decay: float = 0.0, backend: str = "auto") -> None:
+        if momentum <= 0:
+            raise ValueError("UOL's SGD keeps a momentum buffer: give momentum > 0 "
+                             "(torch.optim.SGD covers plain SGD)")
+        super().__init__(params, {"lr": lr, "momentum": momentum, "dampening": 0.0,
+                                  "weight_decay": weight_decay, "nesterov": False,
+                                  "maximize": False}, backend)
+
+    def shared_values(self, group: dict) -> tuple[float, ...]:
+        return group["lr"], group["momentum"], group["weight_decay"]
+
+
+class AdamW(_UolOptimizer):
+    """torch.optim.AdamW (not AMSGrad) as one UOL kernel per step. `step` is kept per
+    parameter as torch keeps it (a tensor in the state); a Python copy of the steps feeds the
+    bias corrections, read again from the state when the parameters stepped change."""
+
+    OP = "adamw"
+    STATE = ("exp_avg", "exp_avg_sq")
+    SHARED = ("shrink", "lerp", "beta2", "one_minus_beta2", "eps")
+    OWN = ("step_size", "root_correction")
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2, backend: str = "auto") -> None:
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
+                                  "weight_decay": weight_decay, "amsgrad": False,
+                                  "maximize": False}, backend)
+        self._steps = None  # float64 numpy steps of the last parameters stepped
+
+    def shared_values(self, group: dict) -> tuple[float, ...]:
+        # float64 as torch computes them from Python floats; the plan rounds them once
+        (beta1, beta2), lr = group["betas"], group["lr"]
+        return 1 - lr * group["weight_decay"], 1 - beta1, beta2, 1 - beta2, group["eps"]
+
+    def own_values(self, group: dict, params: Sequence[torch.Tensor], fresh: bool):
+        tensors = []
+        for p in params:
+            state = self.state[p]
+            if "step" not in state:
+                state["step"] = torch.tensor(0.0)
+            tensors.append(state["step"])
+        if fresh or self._steps is None:
+            self._steps = torch.stack(tensors).double().numpy()
+        torch._foreach_add_(tensors, 1.0)
+        self._steps += 1
+        (beta1, beta2), lr = group["betas"], group["lr"]
+        return np.stack([lr / (1 - beta1 ** self._steps), np.sqrt(1 - beta2 ** self._steps)], 1)
