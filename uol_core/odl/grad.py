@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.cost import free_indices
@@ -374,7 +374,8 @@ class _Builder(SavePolicy):
             self.notes.append("saved from the forward pass (a reduction or contraction would cost "
                               "a pass to recompute): " + ", ".join([*self.saved, *self.saved_extra]))
         inputs = list(self.op.inputs)
-        inputs += [d for d in self.op.outputs if d.name in self.saved]
+        # saved outputs come back as inputs: values now, no longer written over anything
+        inputs += [replace(d, alias=None) for d in self.op.outputs if d.name in self.saved]
         inputs += [self.op.tensor(n) for n in self.saved_extra if n in kept]
         inputs += [self.saved_decl(save) for save in self.saves.values()]
         inputs += [TensorDecl(self.grad_out[d.name], d.dtype, d.shape) for d in self.op.outputs]

@@ -87,7 +87,7 @@ class _UolOptimizer(torch.optim.Optimizer):
         self._runner = OpRunner(load_op(self.OP), backend, "host")
         # per list of parameters with gradients: (plan, argument list, tensors written)
         self._groups: dict[tuple, tuple] = {}
-        self._last: tuple | None = None  # the parameters the last step updated
+        self._last: tuple | None = None  # the cache entry of the last step's parameters
 
     def shared_values(self, group: dict) -> tuple[float, ...]:
         """The SHARED scalars for a group's settings (float64, rounded to float32 once)."""
@@ -121,13 +121,14 @@ class _UolOptimizer(torch.optim.Optimizer):
             params = tuple(p for p in group["params"] if p.grad is not None)
             if not params:
                 continue
-            cached = self._groups.get(params)
+            key = tuple(map(id, params))  # the cached lists hold the tensors: ids stay theirs
+            cached = self._groups.get(key)
             if cached is None:
-                cached = self._groups[params] = self._prepare(params)
+                cached = self._groups[key] = self._prepare(params)
             plan, flat, written = cached
-            shared, own = self.shared_values(group), self.own_values(group, params,
-                                                                params != self._last)
-            self._last = params
+            shared = self.shared_values(group)
+            own = self.own_values(group, params, cached is not self._last)
+            self._last = cached
             if plan is None:
                 self._run_each(params, shared, own)
                 continue
