@@ -110,9 +110,10 @@ class _UolOptimizer(torch.optim.Optimizer):
         self._groups.clear()  # the state tensors the cached argument lists held are replaced
         self._last = None
 
-    @torch.no_grad()
     def step(self, closure=None):
-        """One update of every parameter that has a gradient; returns the closure's loss."""
+        """One update of every parameter that has a gradient; returns the closure's loss.
+        (No `torch.no_grad` around it: the planned path runs no torch op that records; the
+        paths that copy into parameters take it themselves.)"""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -145,6 +146,7 @@ class _UolOptimizer(torch.optim.Optimizer):
             torch.autograd.graph.increment_version(written)
         return loss
 
+    @torch.no_grad()
     def _prepare(self, params: tuple[torch.Tensor, ...]) -> tuple:
         """(plan, argument list with the gradients' places empty, tensors written) for these
         parameters; the plan is None when some parameter or state tensor is not a contiguous
@@ -164,6 +166,7 @@ class _UolOptimizer(torch.optim.Optimizer):
     def _state_inputs(self) -> list[str]:
         return [d.name for d in self._runner.op.inputs[2:2 + len(self.STATE)]]
 
+    @torch.no_grad()
     def _run_each(self, params: Sequence[torch.Tensor], shared: tuple, own) -> None:
         """The same op per parameter through its runner (Triton, the reference), copied back."""
         names = ["P", "G", *self._state_inputs()]
