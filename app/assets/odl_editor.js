@@ -19,7 +19,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
             if (!layer) { return ""; }
             var esc = function (s) { return s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;"); };
             var rules = [
-                [/^#.*/, "c1"], [/^\b(op)\b/, "k"],
+                [/^#.*/, "c1"], [/^\b(op|aliases)\b/, "k"],
                 [/^\b(f16|bf16|f32|f64|i32|i8|bool)\b/, "kt"],
                 [/^\b(sum|max|min|mean|prod|cumsum|cumprod|cummax|exp|log|sqrt|rsqrt|tanh|sigmoid|relu|gelu|gelu_tanh|silu|abs|erf|sin|cos|floor|ceil|pow|where|pad)\b/, "nb"],
                 [/^\d+\.?\d*([eE][-+]?\d+)?/, "m"], [/^(->|\*\*|<=|>=|==|!=|[-+*\/<>=])/, "o"],

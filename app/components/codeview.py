@@ -30,6 +30,7 @@ class OdlLexer(RegexLexer):
         (r"\b(sum|max|min|mean|prod|cumsum|cumprod|cummax)(?=\[)", Name.Builtin),
         (r"\b(exp|log|sqrt|rsqrt|tanh|sigmoid|relu|gelu|gelu_tanh|silu|abs|erf|sin|cos|floor|ceil|pow|"
          r"where|pad|max|min)(?=\()", Name.Builtin),
+        (r"(?<=\])(\s+)(aliases)\b", bygroups(Text, Keyword)),  # `Y: f32[N] aliases X`
         (r"\b(and|or|not)\b", Operator.Word),
         (r"\d+\.?\d*([eE][-+]?\d+)?", Number),
         (r"->|\*\*|<=|>=|==|!=|[-+*/<>=]", Operator),
