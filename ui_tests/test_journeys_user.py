@@ -191,3 +191,21 @@ def test_communication_auto_is_the_fastest_shown_and_a_fault_only_slows(page, li
     wait_idle(page)
     assert abs(_result_time_us(page) - healthy) < 0.01 * healthy
     assert page.js_errors == []
+
+
+def test_in_place_optimizer_op_compiles_runs_and_shows_its_aliases(page, live_server):
+    """An op that writes over its inputs (AdamW's update): the editor marks `aliases`, the C
+    source reads each input through its output, and Run verifies by value against the
+    reference (the kernel copies inputs it is not given in place)."""
+    open_studio(page, live_server)
+    pick(page, "op-select", "adamw")
+    wait_idle(page)
+    expect(page.locator("#odl-highlight")).to_contain_text("aliases")
+    set_sizes(page, "R=64,C=1024")
+    expect(page.locator("#compile-status")).to_contain_text("compiled in", timeout=60_000)
+    wait_idle(page)
+    expect(page.locator("#kernel-source")).to_contain_text("P_next is written over P")
+    page.click("#run-button")
+    expect(page.locator("#run-verdict")).to_contain_text("correct", timeout=120_000)
+    check_layout_at_widths(page, "journey_in_place_adamw")
+    assert page.js_errors == []
