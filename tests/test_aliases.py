@@ -128,7 +128,7 @@ def _train(ours, theirs, uol_opt, torch_opt, steps: int, skip_bias_at: int = -1)
     worst = 0.0
     for step in range(steps):
         for p, q in zip(theirs.parameters(), ours.parameters()):
-            g = torch.randn(p.shape, generator=gen)
+            g = torch.randn(p.shape, generator=gen, dtype=p.dtype)
             p.grad, q.grad = g.clone(), g.clone()
         if step == skip_bias_at:  # a parameter without a gradient keeps its state and step
             theirs[0].bias.grad = ours[0].bias.grad = None
@@ -158,6 +158,23 @@ def test_adamw_follows_torch_with_per_parameter_steps(backend):
     steps = [float(uol_opt.state[p]["step"]) for p in ours.parameters()]
     assert steps == [float(torch_opt.state[p]["step"]) for p in theirs.parameters()]
     assert steps[1] == 11.0 and steps[0] == 12.0
+
+
+def test_adamw_updates_a_double_model_in_double():
+    theirs, ours = _pair()
+    theirs, ours = theirs.double(), ours.double()
+    settings = dict(lr=1e-2, weight_decay=0.1)
+    worst = _train(ours, theirs, AdamW(ours.parameters(), **settings),
+                   torch.optim.AdamW(theirs.parameters(), **settings), 4)
+    assert worst < 1e-12  # f32 arithmetic would be ~1e-7 off
+
+
+def test_sgd_on_the_triton_backend_follows_torch():
+    theirs, ours = _pair()
+    settings = dict(lr=0.05, momentum=0.9)
+    worst = _train(ours, theirs, SGD(ours.parameters(), backend="triton", **settings),
+                   torch.optim.SGD(theirs.parameters(), **settings), 3)
+    assert worst < 1e-5
 
 
 def test_state_dicts_move_between_torch_and_uol():
@@ -201,3 +218,23 @@ def test_sgd_refuses_what_it_does_not_compute():
     emb(torch.tensor([1, 2])).sum().backward()
     with pytest.raises(RuntimeError, match="sparse"):
         opt.step()
+
+
+def test_run_worker_verifies_by_value_then_times_in_place():
+    """The Studio's Run: verified into fresh outputs, then timed as a donating caller runs it,
+    on copies, so the reference's cached inputs stay as they were."""
+    from uol_core.backends.c_route import emit_any
+    from uol_core.ops import op_text
+    from uol_core.runtime import worker
+
+    sizes = {"R": 4, "C": 64}
+    src = emit_any(load_op("sgd_momentum"), sizes, None, {"threads": 1})
+    job = worker.make_job(src, op_text("sgd_momentum"), "sgd_momentum.odl", sizes, repeats=3,
+                          min_seconds=0.0)
+    result = worker.execute_job(job)
+    assert result["status"] == "ok", result
+    assert result["timed_in_place"] == ["B", "P"] and result["median_s"] > 0
+    inputs, reference = worker._reference(job, load_op("sgd_momentum"))
+    again = evaluate_all(load_op("sgd_momentum"), inputs)
+    for name in reference:  # the inputs the reference came from were not updated by timing
+        torch.testing.assert_close(again[name], reference[name])

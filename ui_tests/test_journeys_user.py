@@ -207,5 +207,6 @@ def test_in_place_optimizer_op_compiles_runs_and_shows_its_aliases(page, live_se
     expect(page.locator("#kernel-source")).to_contain_text("P_next is written over P")
     page.click("#run-button")
     expect(page.locator("#run-verdict")).to_contain_text("correct", timeout=120_000)
+    expect(page.locator("#run-result")).to_contain_text("measured in place (M, P, V written over)")
     check_layout_at_widths(page, "journey_in_place_adamw")
     assert page.js_errors == []

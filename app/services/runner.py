@@ -95,8 +95,11 @@ def _c_worker(request: dict, timeout: float, slot: int) -> dict:
         if res.get(key) is not None:
             out[key] = res[key]
     out["source_meta"] = {"entry": asdict(src)["entry"]}
+    if res.get("timed_in_place"):  # an op writing over its inputs, timed as donated
+        out["mode"] = f"measured in place ({', '.join(res['timed_in_place'])} written over)"
     if res.get("worker"):  # provenance: the machine that measured it
-        out["worker"], out["mode"] = res["worker"], f"measured on {remote.ran_on(res)}"
+        out["worker"] = res["worker"]
+        out["mode"] = out["mode"].replace("measured", f"measured on {remote.ran_on(res)}", 1)
     return out
 
 

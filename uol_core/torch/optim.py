@@ -22,9 +22,11 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
+from uol_core.odl.ir import retyped
 from uol_core.ops import load_op
 from uol_core.runtime.dispatch import OpRunner
 from uol_core.runtime.launch import LaunchPlan, RenamedStep
+from uol_core.runtime.reference import TORCH_DTYPES
 
 _WIDTHS = (1024, 512, 256, 128, 64, 32, 16)  # row lengths tried, longest first
 
@@ -85,6 +87,7 @@ class _UolOptimizer(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self.backend = backend
         self._runner = OpRunner(load_op(self.OP), backend, "host")
+        self._runners: dict[tuple, OpRunner] = {}  # (dtype, device type) of the fallback
         # per list of parameters with gradients: (plan, argument list, tensors written)
         self._groups: dict[tuple, tuple] = {}
         self._last: tuple | None = None  # the cache entry of the last step's parameters
@@ -166,18 +169,32 @@ class _UolOptimizer(torch.optim.Optimizer):
     def _state_inputs(self) -> list[str]:
         return [d.name for d in self._runner.op.inputs[2:2 + len(self.STATE)]]
 
+    def _runner_for(self, p: torch.Tensor) -> OpRunner:
+        """The op's runner for a parameter off the planned path: in its float type (an f64
+        model updates in f64), on Triton for a GPU tensor unless a backend was named."""
+        key = (p.dtype, p.device.type)
+        if key not in self._runners:
+            op = self._runner.op
+            if p.dtype != torch.float32:
+                op = retyped(op, next(t for t, d in TORCH_DTYPES.items() if d == p.dtype))
+            backend = "triton" if p.device.type != "cpu" and self.backend == "auto" \
+                else self.backend
+            self._runners[key] = OpRunner(op, backend, "host")
+        return self._runners[key]
+
     @torch.no_grad()
     def _run_each(self, params: Sequence[torch.Tensor], shared: tuple, own) -> None:
         """The same op per parameter through its runner (Triton, the reference), copied back."""
         names = ["P", "G", *self._state_inputs()]
         for k, p in enumerate(params):
+            runner = self._runner_for(p)
             row = [p, p.grad, *self._state(p)]
             feed = {n: t.reshape(rows_view(p.numel())) for n, t in zip(names, row)}
             values = [*shared, *(own[k] if own is not None else ())]
             feed.update({n: torch.tensor(float(v), dtype=p.dtype, device=p.device)
                          for n, v in zip(self.SHARED + self.OWN, values)})
-            outs = self._runner(feed)
-            for out, source in self._runner.op.aliases.items():
+            outs = runner(feed)
+            for out, source in runner.op.aliases.items():
                 row[names.index(source)].copy_(outs[out].reshape(p.shape))
 
 
