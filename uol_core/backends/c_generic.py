@@ -37,6 +37,7 @@ from uol_core.backends.c_expr import (
 )
 from uol_core.backends.c_frame import includes, open_entry
 from uol_core.backends.c_interchange import interchangeable, interchanged
+from uol_core.backends.c_maprun import emit_map_run, map_runs
 from uol_core.backends.c_names import index_id, size_id, tensor_id
 from uol_core.backends.c_platforms import platform
 from uol_core.backends.c_regions import column_rider, hoist_invariant_reads, region_pointers
@@ -215,17 +216,7 @@ def _group(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, cfg: Mapping, th
         for p, extent in enumerate(g.extents):
             w.emit(f"{pad}    {'    ' * p}for (int64_t o{p} = 0; o{p} < {extent}; ++o{p})", line)
         w.emit(f"{pad}    {{", line)
-        shared = {j for i in g.stmts if i in lay.rows for j in lay.rows[i].riders}
-        for run in sibling_runs(op, lay, g.stmts, g.depth, cfg, set(riders)):
-            if run[0] in shared:
-                continue  # its share is added inside a row statement's loop
-            if run[0] in riders:
-                riders[run[0]].row(w, pad + "        ")
-            elif len(run) > 1:
-                emit_siblings(w, op, lay, run, g.depth, pad + "        ", cfg)
-            else:
-                row = RowLoop(lay.rows[run[0]], riders) if run[0] in lay.rows else None
-                _statement(w, op, lay, run[0], g.depth, pad + "        ", cfg, row=row)
+        _runs(w, op, lay, g, riders, cfg, pad + "        ")
         w.emit(f"{pad}    }}", line)
         if any(lay.rows[i].streamed for i in g.stmts if i in lay.rows):
             # each thread orders its own weakly ordered stores before the region's barrier
@@ -247,6 +238,26 @@ def _group(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, cfg: Mapping, th
     else:
         for i in g.stmts:
             _statement(w, op, lay, i, 0, pad, cfg, top=True)
+
+
+def _runs(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, riders: dict, cfg: Mapping,
+          pad: str) -> None:
+    """The statements inside a pass's shared loops: sibling reductions and map runs share
+    their loops, riders add their row, every other statement gets its own loop nest."""
+    shared = {j for i in g.stmts if i in lay.rows for j in lay.rows[i].riders}
+    runs = sibling_runs(op, lay, g.stmts, g.depth, cfg, set(riders))
+    for one_loop, run in map_runs(op, lay, runs, g.depth, cfg, {*riders, *lay.rows, *shared}):
+        if run[0] in shared:
+            continue  # its share is added inside a row statement's loop
+        if run[0] in riders:
+            riders[run[0]].row(w, pad)
+        elif one_loop:
+            emit_map_run(w, op, lay, run, g.depth, pad, cfg)
+        elif len(run) > 1:
+            emit_siblings(w, op, lay, run, g.depth, pad, cfg)
+        else:
+            row = RowLoop(lay.rows[run[0]], riders) if run[0] in lay.rows else None
+            _statement(w, op, lay, run[0], g.depth, pad, cfg, row=row)
 
 
 def _statement(w: CodeWriter, op: Op, lay: _Layout, i: int, depth: int, pad: str, cfg: Mapping,

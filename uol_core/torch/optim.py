@@ -17,6 +17,7 @@ and are copied back.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -90,15 +91,16 @@ class _UolOptimizer(torch.optim.Optimizer):
         self._runners: dict[tuple, OpRunner] = {}  # (dtype, device type) of the fallback
         # per list of parameters with gradients: (plan, argument list, tensors written)
         self._groups: dict[tuple, tuple] = {}
-        self._last: tuple | None = None  # the cache entry of the last step's parameters
+        self._bound: dict[int, tuple] = {}  # per group: the cache entry its last step used
 
     def shared_values(self, group: dict) -> tuple[float, ...]:
         """The SHARED scalars for a group's settings (float64, rounded to float32 once)."""
         raise NotImplementedError
 
     def own_values(self, group: dict, params: Sequence[torch.Tensor], fresh: bool):
-        """The OWN scalars, a numpy [len(params), len(OWN)] array, for this step (`fresh`:
-        the parameters differ from the last step's, so re-read any state kept in Python)."""
+        """The OWN scalars for this step: a numpy [len(params), len(OWN)] array, or one row
+        [len(OWN)] for every parameter (`fresh`: the parameters differ from the group's last
+        step's, so re-read any state kept in Python)."""
         return None
 
     def _state(self, p: torch.Tensor) -> list[torch.Tensor]:
@@ -111,7 +113,7 @@ class _UolOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)
         self._groups.clear()  # the state tensors the cached argument lists held are replaced
-        self._last = None
+        self._bound.clear()
 
     def step(self, closure=None):
         """One update of every parameter that has a gradient; returns the closure's loss.
@@ -131,8 +133,8 @@ class _UolOptimizer(torch.optim.Optimizer):
                 cached = self._groups[key] = self._prepare(params)
             plan, flat, written = cached
             shared = self.shared_values(group)
-            own = self.own_values(group, params, cached is not self._last)
-            self._last = cached
+            own = self.own_values(group, params, self._bound.get(id(group)) is not cached)
+            self._bound[id(group)] = cached
             if plan is None:
                 self._run_each(params, shared, own)
                 continue
@@ -190,7 +192,7 @@ class _UolOptimizer(torch.optim.Optimizer):
             runner = self._runner_for(p)
             row = [p, p.grad, *self._state(p)]
             feed = {n: t.reshape(rows_view(p.numel())) for n, t in zip(names, row)}
-            values = [*shared, *(own[k] if own is not None else ())]
+            values = [*shared, *(() if own is None else own if own.ndim == 1 else own[k])]
             feed.update({n: torch.tensor(float(v), dtype=p.dtype, device=p.device)
                          for n, v in zip(self.SHARED + self.OWN, values)})
             outs = runner(feed)
@@ -233,7 +235,7 @@ class AdamW(_UolOptimizer):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
                                   "weight_decay": weight_decay, "amsgrad": False,
                                   "maximize": False}, backend)
-        self._steps = None  # float64 numpy steps of the last parameters stepped
+        self._steps: dict[int, tuple] = {}  # per group: (steps, their numpy view, all equal)
 
     def shared_values(self, group: dict) -> tuple[float, ...]:
         # float64 as torch computes them from Python floats; the plan rounds them once
@@ -241,15 +243,22 @@ class AdamW(_UolOptimizer):
         return 1 - lr * group["weight_decay"], 1 - beta1, beta2, 1 - beta2, group["eps"]
 
     def own_values(self, group: dict, params: Sequence[torch.Tensor], fresh: bool):
-        tensors = []
-        for p in params:
-            state = self.state[p]
-            if "step" not in state:
-                state["step"] = torch.tensor(0.0)
-            tensors.append(state["step"])
-        if fresh or self._steps is None:
-            self._steps = torch.stack(tensors).double().numpy()
-        torch._foreach_add_(tensors, 1.0)
-        self._steps += 1
+        if fresh:
+            # each parameter's `step` (a float32 tensor, as torch keeps it) becomes a view
+            # of one buffer, counted through numpy: one add steps them all
+            steps = torch.zeros(len(params))
+            for k, p in enumerate(params):
+                old = self.state[p].get("step")
+                steps[k] = float(old) if old is not None else 0.0
+                self.state[p]["step"] = steps[k]
+            t = steps.numpy()
+            # counted together from here, equal steps stay equal
+            self._steps[id(group)] = (steps, t, bool((t == t[0]).all()))
+        _, t, uniform = self._steps[id(group)]
+        t += 1.0
         (beta1, beta2), lr = group["betas"], group["lr"]
-        return np.stack([lr / (1 - beta1 ** self._steps), np.sqrt(1 - beta2 ** self._steps)], 1)
+        if uniform:  # the usual case: one row for every parameter
+            n = float(t[0])
+            return np.array([lr / (1 - beta1 ** n), math.sqrt(1 - beta2 ** n)])
+        t = t.astype(np.float64)  # torch computes the corrections in double
+        return np.stack([lr / (1 - beta1 ** t), np.sqrt(1 - beta2 ** t)], 1)

@@ -91,21 +91,15 @@ void uol_sgd_momentum(void **args, const int64_t *strides)
         #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < 4; ++o0)
         {
-            { /* line 5: B_next[r, c] */
+            { /* lines 5, 6: B_next, P_next[r, c] in one loop */
                 const int64_t i_r = o0;
                 const float v0_momentum = r_momentum[0];
                 const float v1_decay = r_decay[0];
+                const float v2_lr = r_lr[0];
                 #pragma omp simd
                 for (int64_t i_c = 0; i_c < 48; ++i_c) {
                     r_B_next[i_r * 48 + i_c] = (float)(((v0_momentum * r_B[(i_r) * 48 + (i_c)]) + (r_G[(i_r) * 48 + (i_c)] + (v1_decay * r_P[(i_r) * 48 + (i_c)]))));
-                }
-            }
-            { /* line 6: P_next[r, c] */
-                const int64_t i_r = o0;
-                const float v0_lr = r_lr[0];
-                #pragma omp simd
-                for (int64_t i_c = 0; i_c < 48; ++i_c) {
-                    r_P_next[i_r * 48 + i_c] = (float)((r_P[(i_r) * 48 + (i_c)] - (v0_lr * r_B_next[(i_r) * 48 + (i_c)])));
+                    r_P_next[i_r * 48 + i_c] = (float)((r_P[(i_r) * 48 + (i_c)] - (v2_lr * r_B_next[(i_r) * 48 + (i_c)])));
                 }
             }
         }
