@@ -300,3 +300,35 @@ def test_layernorm_backward_is_correct_and_fuses_its_row_pass(sizes):
                 "dgamma (line 6), dbeta (line 7)") in fusion
         assert fusion.count("rides the pass of d_var") == 2
         assert "column reduction: rows outside" not in kernel.src.text
+
+
+FLAT_MAPS = ("op step2(P: f32[N], G: f32[N], B: f32[N]) -> (P2: f32[N], B2: f32[N]):\n"
+             "    B2[n] = 0.9 * B[n] + G[n]\n"
+             "    P2[n] = P[n] - 0.1 * B2[n]\n")
+
+
+def test_flat_maps_share_one_parallel_loop_when_the_work_pays_for_threads():
+    op = parse(FLAT_MAPS)
+    plan = plan_fusion(op, {"N": 1 << 20})
+    assert [g.stmts for g in plan.groups] == [[0, 1]]
+    assert "element-wise over the same one loop" in plan.explain(op)
+    big, _ = choose_pattern_config(op, {"N": 1 << 20}, TARGET)
+    small, _ = choose_pattern_config(op, {"N": 256}, TARGET)
+    assert big["threads"] == TARGET.cores > 1 and small["threads"] == 1
+    kernel = check(op, {"N": 1000}, {"threads": 2})
+    assert "in one loop" in kernel.src.text and "parallel for simd num_threads(2)" in kernel.src.text
+    # reading an earlier result at another element needs all of it first: a new pass
+    shifted = parse(FLAT_MAPS.replace("0.1 * B2[n]", "0.1 * B2[N - 1 - n]"))
+    assert [g.stmts for g in plan_fusion(shifted, {"N": 64}).groups] == [[0], [1]]
+    check(shifted, {"N": 37}, {"threads": 2})
+
+
+def test_maps_of_a_row_pass_share_its_inner_loop():
+    op = parse("op rows3(X: f32[R, C], G: f32[C]) -> (A: f32[R, C], B: f32[R, C]):\n"
+               "    t[r, c] = X[r, c] * G[c]\n"
+               "    A[r, c] = t[r, c] + 1\n"
+               "    B[r, c] = A[r, c] * t[r, c]\n")
+    kernel = check(op, {"R": 6, "C": 35}, {"threads": 2})
+    assert "lines 2, 3, 4: t, A, B[r, c] in one loop" in kernel.src.text
+    separate = check(op, {"R": 6, "C": 35}, {"threads": 2, "fuse": 0})
+    assert "in one loop" not in separate.src.text

@@ -208,6 +208,12 @@ def plan_fusion(op: Op, sizes: Mapping[str, int], enabled: bool = True) -> Fusio
                                "a column reduction over its rows, summed per thread and combined "
                                "after the pass (its inputs are read once)")
                 continue
+            if group.depth == 0 and flat_map_joins(op, group.stmts, i, sizes):
+                group.stmts.append(i)
+                reasons.append(f"{stmt.target} fused into the pass of "
+                               f"{op.stmts[group.stmts[0]].target}: element-wise over the same "
+                               "one loop, reading earlier results only at its own element")
+                continue
             joined, why = _legal_depth(op, i, group, sizes)
             if joined >= 1 and group.depth >= 1:
                 group.stmts.append(i)
@@ -222,6 +228,28 @@ def plan_fusion(op: Op, sizes: Mapping[str, int], enabled: bool = True) -> Fusio
         groups.append(FusionGroup([i], depth, extents))
     _mark_private(op, groups)
     return FusionPlan(groups, reasons)
+
+
+def flat_map(op: Op, i: int) -> bool:
+    """A one-index element-wise statement (no reduction, scan or written extents): the loop
+    its pass runs is its only one, the vectorised one."""
+    stmt = op.stmts[i]
+    return len(stmt.indices) == 1 and not stmt.extents and \
+        not any(isinstance(n, (Reduce, Scan)) for n in walk(stmt.expr))
+
+
+def flat_map_joins(op: Op, group: list[int], i: int, sizes: Mapping[str, int]) -> bool:
+    """Statement i can share the one loop of a pass of flat maps: it is one too, with the
+    same index name and extent, and reads what the pass wrote only at its own element."""
+    first, stmt = op.stmts[group[0]], op.stmts[i]
+    if not (flat_map(op, i) and all(flat_map(op, j) for j in group)
+            and stmt.indices == first.indices):
+        return False
+    extent = [stmt_extents(op, j).free[stmt.indices[0]].evaluate(dict(sizes)) for j in (group[0], i)]
+    written = {op.stmts[j].target for j in group}
+    return extent[0] == extent[1] and all(
+        tuple(f.pure_symbol for f in a.indices) == stmt.indices
+        for a in walk(stmt.expr) if isinstance(a, Access) and a.tensor in written)
 
 
 def _mark_private(op: Op, groups: list[FusionGroup]) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import constraint
 
-from uol_core.acg.fusion import FusionPlan, plan_fusion
+from uol_core.acg.fusion import FusionPlan, flat_map, plan_fusion
 from uol_core.acg.space_attention import (
     attention_domains_and_rules,
     attention_shape,
@@ -33,6 +33,7 @@ from uol_core.acg.space_core import (
     keyword_test,
     parse_key,
 )
+from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Op, walk
 from uol_core.odl.shapes import shape_of
 
@@ -61,9 +62,24 @@ def pattern_config(values: Mapping) -> Config:
     return Config({k: values[k] for k in VARIABLES if k in values})
 
 
-def _outer_extent(plan: FusionPlan) -> int:
-    """Iterations of the largest shared loop nest (what threads split)."""
-    return max((math.prod(g.extents) for g in plan.groups if g.depth), default=1)
+# A pass of flat maps (one loop, vectorised and split across threads) counts its work in
+# blocks of this many vectors: a thread's share below a few blocks costs more to hand out
+# (waking a thread) than it takes to compute.
+VECTORS_PER_BLOCK = 64
+
+
+def _outer_extent(op: Op, sizes: Mapping[str, int], plan: FusionPlan, lanes: int) -> int:
+    """Iterations of the largest loop nest threads split: a pass's shared loops, or for a pass
+    of flat maps its one loop in blocks of VECTORS_PER_BLOCK vectors."""
+    def extent(g) -> int:
+        if g.depth:
+            return math.prod(g.extents)
+        if flat_map(op, g.stmts[0]):
+            stmt = op.stmts[g.stmts[0]]
+            n = stmt_extents(op, g.stmts[0]).free[stmt.indices[0]].evaluate(dict(sizes))
+            return n // (lanes * VECTORS_PER_BLOCK)
+        return 1
+    return max((extent(g) for g in plan.groups), default=1)
 
 
 def _private_bytes(op: Op, sizes: Mapping[str, int], plan: FusionPlan) -> int:
@@ -91,7 +107,7 @@ def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpac
     cores = int(target.cores or 1)
     lanes = int(target.vector_bits or 128) // 32
     fused = plan_fusion(op, sizes)
-    outer = _outer_extent(fused)
+    outer = _outer_extent(op, sizes, fused, lanes)
     domains = {"threads": sorted({1, cores}), "chunk": [0, 1, 4, 16, 64],
                "vec": [0, lanes, 2 * lanes], "fuse": [1, 0] if len(op.stmts) > 1 else [1]}
     private, l2 = _private_bytes(op, sizes, fused), int(target.l2_bytes or 1 << 20)

@@ -235,9 +235,10 @@ def _group(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, cfg: Mapping, th
         lay.region_names = {}
         for rider in riders.values():
             w.emit(f"{pad}free({rider.part});", line)
+    elif len(g.stmts) > 1:  # flat maps fused by acg.fusion: one parallel vector loop
+        emit_map_run(w, op, lay, g.stmts, 0, pad, cfg, threads=w_threads(cfg))
     else:
-        for i in g.stmts:
-            _statement(w, op, lay, i, 0, pad, cfg, top=True)
+        _statement(w, op, lay, g.stmts[0], 0, pad, cfg, top=True)
 
 
 def _runs(w: CodeWriter, op: Op, lay: _Layout, g: FusionGroup, riders: dict, cfg: Mapping,

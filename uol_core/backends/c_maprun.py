@@ -70,8 +70,9 @@ def _joins(op: Op, lay, run: list[int], i: int, depth: int, cfg: Mapping,
 
 
 def emit_map_run(w: CodeWriter, op: Op, lay, run: list[int], depth: int, pad: str,
-                 cfg: Mapping) -> None:
-    """The run's statements as one vector loop, each storing its element in turn."""
+                 cfg: Mapping, threads: int | None = None) -> None:
+    """The run's statements as one vector loop, each storing its element in turn; with
+    `threads`, a pass of its own whose loop the threads split (flat maps, depth 0)."""
     stmts = [op.stmts[i] for i in run]
     first = stmts[0]
     w.emit(f"{pad}{{ /* lines {', '.join(str(s.line) for s in stmts)}: "
@@ -85,7 +86,8 @@ def emit_map_run(w: CodeWriter, op: Op, lay, run: list[int], depth: int, pad: st
     for stmt in stmts:
         hoist_invariant_reads(w, lay, stmt, name, inner)
     vec = int(cfg.get("vec") or 0)
-    w.emit(f"{inner}#pragma omp simd{f' simdlen({vec})' if vec else ''}", first.line)
+    split = f"parallel for simd num_threads({threads}) schedule(static)" if threads else "simd"
+    w.emit(f"{inner}#pragma omp {split}{f' simdlen({vec})' if vec else ''}", first.line)
     w.emit(f"{inner}for (int64_t {index_id(name)} = 0; {index_id(name)} < {extent}; "
            f"++{index_id(name)}) {{", first.line)
     outputs = {d.name for d in op.outputs}
