@@ -203,6 +203,20 @@ def test_update_bumps_versions_so_a_stale_backward_is_refused():
         saved.backward()
 
 
+def test_a_parameter_changed_after_the_first_step_gets_a_new_plan():
+    layer = torch.nn.Linear(6, 5)
+    opt = AdamW(layer.parameters(), lr=0.1)
+    layer(torch.randn(3, 6)).sum().backward()
+    opt.step()
+    with torch.no_grad():  # resized and retyped behind the optimizer's back
+        layer.weight.data = torch.zeros(4, 7, dtype=torch.float64)
+    layer.weight.grad = torch.ones(4, 7, dtype=torch.float64)
+    opt.state[layer.weight].clear()  # its old moments no longer fit
+    opt.step()
+    assert layer.weight.dtype == torch.float64 and torch.isfinite(layer.weight).all()
+    assert torch.all(layer.weight < 0)  # stepped against a positive gradient
+
+
 def test_rows_view_takes_long_rows_that_divide():
     assert rows_view(256 * 768) == (192, 1024)
     assert rows_view(768) == (3, 256)

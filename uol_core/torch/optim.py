@@ -127,7 +127,11 @@ class _UolOptimizer(torch.optim.Optimizer):
             params = tuple(p for p in group["params"] if p.grad is not None)
             if not params:
                 continue
-            key = tuple(map(id, params))  # the cached lists hold the tensors: ids stay theirs
+            # the cached lists hold the tensors, so ids stay theirs; shape, type and device are
+            # in the key because a plan passes raw pointers: a parameter moved or resized since
+            # (`p.data = ...`, `model.double()`) gets a new plan or the runner, never a kernel
+            # built for other bytes
+            key = tuple((id(p), p.shape, p.dtype, p.device) for p in params)
             cached = self._groups.get(key)
             if cached is None:
                 cached = self._groups[key] = self._prepare(params)
