@@ -26,7 +26,11 @@ class LaunchPlan:
     """Run kernel steps on inputs given in a fixed order; returns the named outputs in order."""
 
     def __init__(self, inputs: Sequence[str], input_specs: Mapping[str, tuple], steps: list,
-                 outputs: Sequence[str], donated: Mapping[str, str] | None = None) -> None:
+                 outputs: Sequence[str], donated: Mapping[str, str] | None = None,
+                 bound: Sequence[torch.Tensor] = ()) -> None:
+        """`bound`: tensors the plan holds for the last len(bound) inputs (an optimizer's
+        scalars, written between calls through views): their pointers are taken once, and a
+        call passes only the other inputs."""
         slot = {name: i for i, name in enumerate(inputs)}
         # an output written over a donated input (ODL `aliases`) takes the input's slot: the
         # kernel updates that tensor in place, and the plan returns it
@@ -57,9 +61,19 @@ class LaunchPlan:
         self._output_allocs = [(i, shape, dtype) for i in self.outputs if i >= first
                                for shape, dtype in [self.allocs[i - first]]]
         self._local = threading.local()
+        if any(not t.is_contiguous() or t.device.type != "cpu" for t in bound):
+            raise ValueError("a bound input must be a contiguous CPU tensor")
+        self._bound = list(bound)  # held: the pointers below stay theirs
+        self._bound_ptrs = array("q", [t.data_ptr() for t in bound])
+        self._free = len(inputs) - len(bound)  # inputs passed on each call
+        if any(i >= self._free for i in self._donated):
+            raise ValueError("an input written in place cannot be bound")
 
     def __call__(self, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if len(values) != self._free:
+            raise ValueError(f"the plan takes {self._free} inputs, got {len(values)}")
         env: list = [v if v.is_contiguous() else v.contiguous() for v in values]
+        env.extend(self._bound)
         for i in self._donated:  # a contiguous copy would take the update, not the tensor
             if env[i] is not values[i]:
                 raise ValueError(f"input {self.names[i]} is written in place and must be "
@@ -68,8 +82,10 @@ class LaunchPlan:
         for i, shape, dtype in self._output_allocs:
             env[i] = fresh_output(shape, dtype)
         lib = driver()
-        if lib is not None:
-            ptrs = array("q", [t.data_ptr() for t in env])  # held until the call returns
+        if lib is not None:  # the pointers, held until the call returns
+            ptrs = array("q", [t.data_ptr() for t in env[:self._free]])
+            ptrs.extend(self._bound_ptrs)
+            ptrs.extend([t.data_ptr() for t in env[len(self.names):]])
             lib.uol_plan_run(self._table.buffer_info()[0], ptrs.buffer_info()[0])
         else:
             for fn, slots, strides in self.steps:

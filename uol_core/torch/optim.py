@@ -18,9 +18,9 @@ and are copied back.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterable, Sequence
 
-import numpy as np
 import torch
 
 from uol_core.odl.ir import retyped
@@ -41,18 +41,20 @@ def rows_view(numel: int) -> tuple[int, int]:
 
 class _PlannedUpdate:
     """One op's update over a fixed list of parameters as one launch plan. Tensor inputs are
-    named `<name><k>` for parameter k. Scalars live in `shared` (one value for the group) and
-    `own` (a row per parameter: AdamW's bias corrections follow each parameter's step), both
-    written through numpy views, so setting them costs no torch op."""
+    named `<name><k>` for parameter k. The scalars, SHARED (one value for the group) then OWN
+    (a set per parameter: AdamW's bias corrections follow each parameter's step), live in one
+    float32 buffer bound to the plan; `set_scalars` writes them all with one struct.pack_into
+    (no torch or numpy op: a step runs with those libraries' code out of the caches)."""
 
     def __init__(self, runner: OpRunner, shapes: Sequence[tuple[int, int]],
                  tensor_names: Sequence[str], shared: Sequence[str], own: Sequence[str]) -> None:
         op = runner.op
-        self._shared, self._own = torch.zeros(len(shared)), torch.zeros(len(shapes), len(own))
-        self.shared, self.own = self._shared.numpy(), self._own.numpy()
-        # 0-d views at fixed addresses, passed after the tensors on every call
-        self.scalars = [self._shared[j] for j in range(len(shared))] + \
-            [self._own[k, j] for k in range(len(shapes)) for j in range(len(own))]
+        self._scalars = torch.zeros(len(shared) + len(shapes) * len(own))
+        self._bytes = memoryview(self._scalars.numpy()).cast("B")
+        self._pack = struct.Struct(f"={self._scalars.numel()}f")
+        # 0-d views at fixed addresses, bound to the plan after the tensors: a call passes
+        # only the tensors, and the plan the scalars' pointers taken once
+        scalars = [self._scalars[j] for j in range(self._scalars.numel())]
         order, steps, outputs, donated = [], [], [], {}
         specs = {n: ((), torch.float32) for n in shared}
         for k, shape in enumerate(shapes):
@@ -69,10 +71,14 @@ class _PlannedUpdate:
             specs.update({names[n]: (shape, torch.float32) for n in tensor_names})
             specs.update({names[n]: ((), torch.float32) for n in own})
         order += [*shared, *(f"{n}{k}" for k in range(len(shapes)) for n in own)]
-        self.plan = LaunchPlan(order, specs, steps, outputs, donated)
+        self.plan = LaunchPlan(order, specs, steps, outputs, donated, bound=scalars)
+
+    def set_scalars(self, shared: Sequence[float], own: Sequence[float]) -> None:
+        """The group's SHARED values, then every parameter's OWN ones, rounded to float32."""
+        self._pack.pack_into(self._bytes, 0, *shared, *own)
 
     def __call__(self, tensors: list[torch.Tensor]) -> None:
-        self.plan(tensors + self.scalars)
+        self.plan(tensors)
 
 
 class _UolOptimizer(torch.optim.Optimizer):
@@ -97,11 +103,12 @@ class _UolOptimizer(torch.optim.Optimizer):
         """The SHARED scalars for a group's settings (float64, rounded to float32 once)."""
         raise NotImplementedError
 
-    def own_values(self, group: dict, params: Sequence[torch.Tensor], fresh: bool):
-        """The OWN scalars for this step: a numpy [len(params), len(OWN)] array, or one row
-        [len(OWN)] for every parameter (`fresh`: the parameters differ from the group's last
-        step's, so re-read any state kept in Python)."""
-        return None
+    def own_values(self, group: dict, params: Sequence[torch.Tensor],
+                   fresh: bool) -> tuple[float, ...]:
+        """The OWN scalars for this step, parameter after parameter (len(params) * len(OWN));
+        `fresh`: the parameters differ from the group's last step's, so re-read any state kept
+        in Python."""
+        return ()
 
     def _state(self, p: torch.Tensor) -> list[torch.Tensor]:
         state = self.state[p]
@@ -124,17 +131,25 @@ class _UolOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            params = tuple(p for p in group["params"] if p.grad is not None)
+            # one pass over the parameters (a step runs after the backward pass, with this
+            # Python's objects out of the caches: every touch of a tensor counts)
+            params, grads, key = [], [], []
+            for p in group["params"]:
+                g = p.grad
+                if g is not None:
+                    params.append(p)
+                    grads.append(g)
+                    # the cached lists hold the tensors, so ids stay theirs; shape, type and
+                    # device are in the key because a plan passes raw pointers: a parameter
+                    # moved or resized since (`p.data = ...`, `model.double()`) gets a new
+                    # plan or the runner, never a kernel built for other bytes
+                    key.append((id(p), p.shape, p.dtype, p.device))
             if not params:
                 continue
-            # the cached lists hold the tensors, so ids stay theirs; shape, type and device are
-            # in the key because a plan passes raw pointers: a parameter moved or resized since
-            # (`p.data = ...`, `model.double()`) gets a new plan or the runner, never a kernel
-            # built for other bytes
-            key = tuple((id(p), p.shape, p.dtype, p.device) for p in params)
+            key = tuple(key)
             cached = self._groups.get(key)
             if cached is None:
-                cached = self._groups[key] = self._prepare(params)
+                cached = self._groups[key] = self._prepare(tuple(params))
             plan, flat, written = cached
             shared = self.shared_values(group)
             own = self.own_values(group, params, self._bound.get(id(group)) is not cached)
@@ -142,13 +157,10 @@ class _UolOptimizer(torch.optim.Optimizer):
             if plan is None:
                 self._run_each(params, shared, own)
                 continue
-            grads = [p.grad for p in params]
             if any(g.layout is not torch.strided for g in grads):
                 raise RuntimeError(f"{type(self).__name__} does not take sparse gradients")
             flat[1::2 + len(self.STATE)] = grads
-            plan.shared[:] = shared
-            if own is not None:
-                plan.own[:] = own
+            plan.set_scalars(shared, own)
             plan(flat)
             # the kernel wrote through pointers: tell autograd the tensors changed, as an
             # in-place torch op would (a graph that saved one then refuses a stale backward)
@@ -196,7 +208,8 @@ class _UolOptimizer(torch.optim.Optimizer):
             runner = self._runner_for(p)
             row = [p, p.grad, *self._state(p)]
             feed = {n: t.reshape(rows_view(p.numel())) for n, t in zip(names, row)}
-            values = [*shared, *(() if own is None else own if own.ndim == 1 else own[k])]
+            count = len(self.OWN)
+            values = [*shared, *own[k * count:(k + 1) * count]]
             feed.update({n: torch.tensor(float(v), dtype=p.dtype, device=p.device)
                          for n, v in zip(self.SHARED + self.OWN, values)})
             outs = runner(feed)
@@ -239,30 +252,30 @@ class AdamW(_UolOptimizer):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
                                   "weight_decay": weight_decay, "amsgrad": False,
                                   "maximize": False}, backend)
-        self._steps: dict[int, tuple] = {}  # per group: (steps, their numpy view, all equal)
+        self._steps: dict[int, tuple] = {}  # per group: (steps, their bytes, their struct)
 
     def shared_values(self, group: dict) -> tuple[float, ...]:
         # float64 as torch computes them from Python floats; the plan rounds them once
         (beta1, beta2), lr = group["betas"], group["lr"]
         return 1 - lr * group["weight_decay"], 1 - beta1, beta2, 1 - beta2, group["eps"]
 
-    def own_values(self, group: dict, params: Sequence[torch.Tensor], fresh: bool):
+    def own_values(self, group: dict, params: Sequence[torch.Tensor],
+                   fresh: bool) -> tuple[float, ...]:
         if fresh:
             # each parameter's `step` (a float32 tensor, as torch keeps it) becomes a view
-            # of one buffer, counted through numpy: one add steps them all
+            # of one buffer, read and counted with one struct call each way
             steps = torch.zeros(len(params))
             for k, p in enumerate(params):
                 old = self.state[p].get("step")
                 steps[k] = float(old) if old is not None else 0.0
                 self.state[p]["step"] = steps[k]
-            t = steps.numpy()
-            # counted together from here, equal steps stay equal
-            self._steps[id(group)] = (steps, t, bool((t == t[0]).all()))
-        _, t, uniform = self._steps[id(group)]
-        t += 1.0
+            self._steps[id(group)] = (steps, memoryview(steps.numpy()).cast("B"),
+                                      struct.Struct(f"={len(params)}f"))
+        _, view, pack = self._steps[id(group)]
+        t = [n + 1.0 for n in pack.unpack_from(view)]  # read back: a step set in place counts
+        pack.pack_into(view, 0, *t)
         (beta1, beta2), lr = group["betas"], group["lr"]
-        if uniform:  # the usual case: one row for every parameter
-            n = float(t[0])
-            return np.array([lr / (1 - beta1 ** n), math.sqrt(1 - beta2 ** n)])
-        t = t.astype(np.float64)  # torch computes the corrections in double
-        return np.stack([lr / (1 - beta1 ** t), np.sqrt(1 - beta2 ** t)], 1)
+        # in double, as torch computes the corrections; the usual case: every step equal
+        if t[0] == t[-1] and len(set(t)) == 1:
+            return (lr / (1 - beta1 ** t[0]), math.sqrt(1 - beta2 ** t[0])) * len(t)
+        return tuple(v for n in t for v in (lr / (1 - beta1 ** n), math.sqrt(1 - beta2 ** n)))
