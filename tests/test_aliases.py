@@ -16,7 +16,7 @@ from uol_core.odl.builder import OpBuilder
 from uol_core.odl.printer import format_op
 from uol_core.ops import load_op
 from uol_core.runtime.dispatch import OpRunner
-from uol_core.runtime.launch import plan_for
+from uol_core.runtime.launch import LaunchPlan, plan_for
 from uol_core.runtime.reference import evaluate_all
 from uol_core.torch.optim import SGD, AdamW, rows_view
 
@@ -112,6 +112,35 @@ def test_donated_plan_updates_in_place_and_the_plain_plan_does_not():
         donated([feed[n].t().contiguous().t() if n == "P" else feed[n] for n in order])
 
 
+def test_bound_inputs_are_read_through_their_pointers_and_never_passed():
+    runner = OpRunner(load_op("sgd_momentum"), "c")
+    gen = torch.Generator().manual_seed(3)
+    feed = {n: torch.randn(4, 32, generator=gen) for n in "PGB"}
+    scalars = torch.tensor([0.05, 0.9, 0.01])  # lr, momentum, decay: one buffer, as optimizers
+    order = [*feed, "lr", "momentum", "decay"]
+    specs = {n: (tuple(t.shape), t.dtype) for n, t in feed.items()}
+    specs.update({n: ((), torch.float32) for n in order[3:]})
+    steps = runner.kernel_steps({**feed, **{n: scalars[0] for n in order[3:]}})
+    plan = LaunchPlan(order, specs, steps, ["P_next", "B_next"], runner.op.aliases,
+                      bound=[scalars[k] for k in range(3)])
+    for lr in (0.05, 0.2):  # written into the bound buffer between calls
+        scalars[0] = lr
+        want = evaluate_all(runner.op, {**{n: t.clone() for n, t in feed.items()},
+                                        "lr": scalars[0].clone(), "momentum": scalars[1].clone(),
+                                        "decay": scalars[2].clone()})
+        plan([feed[n] for n in "PGB"])
+        torch.testing.assert_close(feed["P"], want["P_next"])
+        torch.testing.assert_close(feed["B"], want["B_next"])
+    with pytest.raises(ValueError, match="takes 3 inputs, got 6"):
+        plan([feed[n] for n in "PGB"] + [scalars[k] for k in range(3)])
+    with pytest.raises(ValueError, match="bound input must be a contiguous CPU tensor"):
+        LaunchPlan(order, specs, steps, ["P_next", "B_next"], runner.op.aliases,
+                   bound=[torch.zeros(2, 2).t()[0], scalars[1], scalars[2]])
+    with pytest.raises(ValueError, match="written in place cannot be bound"):
+        LaunchPlan(["G", "lr", "momentum", "decay", "P", "B"], specs, steps,
+                   ["P_next", "B_next"], runner.op.aliases, bound=[feed["P"], feed["B"]])
+
+
 # ---------------------------------------------------------------- optimizers
 
 
@@ -158,6 +187,17 @@ def test_adamw_follows_torch_with_per_parameter_steps(backend):
     steps = [float(uol_opt.state[p]["step"]) for p in ours.parameters()]
     assert steps == [float(torch_opt.state[p]["step"]) for p in theirs.parameters()]
     assert steps[1] == 11.0 and steps[0] == 12.0
+
+
+def test_adamw_counts_from_a_step_set_in_place_as_torch_does():
+    theirs, ours = _pair()
+    uol_opt, torch_opt = AdamW(ours.parameters()), torch.optim.AdamW(theirs.parameters())
+    _train(ours, theirs, uol_opt, torch_opt, 3)
+    for opt, model in ((uol_opt, ours), (torch_opt, theirs)):  # a restart of the schedule
+        opt.state[model[0].weight]["step"].fill_(0.0)
+    assert _train(ours, theirs, uol_opt, torch_opt, 3) < 1e-5
+    assert float(uol_opt.state[ours[0].weight]["step"]) == 3.0
+    assert float(uol_opt.state[ours[0].bias]["step"]) == 6.0
 
 
 def test_adamw_updates_a_double_model_in_double():
