@@ -136,18 +136,23 @@ def scenario_report(title: str, timeline: Timeline, summary: Mapping | None = No
 
 
 def roof_point(label: str, flops: float, nbytes: float, seconds: float | None, target,
-               notes: list) -> RooflinePoint | None:
-    """A timed run's roofline point, or None (with a note) when it cannot stand there: no time,
-    or a rate above the target's roof, which only a wrong time or FLOP count produces."""
+               notes: list, dtype: str = "fp32") -> RooflinePoint | None:
+    """A timed run's roofline point against the `dtype` peak, or None (with a note) when it
+    cannot stand there: no time, or a rate above the target's roof. Above the compute roof
+    only a wrong time or FLOP count gets; above the memory roof, also a working set that
+    stayed in a cache between timed calls (the memory roof is DRAM's)."""
     if not seconds:
         notes.append(f"{label}: no time, so no roofline point")
         return None
-    placed = point(label, flops, nbytes, seconds, target)
+    placed = point(label, flops, nbytes, seconds, target, dtype)
     if placed.achieved_gflops > placed.attainable_gflops:
+        why = ("its time or FLOP count is wrong" if placed.bound == "compute" else
+               f"its {nbytes / 2 ** 20:,.1f} MiB stayed in a cache between the timed calls, "
+               "or its time is wrong")
         notes.append(f"{label}: {placed.achieved_gflops:,.0f} GFLOP/s is above the roof of "
                      f"{placed.target} ({placed.attainable_gflops:,.0f} GFLOP/s at "
-                     f"{placed.intensity:.3g} FLOP/B): its time or FLOP count is wrong, so it "
-                     "is not placed on the roofline")
+                     f"{placed.intensity:.3g} FLOP/B): {why}, so it is not placed on the "
+                     "roofline")
         return None
     return placed
 

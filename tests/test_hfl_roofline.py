@@ -95,3 +95,46 @@ def test_cli_roofline_errors_exit_2_with_a_message() -> None:
                                     "--target", "raspberry-pi-5", "--dtype", "tf32"])
     assert bad_dtype.exit_code == 2 and "no tf32 peak" in bad_dtype.output
     assert "Traceback" not in bad_dtype.output
+
+
+BF16_GEMM = """op mm_bf16(A: bf16[M, K], B: bf16[K, N]) -> C: f32[M, N]:
+    C[m, n] = sum[k](A[m, k] * B[k, n])
+"""
+
+
+def test_each_op_is_held_to_the_peak_of_the_units_it_runs_on() -> None:
+    from uol_core import parse
+    from uol_core.hfl.roofline import peak_key
+    from uol_core.odl.cost import peak_dtype
+    from uol_core.odl.ir import DType, retyped
+    from uol_core.ops import load_op
+
+    bf16_gemm = parse(BF16_GEMM)
+    assert peak_dtype(bf16_gemm) == "bf16"  # a contraction of two bf16 tensors
+    assert peak_dtype(load_op("matmul")) == "fp32"
+    assert peak_dtype(retyped(load_op("matmul"), DType.f64)) == "fp64"
+    assert peak_dtype(retyped(load_op("layernorm"), DType.bf16)) == "fp32"  # widened to f32
+    assert peak_dtype(retyped(load_op("matmul"), DType.f16)) == "fp16"
+    # a target with bf16 units keeps the key; one without runs the GEMM widened, at fp32
+    assert peak_key(load_target("epyc-turin-9755"), "bf16") == "bf16"
+    assert peak_key(toy_target(), "bf16") == "fp32"
+    assert peak_key(toy_target(), "fp64") == "fp64"
+
+
+def test_a_bf16_gemm_run_is_placed_under_the_bf16_roof() -> None:
+    from app.services.runner import add_rates
+
+    sizes = {"M": 512, "N": 512, "K": 512}
+    turin = load_target("epyc-turin-9755")
+    # 2.68e8 FLOP in 20 us: 13.4 TFLOP/s, 61% of the fp32 peak, 30% of the bf16 one
+    result = add_rates({"ok": True, "sizes": sizes, "median_s": 20e-6}, BF16_GEMM,
+                       "epyc-turin-9755")
+    roof = result["roofline"]
+    assert roof["dtype"] == "bf16" and roof["peak_gflops"] == turin.peak_gflops["bf16"]
+    assert roof["fraction_of_roofline"] == pytest.approx(
+        2 * 512 ** 3 / 20e-6 / 1e9 / turin.peak_gflops["bf16"])
+    f32 = add_rates({"ok": True, "sizes": sizes, "median_s": 20e-6},
+                    BF16_GEMM.replace("bf16", "f32"), "epyc-turin-9755")
+    assert f32["roofline"]["dtype"] == "fp32"
+    assert f32["roofline"]["fraction_of_roofline"] == pytest.approx(
+        2 * roof["fraction_of_roofline"], rel=1e-3)

@@ -83,3 +83,17 @@ def test_scenario_report_has_a_timeline_figure():
     rep = scenario_report("HCF: ring", tl, {"time_s": 2e-3}, {"links": [{"link": "a-b"}]})
     assert "timeline" in figures_for(rep)
     assert "ring allreduce" in to_html(rep) and "| time_s |" in to_markdown(rep)
+
+
+def test_a_point_above_the_roof_says_which_roof_and_why():
+    from profilers.report import roof_point
+
+    notes: list = []
+    # 4 MiB moved in 1 us (4 TB/s) on a 576 GB/s socket: it stayed in a cache between calls
+    assert roof_point("update", 1e6, 4 * 2 ** 20, 1e-6, "epyc-turin-9755", notes) is None
+    assert "4.0 MiB stayed in a cache between the timed calls" in notes[-1]
+    # above the compute roof (bf16: twice the fp32 one) only a wrong count or time gets
+    assert roof_point("gemm", 1e12, 1e6, 1e-3, "epyc-turin-9755", notes, "bf16") is None
+    assert "its time or FLOP count is wrong" in notes[-1]
+    placed = roof_point("gemm", 1e12, 1e6, 0.04, "epyc-turin-9755", notes, "bf16")
+    assert placed.dtype == "bf16" and placed.achieved_gflops == pytest.approx(25000)

@@ -31,3 +31,17 @@ def test_the_largest_error_reads_as_numbers_not_a_dict():
     texts = _texts(run_result(res))
     assert "abs 4.77e-05 · rel 1.25e-03" in texts
     assert not any("{" in t for t in texts)
+
+
+def test_the_roofline_line_names_a_peak_other_than_fp32_and_a_cache_resident_run():
+    bf16 = {"ok": True, "id": 9, "median_s": 1e-3, "gflops": 488.0,
+            "roofline": {"bound": "compute", "attainable_gflops": 1038.3, "dtype": "bf16",
+                         "fraction_of_roofline": 0.47}}
+    line = next(t for t in _texts(run_result(bf16)) if "attainable" in t)
+    assert line == "compute-bound, attainable 1038.3 GFLOP/s (bf16 peak), achieved 47.0%"
+    update = {"ok": True, "id": 10, "median_s": 7.8e-5, "gflops": 47.0,
+              "roofline": {"bound": "memory", "attainable_gflops": 25.7, "dtype": "fp32",
+                           "fraction_of_roofline": 1.83}}
+    line = next(t for t in _texts(run_result(update)) if "attainable" in t)
+    assert line.startswith("memory-bound, attainable 25.7 GFLOP/s, achieved 183.0% (over the "
+                           "memory roof, DRAM's: the data stayed in a cache")

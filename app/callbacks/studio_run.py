@@ -13,11 +13,13 @@ def _roofline(result: dict, target: str):
     from profilers.figures.charts import roofline_chart
     from profilers.roofline_points import point, roof_curve
 
+    dtype = (result.get("roofline") or {}).get("dtype", "fp32")  # the peak the run is held to
     pts = []
     if result.get("median_s") and result.get("flops") is not None:
         pts.append(point(f"run #{result['id']}", result["flops"], result["bytes"],
-                         result["median_s"], target))
-    fig = roofline_chart([roof_curve(target)], pts, f"Roofline on {target}")
+                         result["median_s"], target, dtype))
+    title = f"Roofline on {target}" + ("" if dtype == "fp32" else f" ({dtype} peak)")
+    fig = roofline_chart([roof_curve(target, dtype)], pts, title)
     # the shared chart has a print width; in the Studio it follows its panel's width
     return fig.update_layout(width=None, height=None, autosize=True)
 

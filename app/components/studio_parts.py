@@ -70,7 +70,12 @@ def run_result(res: dict) -> list:
             ("GB/s", _fmt_rate(res.get("gbs"))),
             ("roofline", f"{roof.get('bound', '?')}-bound, attainable "
                          f"{roof.get('attainable_gflops', 0):.1f} GFLOP/s"
-                         + (f", achieved {100 * frac:.1f}%" if frac else "")),
+                         + (f" ({roof['dtype']} peak)" if roof.get("dtype", "fp32") != "fp32"
+                            else "")
+                         + (f", achieved {100 * frac:.1f}%" if frac else "")
+                         + (" (over the memory roof, DRAM's: the data stayed in a cache "
+                            "between the timed calls)"
+                            if frac and frac > 1 and roof.get("bound") == "memory" else "")),
             ("mode", res.get("mode", "")), ("max error", _fmt_error(res.get("max_error")))]
     return [html.Div(verdict, className="result-ok" if res.get("ok") else "result-bad",
                      id="run-verdict"),

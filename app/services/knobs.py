@@ -207,7 +207,8 @@ def space_for(odl: str, backend: str, target: str, sizes: tuple) -> KnobSpace:
 def explain(space: KnobSpace, cfg: dict, op, sizes: dict[str, int], target) -> str:
     """Why this config: the rules that bind it, the roofline bound, and HFL facts with provenance."""
     from uol_core import op_cost
-    from uol_core.hfl.roofline import roofline
+    from uol_core.hfl.roofline import peak_key, roofline
+    from uol_core.odl.cost import peak_dtype
 
     lines = [f"{op.name} on {target.name} ({space.backend} backend), sizes "
              + ", ".join(f"{k}={v}" for k, v in sizes.items()),
@@ -225,15 +226,17 @@ def explain(space: KnobSpace, cfg: dict, op, sizes: dict[str, int], target) -> s
         lines.append("model notes:")
         lines.extend(f"  {note}" for note in space.notes)
     cost = op_cost(op, sizes)
+    peak = peak_key(target, peak_dtype(op))  # a bf16 GEMM is held to the bf16 peak
     try:
-        roof = roofline(cost.flops, cost.bytes, target)
+        roof = roofline(cost.flops, cost.bytes, target, peak)
         lines.append(f"roofline: {roof.bound}-bound, intensity {roof.intensity:.2f} FLOP/B "
                      f"(ridge {roof.ridge_intensity:.2f}), attainable "
-                     f"{roof.attainable_gflops:.1f} GFLOP/s, at best {roof.min_seconds * 1e6:.1f} us")
+                     f"{roof.attainable_gflops:.1f} GFLOP/s ({peak} peak), at best "
+                     f"{roof.min_seconds * 1e6:.1f} us")
     except ValueError as exc:
         lines.append(f"roofline: unavailable ({exc})")
     lines.append("HFL facts used:")
-    for fname in ("peak_gflops.fp32", "mem_bandwidth_gbps", "l1d_bytes", "l2_bytes",
+    for fname in (f"peak_gflops.{peak}", "mem_bandwidth_gbps", "l1d_bytes", "l2_bytes",
                   "vector_registers", "cores"):
         try:
             prov = target.provenance(fname)

@@ -122,7 +122,8 @@ def add_rates(result: dict, odl: str, target: str) -> dict:
     """GFLOP/s, GB/s and the roofline position from the measured median time."""
     from uol_core import op_cost, parse
     from uol_core.hfl import load_target
-    from uol_core.hfl.roofline import roofline
+    from uol_core.hfl.roofline import peak_key, roofline
+    from uol_core.odl.cost import peak_dtype
 
     if not result.get("ok") and "median_s" not in result:
         return result
@@ -134,7 +135,10 @@ def add_rates(result: dict, odl: str, target: str) -> dict:
         result["gflops"] = cost.flops / seconds / 1e9
         result["gbs"] = cost.bytes / seconds / 1e9
     try:
-        roof = roofline(cost.flops, cost.bytes, load_target(target), seconds=seconds or None)
+        hfl = load_target(target)
+        # against the peak of the units the op runs on (a bf16 GEMM: the bf16 peak)
+        roof = roofline(cost.flops, cost.bytes, hfl, peak_key(hfl, peak_dtype(op)),
+                        seconds=seconds or None)
         result["roofline"] = roof.to_dict()
     except ValueError as exc:
         result["roofline_error"] = str(exc)

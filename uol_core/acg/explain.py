@@ -226,8 +226,8 @@ def explain_space(op, sizes: dict, target, space, cfg, picture: str = "",
                   measured: dict | None = None) -> Explanation:
     """An Explanation from any `Space` (the GPU tile space, say): the rules that stop each
     knob growing, the constraints with the HFL facts they use, and the op's roofline."""
-    from uol_core.hfl.roofline import roofline
-    from uol_core.odl.cost import op_cost
+    from uol_core.hfl.roofline import peak_key, roofline
+    from uol_core.odl.cost import op_cost, peak_dtype
 
     cfg = dict(cfg)
     binding = []
@@ -237,8 +237,9 @@ def explain_space(op, sizes: dict, target, space, cfg, picture: str = "",
         if stops:
             binding.append(f"{knob}={cfg.get(knob)}: larger stopped by {', '.join(sorted(stops))}")
     cost = op_cost(op, sizes)
-    try:
-        roof = roofline(cost.flops, cost.bytes, target).to_dict()
+    try:  # against the peak of the units the op runs on (a bf16 GEMM: the bf16 peak)
+        roof = roofline(cost.flops, cost.bytes, target,
+                        peak_key(target, peak_dtype(op))).to_dict()
     except (ValueError, AttributeError) as exc:  # a target without peak numbers
         roof = {"bound": f"unknown ({exc})"}
     facts = sorted({f for c in space.constraints for f in c.provenance})

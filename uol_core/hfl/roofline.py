@@ -30,6 +30,12 @@ class Roofline:
         return dict(self.__dict__)
 
 
+def peak_key(target: Target, dtype: str) -> str:
+    """`dtype` when the target records its peak, else "fp32": a host without bf16 units runs a
+    bf16 GEMM widened to f32, at its f32 vector rate."""
+    return dtype if dtype in target.peak_gflops else "fp32"
+
+
 def roofline(flops: float, bytes_moved: float, target: Target, dtype: str = "fp32",
              seconds: float | None = None) -> Roofline:
     """Attainable GFLOP/s, bound and ridge point; with `seconds`, the fraction achieved."""

@@ -7,7 +7,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, Cast, Const, Expr, Op, Reduce, Scan, Unary, Var, children
+from uol_core.odl.ir import (
+    Access,
+    Binary,
+    Cast,
+    Const,
+    DType,
+    Expr,
+    Op,
+    Reduce,
+    Scan,
+    Unary,
+    Var,
+    children,
+    walk,
+)
 
 # Each arithmetic node, comparison and named function counts as one operation per value of the
 # indices it depends on; a reduction adds one combine per reduced element (so matmul is 2*M*N*K, the
@@ -69,6 +83,30 @@ def op_cost(op: Op, sizes: Mapping[str, int]) -> OpCost:
     compulsory = sum(nbytes(d.name) for d in op.inputs + op.outputs)
     unfused = sum(s.bytes_read + s.bytes_written for s in per_stmt)
     return OpCost(sum(s.flops for s in per_stmt), compulsory, unfused, tuple(per_stmt))
+
+
+# The HFL peak a contraction of two tensors of a type runs at: bf16 and f16 products go to
+# the matrix or dot-product units (AMX, VDPBF16PS, tensor cores), whose peak the HFL records
+# under these keys; every other type computes in f32 or f64 vector arithmetic.
+_MATRIX_PEAKS = {DType.bf16: "bf16", DType.f16: "fp16"}
+
+
+def peak_dtype(op: Op) -> str:
+    """The HFL peak (`peak_gflops.<key>`) the op's arithmetic is measured against: "bf16" or
+    "fp16" when a sum of products reads two tensors of that type (a GEMM or convolution on
+    them), "fp64" when a float tensor is f64 (the op computes in double), else "fp32" (bf16
+    elementwise work is widened to f32). A target without that peak falls back to fp32
+    (`uol_core.hfl.roofline.peak_key`)."""
+    types = {d.name: d.dtype for d in op.inputs + op.outputs + op.locals}
+    for stmt in op.stmts:
+        for node in walk(stmt.expr):
+            if isinstance(node, Reduce) and node.op == "sum" and isinstance(node.body, Binary) \
+                    and node.body.op == "mul" and isinstance(node.body.lhs, Access) \
+                    and isinstance(node.body.rhs, Access):
+                pair = {types[node.body.lhs.tensor], types[node.body.rhs.tensor]}
+                if len(pair) == 1 and (key := _MATRIX_PEAKS.get(pair.pop())):
+                    return key
+    return "fp64" if DType.f64 in types.values() else "fp32"
 
 
 def _accesses(expr: Expr):
