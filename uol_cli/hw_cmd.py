@@ -23,7 +23,6 @@ console = Console()
 err_console = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
-ODL_TO_HFL_DTYPE = {"f64": "fp64", "f32": "fp32", "bf16": "bf16", "f16": "fp16", "i8": "int8"}
 
 
 _errors = user_errors(HflError, ValueError)
@@ -193,18 +192,20 @@ def roofline(file: Annotated[str, typer.Argument(help="an .odl file, or a librar
              shape: Annotated[str, typer.Option("--shape", help="sizes, e.g. M=64,N=32,K=16")],
              target: Annotated[str, typer.Option("--target", help="target name")],
              dtype: Annotated[str | None, typer.Option(
-                 "--dtype", help="peak to use (default: the output's dtype)")] = None,
+                 "--dtype", help="peak to use (default: the units the op runs on: bf16 for a "
+                                 "bf16 GEMM where the target has them, else fp32 or fp64)")] = None,
              seconds: Annotated[float | None, typer.Option(
                  "--seconds", help="measured time, to report the fraction achieved")] = None,
              as_json: JsonOpt = False) -> None:
     """Attainable GFLOP/s, bound and ridge point of an operator on a target."""
-    from uol_core.odl.cost import op_cost  # the only command that needs the cost model
+    from uol_core.hfl.roofline import peak_key
+    from uol_core.odl.cost import op_cost, peak_dtype  # the only command that needs the cost model
 
     op, _, _ = read_op(file)
     sizes = bind_sizes(op, parse_shape_spec(shape))
     cost = op_cost(op, sizes)
     hw = _load(target, quiet=as_json)
-    dtype = dtype or ODL_TO_HFL_DTYPE.get(op.outputs[0].dtype.value, "fp32")
+    dtype = dtype or peak_key(hw, peak_dtype(op))
     result = roofline_of(cost.flops, cost.bytes, hw, dtype=dtype, seconds=seconds)
     if as_json:
         print_json({"op": op.name, "sizes": sizes, **result.to_dict()})
