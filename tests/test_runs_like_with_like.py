@@ -232,3 +232,29 @@ def test_an_edited_library_op_is_offered_as_edited(runs_db):
     values = {o["value"]: o["label"] for o in profilable_ops()}
     assert f"run:{same}" not in values  # the library's own text: offered once, by name
     assert "edited" in values[f"run:{rid}"]
+
+
+def test_a_bf16_run_stands_under_its_targets_bf16_roof(runs_db):
+    """The Profiler's chart and a report draw a roof per target and peak seen: the bf16 GEMM
+    (recorded with the bf16 peak it was held to) beside an fp32 matmul on one target."""
+    from app.services.profiling import roofline_figure
+    from app.services.reports import run_report
+
+    target = "epyc-turin-9755"  # a fixed target with a bf16 peak, twice its fp32 one
+    bf16_odl = MATMUL.replace("f32[M, K]", "bf16[M, K]").replace("f32[K, N]", "bf16[K, N]")
+    cost = __import__("uol_core").op_cost(__import__("uol_core").parse(bf16_odl), LARGE)
+    seconds = cost.flops / 30000e9  # 30 TFLOP/s: above the fp32 roof, under the bf16 one
+    result = {"ok": True, "op": "mm", "sizes": LARGE, "median_s": seconds, "flops": cost.flops,
+              "bytes": cost.bytes, "gflops": 30000.0, "gbs": cost.bytes / seconds / 1e9,
+              "config": {}, "mode": "measured", "roofline": {"dtype": "bf16"}}
+    rid = history.record("run", {"odl": bf16_odl, "backend": "c", "target": target,
+                                 "sizes": LARGE, "config": {}}, result)
+    row = history.get(rid)
+    assert history.peak_of(row) == "bf16"
+    fig = roofline_figure([row])
+    assert any(f"#{rid} " in (t.name or "") for t in fig.data)  # placed, not left out
+    assert any("bf16 44,237 GFLOP/s" in (t.name or "") for t in fig.data)
+    point_ = run_report(row)["roofline"]["points"][0]
+    # at 64 FLOP/B it sits left of the bf16 ridge: the DRAM roof, above the fp32 peak
+    assert point_["dtype"] == "bf16" and point_["attainable_gflops"] > 22118.4
+    assert point_["fraction"] == pytest.approx(30000 / point_["attainable_gflops"])

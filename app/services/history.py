@@ -76,6 +76,12 @@ def run_mode(kind: str, result: dict) -> str:
     return TIMED if result.get("median_s") else UNTIMED
 
 
+def peak_of(row: dict) -> str:
+    """The HFL peak a recorded run was held to (a bf16 GEMM: bf16); fp32 for runs recorded
+    before runs named it."""
+    return ((row.get("result") or {}).get("roofline") or {}).get("dtype", "fp32")
+
+
 def this_machine() -> str:
     """Host name and CPU model: runs from different machines are told apart in comparisons."""
     cpu = platform.processor() or platform.machine()

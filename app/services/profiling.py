@@ -143,19 +143,21 @@ def roofline_figure(rows: list[dict]):
     from profilers.roofline_points import roof_curve
 
     rows = [r for r in rows if r.get("mode", history.TIMED) == history.TIMED]
-    targets = list(dict.fromkeys(r["target"] for r in rows)) or ["host"]
+    # a roof per target and peak seen: a bf16 GEMM stands under its target's bf16 roof
+    roofs = list(dict.fromkeys((r["target"], history.peak_of(r)) for r in rows)) or \
+        [("host", "fp32")]
     curves, points, notes = [], [], []
-    for t in targets:
+    for t, peak in roofs:
         try:
-            curves.append(roof_curve(t))
+            curves.append(roof_curve(t, peak))
         except Exception:  # a target without roofs is left out of the chart, not fatal
             continue
-    known = {c.target for c in curves}
+    known = {(c.target, c.dtype) for c in curves}
     for r in rows:
-        if r["target"] in known:
+        if (r["target"], history.peak_of(r)) in known:
             placed = roof_point(f"#{r['id']} {r['op']} {history.sizes_text(r['sizes'])}",
                                 r["result"]["flops"], r["result"]["bytes"], r["median_s"],
-                                r["target"], notes)
+                                r["target"], notes, history.peak_of(r))
             if placed is not None:
                 points.append(placed)
     title = (f"Roofline of timed runs ({len(points)})" if points else

@@ -33,16 +33,10 @@ def _cost(row: dict):
     return uol_core.op_cost(uol_core.parse(row["odl"]), row["sizes"])
 
 
-def _peak(row: dict) -> str:
-    """The peak the run was held to when it was measured (a bf16 GEMM: bf16); fp32 for runs
-    recorded before runs named it."""
-    return ((row.get("result") or {}).get("roofline") or {}).get("dtype", "fp32")
-
-
 def run_report(row: dict, other: dict | None = None) -> dict:
     """Report data for one run, or for `other` (baseline) against `row` when given."""
     import uol_core
-    from app.services.history import TIMED
+    from app.services.history import TIMED, peak_of
     from profilers.compare import compare
     from profilers.report import _header, roof_point
     from profilers.roofline_points import roof_curve
@@ -80,14 +74,14 @@ def run_report(row: dict, other: dict | None = None) -> dict:
         try:
             own = _cost(r)
             placed = roof_point(f"run #{r['id']}", own.flops, own.bytes, r["median_s"],
-                                r["target"], report["notes"], _peak(r))
+                                r["target"], report["notes"], peak_of(r))
         except Exception as exc:  # a target without roofs: the report says so
             report["notes"].append(f"no roofline point for run #{r['id']}: {exc}")
             continue
         if placed is not None:
             points.append(placed.to_dict())
     try:
-        report["roofline"] = {"curves": [roof_curve(row["target"], _peak(row)).to_dict()],
+        report["roofline"] = {"curves": [roof_curve(row["target"], peak_of(row)).to_dict()],
                               "points": points}
     except Exception as exc:
         report["notes"].append(f"no roofline: {exc}")

@@ -32,11 +32,15 @@ def roofline_chart(curves: Sequence[RoofCurve], points: Sequence[RooflinePoint] 
     xs = [lo * (hi / lo) ** (i / 199) for i in range(200)]
     colour = {}
     for i, c in enumerate(curves):
-        colour[c.target] = PALETTE[i % len(PALETTE)]
+        colour.setdefault(c.target, PALETTE[len(colour) % len(PALETTE)])
+        # a target's second roof (its bf16 peak beside the fp32 one) is dashed, in its colour
+        second = any(o.target == c.target for o in curves[:i])
+        peak = "" if c.dtype == "fp32" else f"{c.dtype} "
         fig.add_trace(go.Scatter(x=xs, y=[c.attainable(x) for x in xs], mode="lines",
-                                 name=f"{c.target} ({c.peak_gflops:,.0f} GFLOP/s, "
+                                 name=f"{c.target} ({peak}{c.peak_gflops:,.0f} GFLOP/s, "
                                       f"{c.bandwidth_gbps:,.0f} GB/s)",
-                                 line=dict(color=colour[c.target], width=2)))
+                                 line=dict(color=colour[c.target], width=2,
+                                           dash="dash" if second else "solid")))
         # annotations on log axes take log10 coordinates (plotly pitfall)
         fig.add_annotation(x=math.log10(c.ridge), y=math.log10(c.peak_gflops), text="ridge",
                            showarrow=False, yshift=10, font=dict(size=10,
