@@ -9,10 +9,12 @@ from collections.abc import Mapping, Sequence
 from profilers.compare import compare
 from profilers.flame import FlameNode
 from profilers.pyinstrument_source import _compile_api, _op_text, profile_call
-from profilers.roofline_points import RooflinePoint, point, roof_curve
+from profilers.roofline_points import RooflinePoint, point, resolve, roof_curve
 from profilers.runs import Run
 from profilers.timing import time_kernel
 from profilers.traces import Timeline
+from uol_core.hfl.roofline import peak_key
+from uol_core.odl.cost import peak_dtype
 
 REPORT_VERSION = 1
 # The baseline is uol_core.evaluate (the ODL's torch reference evaluator), not a torch library
@@ -91,11 +93,15 @@ def operator_report(op_spec: str, sizes: Mapping[str, int], target: str = "host"
         report["notes"].append(f"no explanation: {exc}")
     report["history"] = _history(op, sizes, tgt, report["notes"])
 
-    curves = [roof_curve(tgt)] + [roof_curve(t) for t in compare_targets if t != tgt.name]
+    # held to the peak of the units the op runs on (a bf16 GEMM: the bf16 peak)
+    wanted = peak_dtype(op)
+    peak = peak_key(tgt, wanted)
+    curves = [roof_curve(tgt, peak)] + [roof_curve(t, peak_key(resolve(t), wanted))
+                                        for t in compare_targets if t != tgt.name]
     placed = [roof_point(f"C ({_cfg_short(kernel.config)})", cost.flops, cost.bytes,
-                         c_time.median_s, tgt, report["notes"]),
+                         c_time.median_s, tgt, report["notes"], peak),
               roof_point(REFERENCE_LABEL, cost.flops, cost.bytes, torch_time.median_s, tgt,
-                         report["notes"])]
+                         report["notes"], peak)]
     report["roofline"] = {"curves": [c.to_dict() for c in curves],
                           "points": [p.to_dict() for p in placed if p is not None]}
 

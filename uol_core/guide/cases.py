@@ -109,13 +109,13 @@ def _predictor(plan: Any, choice: Any):
 
 
 def _roofline(op: Any, sizes: dict, target: Any) -> dict:
-    """Where the op sits under the target's roofline (fp32; the library's ops are f32)."""
-    from uol_core.hfl.roofline import roofline
-    from uol_core.odl.cost import op_cost
+    """Where the op sits under the target's roofline, held to the peak of the units it runs on."""
+    from uol_core.hfl.roofline import peak_key, roofline
+    from uol_core.odl.cost import op_cost, peak_dtype
 
     cost = op_cost(op, sizes)
     try:
-        roof = roofline(cost.flops, cost.bytes, target)
+        roof = roofline(cost.flops, cost.bytes, target, peak_key(target, peak_dtype(op)))
     except ValueError as exc:  # HflError: a target without a peak or a bandwidth
         return {"bound": "unknown", "reason": str(exc)}
     return {"flops": roof.flops, "bytes": roof.bytes_moved, "intensity": roof.intensity,
