@@ -258,3 +258,15 @@ def test_a_bf16_run_stands_under_its_targets_bf16_roof(runs_db):
     # at 64 FLOP/B it sits left of the bf16 ridge: the DRAM roof, above the fp32 peak
     assert point_["dtype"] == "bf16" and point_["attainable_gflops"] > 22118.4
     assert point_["fraction"] == pytest.approx(30000 / point_["attainable_gflops"])
+
+
+def test_the_time_panel_of_unlike_runs_says_why_it_is_empty():
+    from profilers.figures.charts import comparison_bars
+
+    a = Run("A", "matmul", "host", sizes=SMALL, median_s=2e-5, flops=2 * 32 ** 3)
+    b = Run("B", "matmul", "host", sizes=LARGE, median_s=1e-3, flops=2 * 256 ** 3)
+    notes = [n.text for n in comparison_bars(compare(a, b)).layout.annotations]
+    assert any(t.startswith("not compared: the runs do different work") for t in notes)
+    same = Run("C", "matmul", "host", sizes=SMALL, median_s=1e-5, flops=2 * 32 ** 3)
+    notes = [n.text for n in comparison_bars(compare(a, same)).layout.annotations]
+    assert not any("not compared" in t for t in notes)

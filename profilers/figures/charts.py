@@ -31,10 +31,11 @@ def roofline_chart(curves: Sequence[RoofCurve], points: Sequence[RooflinePoint] 
             lo, hi = min(lo, p.intensity / 4), max(hi, p.intensity * 4)
     xs = [lo * (hi / lo) ** (i / 199) for i in range(200)]
     colour = {}
-    for i, c in enumerate(curves):
+    for c in curves:
         colour.setdefault(c.target, PALETTE[len(colour) % len(PALETTE)])
-        # a target's second roof (its bf16 peak beside the fp32 one) is dashed, in its colour
-        second = any(o.target == c.target for o in curves[:i])
+        # a roof of other units than the f32 vectors (bf16, fp16) is dashed, in its target's
+        # colour: beside the target's fp32 roof it reads as the same machine's second roof
+        second = c.dtype != "fp32"
         peak = "" if c.dtype == "fp32" else f"{c.dtype} "
         fig.add_trace(go.Scatter(x=xs, y=[c.attainable(x) for x in xs], mode="lines",
                                  name=f"{c.target} ({peak}{c.peak_gflops:,.0f} GFLOP/s, "
@@ -156,6 +157,11 @@ def comparison_bars(comparison, title: str = "") -> go.Figure:
     times = [(c.a.median_s or 0) * 1e3, (c.b.median_s or 0) * 1e3] if same_work else [0, 0]
     fig.add_trace(go.Bar(x=names, y=times,
                          marker_color=PALETTE[:2], showlegend=False), 1, 1)
+    if not same_work:  # say why the panel is empty rather than draw bare axes
+        fig.add_annotation(text="not compared: the runs do different work<br>"
+                                "(their GFLOP/s are, on the right)",
+                           xref="x domain", yref="y domain", x=0.5, y=0.5, showarrow=False)
+        fig.update_yaxes(visible=False, row=1, col=1)
     fig.add_trace(go.Bar(x=names, y=[c.gflops_a or 0, c.gflops_b or 0],
                          marker_color=PALETTE[:2], showlegend=False), 1, 2)
     if has_lines:
