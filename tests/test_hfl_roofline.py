@@ -138,3 +138,14 @@ def test_a_bf16_gemm_run_is_placed_under_the_bf16_roof() -> None:
     assert f32["roofline"]["dtype"] == "fp32"
     assert f32["roofline"]["fraction_of_roofline"] == pytest.approx(
         2 * roof["fraction_of_roofline"], rel=1e-3)
+
+
+def test_the_hardware_page_compares_targets_at_a_chosen_peak() -> None:
+    from app.services.hardware import roofline_for
+
+    fig = roofline_for(["xeon-spr-8480", "epyc-turin-9755", "avx2-desktop"], "bf16")
+    names = [t.name for t in fig.data]
+    assert any(n.startswith("xeon-spr-8480 (bf16 114,688 GFLOP/s") for n in names)  # AMX
+    assert any(n.startswith("epyc-turin-9755 (bf16 44,237 GFLOP/s") for n in names)
+    assert "no bf16 peak recorded: avx2-desktop" in fig.layout.title.text
+    assert roofline_for(["avx2-desktop"]).layout.title.text == "Roofline per target (fp32)"

@@ -30,6 +30,11 @@ def test_hardware_table_sorts_and_draws_rooflines(page, live_server):
     page.locator("#hardware-table th").filter(has_text="cores").locator(
         ".column-header--sort").click()
     wait_idle(page)
+    # the same targets compared at their bf16 peaks (AMX, VDPBF16PS, tensor cores)
+    page.locator("#hardware-roof-dtype").get_by_text("bf16", exact=True).click()
+    wait_idle(page)
+    expect(page.locator("#hardware-roofline")).to_contain_text("Roofline per target (bf16)")
+    expect(page.locator("#hardware-roofline")).to_contain_text("xeon-spr-8480 (bf16 ")
     assert page.js_errors == []
 
 

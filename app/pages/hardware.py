@@ -11,6 +11,7 @@ dash.register_page(__name__, path="/hardware", name="Hardware", title="UOL Studi
                    order=5)
 
 DEFAULT_ROOFS = ["host", "xeon-spr-8480", "epyc-genoa-9654", "h100-sxm"]
+PEAKS = ("fp32", "fp64", "bf16", "fp16")  # the HFL peaks a roofline may compare
 
 
 def _table() -> html.Div:
@@ -48,6 +49,10 @@ def layout(**_query) -> html.Div:
             html.Div([html.H3("Rooflines"),
                       dcc.Dropdown(id="hardware-roof-select", options=names, multi=True,
                                    value=[n for n in DEFAULT_ROOFS if n in names]),
+                      # the peak compared: a bf16 GEMM runs on other units (AMX, VDPBF16PS,
+                      # tensor cores) than f32 vector code
+                      dcc.RadioItems(id="hardware-roof-dtype", options=list(PEAKS),
+                                     value="fp32", inline=True, className="muted"),
                       # responsive: the shared chart's fixed export width would spill
                       # out of the panel on a narrower window
                       dcc.Graph(id="hardware-roofline",
@@ -80,15 +85,18 @@ def _facts(record: dict) -> html.Div:
                     style={"overflowX": "auto"})
 
 
-@callback(Output("hardware-roofline", "figure"), Input("hardware-roof-select", "value"))
-def draw_rooflines(names):
-    """One roof per selected target, overlaid (the shared profilers chart)."""
+@callback(Output("hardware-roofline", "figure"), Input("hardware-roof-select", "value"),
+          Input("hardware-roof-dtype", "value"))
+def draw_rooflines(names, dtype):
+    """One roof per selected target at the chosen peak, overlaid (the shared profilers chart)."""
     from app.figures.studio import empty_figure
 
     if not names:
         return empty_figure("Pick targets to compare their rooflines")
+    if dtype not in PEAKS:
+        dtype = "fp32"
     try:
-        return hardware.roofline_for(names)
+        return hardware.roofline_for(names, dtype)
     except Exception as exc:
         return empty_figure(f"roofline unavailable: {exc}")
 

@@ -43,18 +43,21 @@ def target_rows(names: list[str]) -> tuple[list[dict], list[str]]:
     return rows, errors
 
 
-def roofline_for(names: list[str]):
-    """The shared roofline chart (profilers.figures) with one roof per target."""
+def roofline_for(names: list[str], dtype: str = "fp32"):
+    """The shared roofline chart (profilers.figures) with one roof per target at its `dtype`
+    peak; the title names the targets that record no such peak (left out)."""
     from profilers.figures.charts import roofline_chart
     from profilers.roofline_points import roof_curve
 
-    curves = []
+    curves, without = [], []
     for name in names:
         try:
-            curves.append(roof_curve(name))
-        except Exception:  # a target without an fp32 peak has no roof to draw
-            continue
-    fig = roofline_chart(curves, [], "Roofline per target (fp32)")
+            curves.append(roof_curve(name, dtype))
+        except Exception:  # no such peak in its record: nothing to draw for it
+            without.append(name)
+    title = f"Roofline per target ({dtype})" + (
+        f"; no {dtype} peak recorded: {', '.join(without)}" if without else "")
+    fig = roofline_chart(curves, [], title)
     # in the page the chart fills its panel (the shared chart's size is the export's)
     fig.layout.width = None
     fig.layout.height = None
