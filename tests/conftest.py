@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 GOLDEN_ROOT = Path(__file__).parent / "golden"
+_SESSION_CACHE: list[str] = []
+
+
+def pytest_configure(config):
+    """The suite's tunes, kernels, probes and runs go to a cache of its own (0700, removed at
+    the end), never the user's (~/.cache/uol): a test's measurements must not become the
+    records a user's tuner or Reports page reads. A UOL_CACHE_DIR already set is kept."""
+    if "UOL_CACHE_DIR" not in os.environ:
+        _SESSION_CACHE.append(tempfile.mkdtemp(prefix="uol-tests-"))
+        os.environ["UOL_CACHE_DIR"] = _SESSION_CACHE[0]
+
+
+def pytest_unconfigure(config):
+    for folder in _SESSION_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_addoption(parser):
