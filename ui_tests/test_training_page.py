@@ -31,3 +31,27 @@ def test_training_knobs_out_of_range_are_said(page, live_server):
     page.click("#train-start")
     expect(page.locator("#train-status")).to_contain_text("Stages: use 2-4")
     assert page.js_errors == []
+
+
+def test_training_on_uol_kernels_draws_both_losses_and_step_times(page, live_server):
+    """The digits MLP and its UOL twin trained from the browser: the curves fill in, the
+    result names the speedup, the loss gap and what ran on UOL (its layers and its SGD)."""
+    from conftest import check_layout_at_widths
+
+    page.goto(live_server + "/training")
+    page.fill("#ktrain-steps", "3")  # under the limit: said, nothing started
+    page.click("#ktrain-start")
+    expect(page.locator("#ktrain-status")).to_contain_text("Steps: use 10-400")
+    page.fill("#ktrain-steps", "40")
+    page.click("#ktrain-start")
+    expect(page.locator("#ktrain-status")).to_contain_text("finished", timeout=180_000)
+    wait_idle(page)
+    names = page.locator("#ktrain-loss .legendtext").all_text_contents()
+    assert names == ["torch eager", "UOL kernels"]
+    assert page.locator("#ktrain-times .scatterlayer .trace").count() == 2
+    result = page.locator("#ktrain-result")
+    expect(result).to_contain_text("x")
+    expect(result).to_contain_text("relative gap")
+    expect(result).to_contain_text("SGD (momentum)")
+    check_layout_at_widths(page, "training_uol_kernels")
+    assert page.js_errors == []

@@ -85,11 +85,13 @@ def train(model: nn.Module, steps: int, batch: int = 128, lr: float = 0.05, seed
 
 def train_together(models: list[nn.Module], steps: int, batch: int = 128, lr: float = 0.05,
                    seed: int = 1, progress: Callable[[int], None] | None = None,
-                   optimizers: list[str] | None = None) -> list[tuple]:
+                   optimizers: list[str] | None = None,
+                   observe: Callable[[int, list, list], None] | None = None) -> list[tuple]:
     """`train` for several models in lockstep: each step runs every model on the same batch,
     one after the other, so load from other processes hits them alike (their step times are
-    compared). `optimizers`: per model, "torch" (the default) or "uol". Returns (losses,
-    step times in ms, test accuracy) per model."""
+    compared). `optimizers`: per model, "torch" (the default) or "uol". `observe(step, losses,
+    step_ms)` sees every model's lists so far after each step (the IDE draws them live).
+    Returns (losses, step times in ms, test accuracy) per model."""
     xtr, ytr, xte, yte = digits_data()
     opts = [sgd(m, lr, kind) for m, kind in zip(models, optimizers or ["torch"] * len(models))]
     gen = torch.Generator().manual_seed(seed)
@@ -108,6 +110,8 @@ def train_together(models: list[nn.Module], steps: int, batch: int = 128, lr: fl
             model_losses.append(loss.item())
         if progress:
             progress(step)
+        if observe:
+            observe(step, losses, times)
     results = []
     with torch.no_grad():
         for model, model_losses, model_times in zip(models, losses, times):
@@ -117,10 +121,12 @@ def train_together(models: list[nn.Module], steps: int, batch: int = 128, lr: fl
 
 
 def run_demo(steps: int = 200, backend: str = "auto", seed: int = 0,
-             progress: Callable[[int], None] | None = None, optimizer: str = "uol") -> dict:
+             progress: Callable[[int], None] | None = None, optimizer: str = "uol",
+             observe: Callable[[int, list, list], None] | None = None) -> dict:
     """Train the torch model and its UOL twin from the same weights; compare loss and time.
     The torch model steps with torch's SGD; the twin with UOL's (`optimizer="uol"`: the update
-    as one generated kernel) or torch's (`"torch"`: only the layers differ)."""
+    as one generated kernel) or torch's (`"torch"`: only the layers differ). `observe`: as
+    `train_together`'s, the torch model first."""
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer '{optimizer}'; choose one of {', '.join(OPTIMIZERS)}")
     reference = make_model(seed)
@@ -129,7 +135,8 @@ def run_demo(steps: int = 200, backend: str = "auto", seed: int = 0,
     if optimizer == "uol":
         swapped.append("SGD (momentum)")
     (ref_losses, ref_ms, ref_acc), (our_losses, our_ms, our_acc) = train_together(
-        [reference, ours], steps, progress=progress, optimizers=["torch", optimizer])
+        [reference, ours], steps, progress=progress, optimizers=["torch", optimizer],
+        observe=observe)
     torch_run = TrainResult("torch", ref_losses, ref_ms, ref_acc)
     uol_run = TrainResult(f"uol ({backend})", our_losses, our_ms, our_acc, swapped)
     final_gap = abs(our_losses[-1] - ref_losses[-1]) / max(abs(ref_losses[-1]), 1e-12)

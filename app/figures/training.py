@@ -40,3 +40,55 @@ def measured_and_simulated(measured: list[dict], simulated: list[dict], measured
     left = pipeline_timeline(measured, f"measured: step {step}, {measured_ms:.1f} ms", x_max)
     sim_title = f"simulated for the measured stage times: {simulated_ms:.1f} ms" if simulated_ms else "simulated"
     return left, pipeline_timeline(simulated, sim_title, x_max)
+
+
+# torch eager and the UOL twin, in the order run_demo's lockstep runs them
+TWIN_NAMES = ("torch eager", "UOL kernels")
+TWIN_COLOURS = ("#7f7f7f", "#1f77b4")
+
+
+def twin_loss(losses: list[list[float]], title: str = "Loss per step") -> go.Figure:
+    """Both models' training loss, step by step: the curves lie on each other when the
+    kernels compute what torch computes."""
+    fig = go.Figure()
+    for name, colour, ys, dash in zip(TWIN_NAMES, TWIN_COLOURS, losses, ("solid", "dot")):
+        fig.add_trace(go.Scatter(y=ys, mode="lines", name=name,
+                                 line={"color": colour, "width": 2, "dash": dash}))
+    fig.update_layout(title=title, template="plotly_white", height=320,
+                      margin={"l": 60, "r": 10, "t": 40, "b": 40}, legend={"x": 0.7, "y": 0.95})
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="cross-entropy", type="log")
+    return fig
+
+
+def twin_step_times(step_ms: list[list[float]], title: str = "Step time") -> go.Figure:
+    """Both models' step times (forward, backward and optimizer), step by step, with their
+    medians as dashed lines: the speedup is their ratio. The axis stops at three times the
+    larger median; the steps above it (the first: UOL builds its kernels there) are named."""
+    import statistics
+
+    fig = go.Figure()
+    medians = [statistics.median(ys) for ys in step_ms if ys]
+    top = 3 * max(medians) if medians else None
+    above = []
+    for name, colour, ys in zip(TWIN_NAMES, TWIN_COLOURS, step_ms):
+        fig.add_trace(go.Scatter(y=ys, mode="markers", name=name,
+                                 marker={"color": colour, "size": 4}))
+        if ys:
+            fig.add_hline(y=statistics.median(ys), line={"color": colour, "dash": "dash",
+                                                         "width": 1})
+        above += [f"{name} step {i + 1}: {_ms(y)}" for i, y in enumerate(ys) if top and y > top]
+    if above:
+        fig.add_annotation(text="off the chart: " + "; ".join(above[:3])
+                           + (f" and {len(above) - 3} more" if len(above) > 3 else ""),
+                           xref="paper", yref="paper", x=0, y=1.0, xanchor="left",
+                           yanchor="bottom", showarrow=False, font={"size": 11})
+    fig.update_layout(title=title, template="plotly_white", height=320,
+                      margin={"l": 60, "r": 10, "t": 60, "b": 40}, legend={"x": 0.7, "y": 0.95})
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="ms", range=[0, top] if top else None)
+    return fig
+
+
+def _ms(value: float) -> str:
+    return f"{value / 1e3:.1f} s" if value >= 1e3 else f"{value:.2f} ms"

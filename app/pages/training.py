@@ -5,6 +5,7 @@ from __future__ import annotations
 import dash
 from dash import dcc, html
 
+from app.callbacks import kernel_training as _kernel_callbacks  # noqa: F401  (registers them)
 from app.callbacks import training as _callbacks  # noqa: F401  (registers callbacks)
 from app.figures.studio import empty_figure
 
@@ -33,6 +34,8 @@ def layout(**_query) -> html.Div:
         html.Button("Start training run", id="train-start"),
     ], className="toolbar")
     return html.Div([
+        _kernel_panel(field, graph),
+        html.H3("Pipeline-parallel training"),
         dcc.Store(id="train-run"), dcc.Interval(id="train-tick", interval=700, disabled=True),
         html.P("A small transformer split into stages with torch.distributed.pipelining, one gloo process per "
                "stage on this machine. Every rank streams its forward, backward, send and recv times; the "
@@ -45,4 +48,42 @@ def layout(**_query) -> html.Div:
                   html.Div(graph("train-simulated", "simulated timeline"), className="panel")],
                  className="two-col"),
         html.Div(id="train-report", className="findings"),
+    ])
+
+
+def _kernel_panel(field, graph) -> html.Div:
+    """Train on UOL kernels: the digits MLP and its twin with UOL's layers, live, side by side."""
+    from app.services.kernel_training import (
+        MAX_STEPS,
+        MIN_STEPS,
+        OPTIMIZER_CHOICES,
+        backend_choices,
+    )
+
+    knobs = html.Div([
+        field(f"Steps ({MIN_STEPS}-{MAX_STEPS})", dcc.Input(id="ktrain-steps", type="number",
+                                                           value=150, style={"width": "80px"})),
+        field("Backend", dcc.Dropdown(id="ktrain-backend", options=list(backend_choices()),
+                                      value="auto", clearable=False, className="dropdown")),
+        field("Optimizer of the UOL model", dcc.Dropdown(
+            id="ktrain-optimizer", options=[{"label": a, "value": b} for a, b in OPTIMIZER_CHOICES],
+            value="uol", clearable=False, className="dropdown", style={"minWidth": "260px"})),
+        html.Button("Train both", id="ktrain-start"),
+    ], className="toolbar")
+    return html.Div([
+        html.H3("Train on UOL kernels"),
+        dcc.Store(id="ktrain-run"), dcc.Interval(id="ktrain-tick", interval=700, disabled=True),
+        html.P("An MLP on scikit-learn's digits (64 -> 256 GELU -> LayerNorm -> 256 ReLU -> 10) "
+               "trained twice from the same weights on the same batches, in lockstep: with "
+               "torch's modules and SGD, and with UOL's generated kernels for its layers "
+               "(forward and derived backward) and, by choice, UOL's SGD. The losses must agree; "
+               "the step times say what the kernels buy (`uol train-demo` on the command line).",
+               className="muted"),
+        knobs,
+        html.Div(id="ktrain-status", className="muted"),
+        html.Progress(id="ktrain-progress", value="0", max="1", style={"width": "100%"}),
+        html.Div([html.Div(graph("ktrain-loss", "loss per step"), className="panel"),
+                  html.Div(graph("ktrain-times", "step time"), className="panel")],
+                 className="two-col"),
+        html.Div(id="ktrain-report", className="findings"),
     ])

@@ -72,12 +72,12 @@ def start(cfg, client: str) -> str:
     folder = run_folder(run_id)
     folder.mkdir(mode=0o700)
     (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
-    _status(folder, "queued")
+    write_status(folder, "queued")
 
     def work() -> None:
         try:
             with job_slot(client, "training run"), activity(f"training {cfg.schedule} x{cfg.stages}"):
-                _status(folder, "running")
+                write_status(folder, "running")
                 with open(folder / "child.log", "w") as log:
                     proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(folder), str(RUN_TIMEOUT_S)],
                                             stdout=log, stderr=subprocess.STDOUT)
@@ -87,23 +87,23 @@ def start(cfg, client: str) -> str:
                         proc.kill()
                         code = proc.wait()
             if code == 0 and (folder / "result.json").exists():
-                _status(folder, "done")
+                write_status(folder, "done")
             else:
-                _status(folder, "failed", _last_error(folder / "child.log", code))
+                write_status(folder, "failed", last_error(folder / "child.log", code))
         except Exception as exc:  # a refused job (queue full) is said in the page
-            _status(folder, "failed", str(exc))
+            write_status(folder, "failed", str(exc))
 
     threading.Thread(target=work, name=f"training-{run_id}", daemon=True).start()
     return run_id
 
 
-def _status(folder: Path, state: str, error: str = "") -> None:
+def write_status(folder: Path, state: str, error: str = "") -> None:
     tmp = folder / "status.json.tmp"
     tmp.write_text(json.dumps({"state": state, "error": error}))
     tmp.replace(folder / "status.json")
 
 
-def _last_error(log: Path, code: int) -> str:
+def last_error(log: Path, code: int) -> str:
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
     said = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else "")
     return f"the run failed (status {code}): {said}"

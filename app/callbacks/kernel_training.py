@@ -1,0 +1,75 @@
+"""Training page, "Train on UOL kernels": start a run, then draw its curves on a timer."""
+
+from __future__ import annotations
+
+from dash import Input, Output, State, callback, html, no_update
+
+
+@callback(Output("ktrain-run", "data"), Output("ktrain-tick", "disabled"),
+          Output("ktrain-status", "children"),
+          Output("ktrain-report", "children", allow_duplicate=True),
+          Input("ktrain-start", "n_clicks"), State("ktrain-steps", "value"),
+          State("ktrain-backend", "value"), State("ktrain-optimizer", "value"),
+          prevent_initial_call=True)
+def start_run(_n, steps, backend, optimizer):
+    """Check the knobs and start the run in the background; the timer then follows it."""
+    from app.services import kernel_training
+    from app.services.job_queue import client_id
+
+    try:
+        cfg = kernel_training.make_config(steps, backend, optimizer)
+        run_id = kernel_training.start(cfg, client_id())
+    except ValueError as exc:  # the knob and its limits, said
+        return no_update, True, html.Span(f"✗ {exc}", className="result-bad"), ""
+    return run_id, False, f"started: {cfg['steps']} steps on the {cfg['backend']} backend", ""
+
+
+def _report(res: dict) -> html.Div:
+    torch_run, uol = res["torch"], res["uol"]
+    items = [
+        html.Li(f"step time (median): torch eager {torch_run['median_step_ms']:.3f} ms, UOL "
+                f"{uol['median_step_ms']:.3f} ms: {res['speedup_vs_torch_eager']:.2f}x"),
+        html.Li(f"final loss: torch {torch_run['losses'][-1]:.5f}, UOL {uol['losses'][-1]:.5f} "
+                f"(relative gap {res['final_loss_relative_gap']:.1e}; largest gap over the run "
+                f"{res['max_abs_loss_gap']:.1e})"),
+        html.Li(f"held-out accuracy: torch {torch_run['accuracy']:.4f}, UOL {uol['accuracy']:.4f}"),
+        html.Li("on UOL: " + ", ".join(uol["swapped"])),
+    ]
+    return html.Div([html.H3("Result"), html.Ul(items)], id="ktrain-result")
+
+
+@callback(Output("ktrain-loss", "figure"), Output("ktrain-times", "figure"),
+          Output("ktrain-status", "children", allow_duplicate=True),
+          Output("ktrain-progress", "value"), Output("ktrain-progress", "max"),
+          Output("ktrain-tick", "disabled", allow_duplicate=True),
+          Output("ktrain-report", "children"),
+          Input("ktrain-tick", "n_intervals"), State("ktrain-run", "data"),
+          prevent_initial_call=True)
+def follow_run(_tick, run_id):
+    """Redraw the curves so far; the result and the timer's end once the run is done."""
+    from app.figures.training import twin_loss, twin_step_times
+    from app.services import kernel_training
+
+    if not run_id:
+        return (no_update,) * 5 + (True, no_update)
+    try:
+        snap = kernel_training.snapshot(run_id)
+    except (OSError, ValueError) as exc:
+        return no_update, no_update, f"✗ {exc}", no_update, no_update, True, no_update
+    steps = snap["config"]["steps"]
+    if snap["state"] == "failed":
+        return (no_update, no_update, html.Span(f"✗ {snap['error']}", className="result-bad"),
+                no_update, no_update, True, no_update)
+    if snap["state"] == "done":
+        res = snap["result"]
+        losses = [res["torch"]["losses"], res["uol"]["losses"]]
+        times = [res["torch"]["step_ms"], res["uol"]["step_ms"]]
+        return (twin_loss(losses), twin_step_times(times), "✓ finished", str(steps), str(steps),
+                True, _report(res))
+    live = snap.get("live")
+    if not live:
+        return no_update, no_update, f"{snap['state']}: building the kernels", "0", str(steps), \
+            False, no_update
+    done = live["steps_done"]
+    return (twin_loss(live["losses"]), twin_step_times(live["step_ms"]),
+            f"{snap['state']}: {done}/{steps} steps", str(done), str(steps), False, no_update)
