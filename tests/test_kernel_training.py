@@ -14,26 +14,38 @@ from app.services import kernel_training
     (("many", "auto", "uol"), "Steps: a whole number from 10 to 400"),
     ((20, "cuda", "uol"), "Backend: one of auto"),
     ((20, "auto", "adam"), "Optimizer: uol or torch"),
+    ((20, "auto", "uol", "resnet"), "Model: mlp or nanogpt"),
 ])
 def test_knobs_out_of_range_name_the_knob_and_its_limits(knobs, says):
     with pytest.raises(ValueError, match=says):
         kernel_training.make_config(*knobs)
 
 
-def test_a_run_ends_with_both_curves_the_same_loss_and_its_uol_parts(monkeypatch, tmp_path):
-    monkeypatch.setenv("UOL_CACHE_DIR", str(tmp_path))
-    run_id = kernel_training.start(kernel_training.make_config(12, "c", "uol"), "local")
+def _finished(cfg: dict) -> dict:
+    # the session's private cache (tests/conftest.py): kernels built once for the suite
+    run_id = kernel_training.start(cfg, "local")
     deadline = time.monotonic() + 240
     while (snap := kernel_training.snapshot(run_id))["state"] not in ("done", "failed"):
         assert time.monotonic() < deadline, snap
         time.sleep(0.2)
     assert snap["state"] == "done", snap["error"]
-    res = snap["result"]
-    assert len(res["torch"]["losses"]) == len(res["uol"]["losses"]) == 12
-    assert res["final_loss_relative_gap"] < 1e-4  # the same model, computed by other kernels
-    assert "SGD (momentum)" in res["uol"]["swapped"]
     live = kernel_training.run_folder(run_id) / "live.json"
     assert live.exists()  # the page's curves while it ran: written at the last step too
+    return snap["result"]
+
+
+@pytest.mark.parametrize(("model", "optimizer", "on_uol"), [
+    ("mlp", "uol", "SGD (momentum)"),
+    ("nanogpt", "uol", "AdamW"),
+])
+def test_a_run_ends_with_both_curves_the_same_loss_and_its_uol_parts(model, optimizer, on_uol):
+    res = _finished(kernel_training.make_config(10, "c", optimizer, model))
+    assert len(res["torch"]["losses"]) == len(res["uol"]["losses"]) == 10
+    assert res["final_loss_relative_gap"] < 1e-4  # the same model, computed by other kernels
+    assert on_uol in res["uol"]["swapped"]
+    if model == "nanogpt":
+        assert "attention (causal)" in res["uol"]["swapped"]
+        assert res["torch"]["accuracy"] is None  # a regression
 
 
 def test_a_run_id_cannot_name_another_path():

@@ -54,4 +54,15 @@ def test_training_on_uol_kernels_draws_both_losses_and_step_times(page, live_ser
     expect(result).to_contain_text("relative gap")
     expect(result).to_contain_text("SGD (momentum)")
     check_layout_at_widths(page, "training_uol_kernels")
+    # the nanoGPT block: UOL's norms, linears, causal flash attention and AdamW
+    from conftest import pick
+    pick(page, "ktrain-model", "nanoGPT block (AdamW)")
+    page.fill("#ktrain-steps", "10")
+    page.click("#ktrain-start")
+    expect(page.locator("#ktrain-status")).to_contain_text("started: nanogpt")
+    expect(page.locator("#ktrain-status")).to_contain_text("finished", timeout=240_000)
+    wait_idle(page)
+    expect(result).to_contain_text("attention (causal), AdamW")
+    expect(result).not_to_contain_text("accuracy")  # a regression
+    page.screenshot(path=str(ARTIFACTS / "training_uol_nanogpt.png"), full_page=True)
     assert page.js_errors == []

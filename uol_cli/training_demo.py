@@ -30,7 +30,7 @@ class TrainResult:
     backend: str
     losses: list[float]
     step_ms: list[float]
-    accuracy: float
+    accuracy: float | None  # held-out accuracy of a classifier; None for a regression
     swapped: list[str] = field(default_factory=list)
 
     @property

@@ -10,18 +10,19 @@ from dash import Input, Output, State, callback, html, no_update
           Output("ktrain-report", "children", allow_duplicate=True),
           Input("ktrain-start", "n_clicks"), State("ktrain-steps", "value"),
           State("ktrain-backend", "value"), State("ktrain-optimizer", "value"),
-          prevent_initial_call=True)
-def start_run(_n, steps, backend, optimizer):
+          State("ktrain-model", "value"), prevent_initial_call=True)
+def start_run(_n, steps, backend, optimizer, model):
     """Check the knobs and start the run in the background; the timer then follows it."""
     from app.services import kernel_training
     from app.services.job_queue import client_id
 
     try:
-        cfg = kernel_training.make_config(steps, backend, optimizer)
+        cfg = kernel_training.make_config(steps, backend, optimizer, model)
         run_id = kernel_training.start(cfg, client_id())
     except ValueError as exc:  # the knob and its limits, said
         return no_update, True, html.Span(f"✗ {exc}", className="result-bad"), ""
-    return run_id, False, f"started: {cfg['steps']} steps on the {cfg['backend']} backend", ""
+    return run_id, False, (f"started: {cfg['model']}, {cfg['steps']} steps on the "
+                           f"{cfg['backend']} backend"), ""
 
 
 def _report(res: dict) -> html.Div:
@@ -32,9 +33,11 @@ def _report(res: dict) -> html.Div:
         html.Li(f"final loss: torch {torch_run['losses'][-1]:.5f}, UOL {uol['losses'][-1]:.5f} "
                 f"(relative gap {res['final_loss_relative_gap']:.1e}; largest gap over the run "
                 f"{res['max_abs_loss_gap']:.1e})"),
-        html.Li(f"held-out accuracy: torch {torch_run['accuracy']:.4f}, UOL {uol['accuracy']:.4f}"),
         html.Li("on UOL: " + ", ".join(uol["swapped"])),
     ]
+    if torch_run.get("accuracy") is not None:  # a classifier (the MLP); a regression has none
+        items.insert(2, html.Li(f"held-out accuracy: torch {torch_run['accuracy']:.4f}, UOL "
+                                f"{uol['accuracy']:.4f}"))
     return html.Div([html.H3("Result"), html.Ul(items)], id="ktrain-result")
 
 
@@ -57,6 +60,7 @@ def follow_run(_tick, run_id):
     except (OSError, ValueError) as exc:
         return no_update, no_update, f"✗ {exc}", no_update, no_update, True, no_update
     steps = snap["config"]["steps"]
+    loss_name = kernel_training.LOSS_NAMES.get(snap["config"].get("model", "mlp"), "loss")
     if snap["state"] == "failed":
         return (no_update, no_update, html.Span(f"✗ {snap['error']}", className="result-bad"),
                 no_update, no_update, True, no_update)
@@ -64,12 +68,12 @@ def follow_run(_tick, run_id):
         res = snap["result"]
         losses = [res["torch"]["losses"], res["uol"]["losses"]]
         times = [res["torch"]["step_ms"], res["uol"]["step_ms"]]
-        return (twin_loss(losses), twin_step_times(times), "✓ finished", str(steps), str(steps),
+        return (twin_loss(losses, loss_name=loss_name), twin_step_times(times), "✓ finished", str(steps), str(steps),
                 True, _report(res))
     live = snap.get("live")
     if not live:
         return no_update, no_update, f"{snap['state']}: building the kernels", "0", str(steps), \
             False, no_update
     done = live["steps_done"]
-    return (twin_loss(live["losses"]), twin_step_times(live["step_ms"]),
+    return (twin_loss(live["losses"], loss_name=loss_name), twin_step_times(live["step_ms"]),
             f"{snap['state']}: {done}/{steps} steps", str(done), str(steps), False, no_update)

@@ -47,7 +47,8 @@ TWIN_NAMES = ("torch eager", "UOL kernels")
 TWIN_COLOURS = ("#7f7f7f", "#1f77b4")
 
 
-def twin_loss(losses: list[list[float]], title: str = "Loss per step") -> go.Figure:
+def twin_loss(losses: list[list[float]], title: str = "Loss per step",
+              loss_name: str = "loss") -> go.Figure:
     """Both models' training loss, step by step: the curves lie on each other when the
     kernels compute what torch computes."""
     fig = go.Figure()
@@ -57,7 +58,7 @@ def twin_loss(losses: list[list[float]], title: str = "Loss per step") -> go.Fig
     fig.update_layout(title=title, template="plotly_white", height=320,
                       margin={"l": 60, "r": 10, "t": 40, "b": 40}, legend={"x": 0.7, "y": 0.95})
     fig.update_xaxes(title="step")
-    fig.update_yaxes(title="cross-entropy", type="log")
+    fig.update_yaxes(title=loss_name, type="log")
     return fig
 
 

@@ -56,29 +56,34 @@ def _kernel_panel(field, graph) -> html.Div:
     from app.services.kernel_training import (
         MAX_STEPS,
         MIN_STEPS,
+        MODEL_CHOICES,
         OPTIMIZER_CHOICES,
         backend_choices,
     )
 
     knobs = html.Div([
+        field("Model", dcc.Dropdown(
+            id="ktrain-model", options=[{"label": a, "value": b} for a, b in MODEL_CHOICES],
+            value="mlp", clearable=False, className="dropdown", style={"minWidth": "210px"})),
         field(f"Steps ({MIN_STEPS}-{MAX_STEPS})", dcc.Input(id="ktrain-steps", type="number",
                                                            value=150, style={"width": "80px"})),
         field("Backend", dcc.Dropdown(id="ktrain-backend", options=list(backend_choices()),
                                       value="auto", clearable=False, className="dropdown")),
         field("Optimizer of the UOL model", dcc.Dropdown(
             id="ktrain-optimizer", options=[{"label": a, "value": b} for a, b in OPTIMIZER_CHOICES],
-            value="uol", clearable=False, className="dropdown", style={"minWidth": "260px"})),
+            value="uol", clearable=False, className="dropdown", style={"minWidth": "220px"})),
         html.Button("Train both", id="ktrain-start"),
     ], className="toolbar")
     return html.Div([
         html.H3("Train on UOL kernels"),
         dcc.Store(id="ktrain-run"), dcc.Interval(id="ktrain-tick", interval=700, disabled=True),
-        html.P("An MLP on scikit-learn's digits (64 -> 256 GELU -> LayerNorm -> 256 ReLU -> 10) "
-               "trained twice from the same weights on the same batches, in lockstep: with "
-               "torch's modules and SGD, and with UOL's generated kernels for its layers "
-               "(forward and derived backward) and, by choice, UOL's SGD. The losses must agree; "
-               "the step times say what the kernels buy (`uol train-demo` on the command line).",
-               className="muted"),
+        html.P("A model trained twice from the same weights on the same batches, in lockstep: "
+               "with torch's modules and optimizer, and with UOL's generated kernels for its "
+               "layers (forward and derived backward) and, by choice, UOL's optimizer. The "
+               "digits MLP (64 -> 256 GELU -> LayerNorm -> 256 ReLU -> 10, SGD; `uol "
+               "train-demo` on the command line) or a nanoGPT block (pre-norm, fused qkv, causal "
+               "flash attention, tanh-GELU MLP; AdamW on a fixed regression). The losses must "
+               "agree; the step times say what the kernels buy.", className="muted"),
         knobs,
         html.Div(id="ktrain-status", className="muted"),
         html.Progress(id="ktrain-progress", value="0", max="1", style={"width": "100%"}),

@@ -1,8 +1,9 @@
 """Training page, second panel: train a model on UOL's kernels beside torch eager, live.
 
-The run is `uol train-demo`'s (uol_cli.training_demo.run_demo): the digits MLP and its twin with
-UOL's layers (and UOL's SGD, or torch's), from the same weights on the same batches, in
-lockstep. It runs in a child process started from a server thread that holds the client's job
+The run is `uol train-demo`'s (uol_cli.training_demo.run_demo: the digits MLP and its twin with
+UOL's layers and UOL's SGD, or torch's) or a nanoGPT block's (uol_cli.training_nanogpt: UOL's
+norms, linears, causal flash attention and AdamW), from the same weights on the same batches,
+in lockstep. It runs in a child process started from a server thread that holds the client's job
 slot, as the pipeline runs do (app/services/training.py); the child rewrites `live.json` every
 few steps (losses and step times so far) and writes `result.json` at the end. The page polls
 `snapshot` with the run's id.
@@ -21,13 +22,15 @@ from app.services.training import RUN_ID
 
 RUN_TIMEOUT_S = 300.0
 MIN_STEPS, MAX_STEPS = 10, 400
-OPTIMIZER_CHOICES = (("UOL's SGD (one generated kernel)", "uol"), ("torch's SGD", "torch"))
+OPTIMIZER_CHOICES = (("UOL's (one generated kernel)", "uol"), ("torch's", "torch"))
+# (label, value): the digits MLP steps with SGD and momentum, the nanoGPT block with AdamW
+MODEL_CHOICES = (("digits MLP (SGD)", "mlp"), ("nanoGPT block (AdamW)", "nanogpt"))
+LOSS_NAMES = {"mlp": "cross-entropy", "nanogpt": "MSE"}
 LIVE_EVERY = 5  # steps between rewrites of live.json
 
 _CHILD = """
 import json, sys
 from pathlib import Path
-from uol_cli.training_demo import run_demo
 folder = Path(sys.argv[1])
 cfg, every = json.loads((folder / "config.json").read_text()), int(sys.argv[2])
 
@@ -38,7 +41,11 @@ def observe(step, losses, step_ms):
     tmp.write_text(json.dumps({"steps_done": step + 1, "losses": losses, "step_ms": step_ms}))
     tmp.replace(folder / "live.json")
 
-result = run_demo(cfg["steps"], cfg["backend"], optimizer=cfg["optimizer"], observe=observe)
+if cfg["model"] == "nanogpt":
+    from uol_cli.training_nanogpt import run_nanogpt as run
+else:
+    from uol_cli.training_demo import run_demo as run
+result = run(cfg["steps"], cfg["backend"], optimizer=cfg["optimizer"], observe=observe)
 (folder / "result.json").write_text(json.dumps(result))
 """
 
@@ -63,7 +70,7 @@ def backend_choices() -> tuple[str, ...]:
     return (AUTO, *kernel_backend_names())
 
 
-def make_config(steps, backend: str, optimizer: str) -> dict:
+def make_config(steps, backend: str, optimizer: str, model: str = "mlp") -> dict:
     """The panel's knobs, checked: each error names the knob and its limits."""
     try:
         steps = int(steps)
@@ -76,7 +83,9 @@ def make_config(steps, backend: str, optimizer: str) -> dict:
         raise ValueError(f"Backend: one of {', '.join(backend_choices())}, got {backend!r}")
     if optimizer not in {value for _, value in OPTIMIZER_CHOICES}:
         raise ValueError(f"Optimizer: uol or torch, got {optimizer!r}")
-    return {"steps": steps, "backend": backend, "optimizer": optimizer}
+    if model not in {value for _, value in MODEL_CHOICES}:
+        raise ValueError(f"Model: mlp or nanogpt, got {model!r}")
+    return {"steps": steps, "backend": backend, "optimizer": optimizer, "model": model}
 
 
 def start(cfg: dict, client: str) -> str:
