@@ -3,23 +3,19 @@
 The run is `uol train-demo`'s (uol_cli.training_demo.run_demo: the digits MLP and its twin with
 UOL's layers and UOL's SGD, or torch's) or a nanoGPT block's (uol_cli.training_nanogpt: UOL's
 norms, linears, causal flash attention and AdamW), from the same weights on the same batches,
-in lockstep. It runs in a child process started from a server thread that holds the client's job
-slot, as the pipeline runs do (app/services/training.py); the child rewrites `live.json` every
-few steps (losses and step times so far) and writes `result.json` at the end. The page polls
-`snapshot` with the run's id.
+in lockstep. It runs as the pipeline runs do, a child process in a private folder holding the
+client's job slot (app/services/child_runs.py); the child rewrites `live.json` every few steps
+(losses and step times so far) and writes `result.json` at the end. The page polls `snapshot`
+with the run's id.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
-import subprocess
-import sys
-import threading
-from pathlib import Path
 
-from app.services.training import RUN_ID
+from app.services import child_runs
 
+KIND = "kernel-training-runs"
 RUN_TIMEOUT_S = 300.0
 MIN_STEPS, MAX_STEPS = 10, 400
 OPTIMIZER_CHOICES = (("UOL's (one generated kernel)", "uol"), ("torch's", "torch"))
@@ -50,17 +46,9 @@ result = run(cfg["steps"], cfg["backend"], optimizer=cfg["optimizer"], observe=o
 """
 
 
-def _runs_dir() -> Path:
-    from uol_core.runtime.usercache import private_dir
-
-    return private_dir("kernel-training-runs")
-
-
-def run_folder(run_id: str) -> Path:
-    """The folder of a run id (ids are checked: a page cannot name another path)."""
-    if not isinstance(run_id, str) or not RUN_ID.match(run_id):
-        raise ValueError(f"not a training run id: {run_id!r}")
-    return _runs_dir() / run_id
+def run_folder(run_id: str):
+    """The folder of a run id (checked: a page cannot name another path)."""
+    return child_runs.run_folder(KIND, run_id)
 
 
 def backend_choices() -> tuple[str, ...]:
@@ -90,45 +78,15 @@ def make_config(steps, backend: str, optimizer: str, model: str = "mlp") -> dict
 
 def start(cfg: dict, client: str) -> str:
     """Start the run in the background; returns its id at once."""
-    from app.services.job_queue import job_slot
-    from app.services.system import activity
-    from app.services.training import last_error, write_status
-
-    run_id = secrets.token_hex(8)
-    folder = run_folder(run_id)
-    folder.mkdir(mode=0o700)
-    (folder / "config.json").write_text(json.dumps(cfg))
-    write_status(folder, "queued")
-
-    def work() -> None:
-        try:
-            with job_slot(client, "training on UOL kernels"), \
-                    activity(f"training on UOL kernels ({cfg['backend']})"):
-                write_status(folder, "running")
-                with open(folder / "child.log", "w") as log:
-                    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(folder),
-                                             str(LIVE_EVERY)],
-                                            stdout=log, stderr=subprocess.STDOUT)
-                    try:
-                        code = proc.wait(timeout=RUN_TIMEOUT_S)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        code = proc.wait()
-            if code == 0 and (folder / "result.json").exists():
-                write_status(folder, "done")
-            else:
-                write_status(folder, "failed", last_error(folder / "child.log", code))
-        except Exception as exc:  # a refused job (queue full) is said in the page
-            write_status(folder, "failed", str(exc))
-
-    threading.Thread(target=work, name=f"kernel-training-{run_id}", daemon=True).start()
-    return run_id
+    return child_runs.start_child(KIND, cfg, client,
+                                  f"training on UOL kernels ({cfg['model']}, {cfg['backend']})",
+                                  _CHILD, [str(LIVE_EVERY)], RUN_TIMEOUT_S)
 
 
 def snapshot(run_id: str) -> dict:
     """State, config, and the curves so far (`live`) or the finished run (`result`)."""
     folder = run_folder(run_id)
-    status = json.loads((folder / "status.json").read_text())
+    status = child_runs.read_status(folder)
     out = {"state": status["state"], "error": status["error"],
            "config": json.loads((folder / "config.json").read_text())}
     if status["state"] == "done":

@@ -1,24 +1,20 @@
 """Training page service: start a real pipeline run in a child process, read its live event stream.
 
-A run lives in its own private folder (config, per-rank event files, result, status). The child
-is started from a server thread that holds the client's job slot for as long as the run lasts,
-so training runs queue with the IDE's other jobs; the page polls `snapshot` with the run's id.
+A run is a child process in a private folder (app/services/child_runs.py: config, per-rank
+event files, result, status), holding the client's job slot; the page polls `snapshot` with
+the run's id.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import secrets
-import subprocess
-import sys
-import threading
-from pathlib import Path
+
+from app.services import child_runs
 
 RUN_TIMEOUT_S = 300.0
 MAX_STAGES = 4
 MAX_STEPS = 40
-RUN_ID = re.compile(r"^[0-9a-f]{16}$")
+KIND = "training-runs"
 
 _CHILD = """
 import json, sys
@@ -32,17 +28,9 @@ report = run_pipeline(cfg, folder / "events", float(sys.argv[2]))
 """
 
 
-def _runs_dir() -> Path:
-    from uol_core.runtime.usercache import private_dir
-
-    return private_dir("training-runs")
-
-
-def run_folder(run_id: str) -> Path:
-    """The folder of a run id (ids are checked: a page cannot name another path)."""
-    if not isinstance(run_id, str) or not RUN_ID.match(run_id):
-        raise ValueError(f"not a training run id: {run_id!r}")
-    return _runs_dir() / run_id
+def run_folder(run_id: str):
+    """The folder of a run id (checked: a page cannot name another path)."""
+    return child_runs.run_folder(KIND, run_id)
 
 
 def make_config(stages: int, microbatches: int, schedule: str, steps: int, straggler: bool):
@@ -65,48 +53,9 @@ def make_config(stages: int, microbatches: int, schedule: str, steps: int, strag
 
 def start(cfg, client: str) -> str:
     """Start the run in the background; returns its id at once."""
-    from app.services.job_queue import job_slot
-    from app.services.system import activity
-
-    run_id = secrets.token_hex(8)
-    folder = run_folder(run_id)
-    folder.mkdir(mode=0o700)
-    (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
-    write_status(folder, "queued")
-
-    def work() -> None:
-        try:
-            with job_slot(client, "training run"), activity(f"training {cfg.schedule} x{cfg.stages}"):
-                write_status(folder, "running")
-                with open(folder / "child.log", "w") as log:
-                    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(folder), str(RUN_TIMEOUT_S)],
-                                            stdout=log, stderr=subprocess.STDOUT)
-                    try:
-                        code = proc.wait(timeout=RUN_TIMEOUT_S + 30)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        code = proc.wait()
-            if code == 0 and (folder / "result.json").exists():
-                write_status(folder, "done")
-            else:
-                write_status(folder, "failed", last_error(folder / "child.log", code))
-        except Exception as exc:  # a refused job (queue full) is said in the page
-            write_status(folder, "failed", str(exc))
-
-    threading.Thread(target=work, name=f"training-{run_id}", daemon=True).start()
-    return run_id
-
-
-def write_status(folder: Path, state: str, error: str = "") -> None:
-    tmp = folder / "status.json.tmp"
-    tmp.write_text(json.dumps({"state": state, "error": error}))
-    tmp.replace(folder / "status.json")
-
-
-def last_error(log: Path, code: int) -> str:
-    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
-    said = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else "")
-    return f"the run failed (status {code}): {said}"
+    return child_runs.start_child(KIND, cfg.to_dict(), client,
+                                  f"training run ({cfg.schedule} x{cfg.stages})", _CHILD,
+                                  [str(RUN_TIMEOUT_S)], RUN_TIMEOUT_S + 30)
 
 
 def snapshot(run_id: str) -> dict:
@@ -116,7 +65,7 @@ def snapshot(run_id: str) -> dict:
     from hcf_sim.real_pipeline import live_snapshot
 
     folder = run_folder(run_id)
-    status = json.loads((folder / "status.json").read_text())
+    status = child_runs.read_status(folder)
     cfg = PipeConfig.from_dict(json.loads((folder / "config.json").read_text()))
     out = {"state": status["state"], "error": status["error"], "config": cfg.to_dict()}
     if status["state"] == "done":
