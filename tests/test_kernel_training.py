@@ -62,3 +62,17 @@ def test_the_step_time_chart_names_the_steps_it_cannot_show():
         "off the chart: torch eager step 1: 12.00 ms; UOL kernels step 1: 23.5 s"]
     assert [t.name for t in twin_loss([[2.3, 1.0], [2.3, 1.0]]).data] == \
         ["torch eager", "UOL kernels"]
+
+
+def test_a_run_past_its_limit_is_stopped_and_says_so():
+    from app.services import child_runs
+
+    run_id = child_runs.start_child("kernel-training-runs", {"steps": 1}, "local", "a test run",
+                                    "import time; time.sleep(30)", [], 0.5)
+    folder = child_runs.run_folder("kernel-training-runs", run_id)
+    deadline = time.monotonic() + 30
+    while (status := child_runs.read_status(folder))["state"] not in ("done", "failed"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert status == {"state": "failed",
+                      "error": "the run passed its limit of 0.5 s and was stopped: ask for fewer steps"}

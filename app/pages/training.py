@@ -83,7 +83,9 @@ def _kernel_panel(field, graph) -> html.Div:
                "digits MLP (64 -> 256 GELU -> LayerNorm -> 256 ReLU -> 10, SGD; `uol "
                "train-demo` on the command line) or a nanoGPT block (pre-norm, fused qkv, causal "
                "flash attention, tanh-GELU MLP; AdamW on a fixed regression). The losses must "
-               "agree; the step times say what the kernels buy.", className="muted"),
+               "agree; the step times say what the kernels buy. Without a GPU the triton "
+               "backend runs interpreted: correct, and a hundred times slower.",
+               className="muted"),
         knobs,
         html.Div(id="ktrain-status", className="muted"),
         html.Progress(id="ktrain-progress", value="0", max="1", style={"width": "100%"}),

@@ -73,8 +73,12 @@ def start_child(kind: str, config: dict, client: str, what: str, code: str,
                         status = proc.wait(timeout=timeout_s)
                     except subprocess.TimeoutExpired:
                         proc.kill()
-                        status = proc.wait()
-            if status == 0 and (folder / "result.json").exists():
+                        proc.wait()
+                        status = None
+            if status is None:
+                write_status(folder, "failed", f"the run passed its limit of {timeout_s:g} s "
+                                               "and was stopped: ask for fewer steps")
+            elif status == 0 and (folder / "result.json").exists():
                 write_status(folder, "done")
             else:
                 write_status(folder, "failed", last_error(folder / "child.log", status))
