@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from conftest import ARTIFACTS, wait_idle
 from playwright.sync_api import expect
 
@@ -65,4 +67,7 @@ def test_training_on_uol_kernels_draws_both_losses_and_step_times(page, live_ser
     expect(result).to_contain_text("attention (causal), AdamW")
     expect(result).not_to_contain_text("accuracy")  # a regression
     page.screenshot(path=str(ARTIFACTS / "training_uol_nanogpt.png"), full_page=True)
+    # the README shows this panel (the pipeline section below it is the other test's)
+    page.screenshot(path=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+                             / "training_uol_kernels.png"))
     assert page.js_errors == []
