@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import threading
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -19,12 +20,18 @@ _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
 
 Env = dict
 Node = Callable[[Env], object]
+# ast.parse counts its recursion depth in state the interpreter's threads share (CPython
+# gh-106905): two threads parsing at once (two tuners, two IDE requests) can fail with
+# "SystemError: AST constructor recursion depth mismatch". One parse at a time.
+_PARSE = threading.Lock()
 
 
 @lru_cache(maxsize=4096)
 def compile_formula(formula: str, variables: tuple[str, ...]) -> Callable[..., bool]:
     """`f(*values)` in the order of `variables`: whether the formula holds."""
-    node = _compile(ast.parse(formula, mode="eval").body, set(variables))
+    with _PARSE:
+        tree = ast.parse(formula, mode="eval")
+    node = _compile(tree.body, set(variables))
 
     def predicate(*values: object) -> bool:
         return bool(node(dict(zip(variables, values))))
