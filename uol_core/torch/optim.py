@@ -17,6 +17,7 @@ and are copied back.
 
 from __future__ import annotations
 
+import abc
 import math
 import struct
 from collections.abc import Iterable, Sequence
@@ -81,7 +82,7 @@ class _PlannedUpdate:
         self.plan(tensors)
 
 
-class _UolOptimizer(torch.optim.Optimizer):
+class _UolOptimizer(torch.optim.Optimizer, abc.ABC):
     """An optimizer whose step is the library op OP over (param, grad, *STATE) per parameter;
     its scalars are SHARED (from the group's settings) then OWN (per parameter)."""
 
@@ -99,9 +100,10 @@ class _UolOptimizer(torch.optim.Optimizer):
         self._groups: dict[tuple, tuple] = {}
         self._bound: dict[int, tuple] = {}  # per group: the cache entry its last step used
 
+    @abc.abstractmethod
     def shared_values(self, group: dict) -> tuple[float, ...]:
-        """The SHARED scalars for a group's settings (float64, rounded to float32 once)."""
-        raise NotImplementedError
+        """The SHARED scalars for a group's settings (float64, rounded to float32 once);
+        each optimizer says its own."""
 
     def own_values(self, group: dict, params: Sequence[torch.Tensor],
                    fresh: bool) -> tuple[float, ...]:
