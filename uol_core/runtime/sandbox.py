@@ -1,7 +1,8 @@
 """Run Python that a client sent (a pasted Triton kernel, a graph's factory calls) in a sandbox.
 
-The parent (`run_sandboxed`) makes a private working directory, a scrubbed environment and a
-new session, and starts `python -m uol_core.runtime.sandbox TARGET`. This launcher then
+The parent (`run_sandboxed`) makes a private working directory, a scrubbed environment, a new
+session and the run's totals (`sandbox_session`: a cgroup, a per-run uid, a disk quota, where
+the OS allows), and starts `python -m uol_core.runtime.sandbox TARGET`. This launcher then
 closes the process in, before TARGET (a module whose `main()` reads the request on stdin)
 sees the request, strongest layer first; each layer says whether the OS allowed it:
 
@@ -9,20 +10,21 @@ sees the request, strongest layer first; each layer says whether the OS allowed 
   user namespace);
 - filesystem: a new mount namespace in which every mount is read-only except the private
   directory (so even code that bypasses Python, e.g. C extensions, cannot write elsewhere);
-- user: when the server runs as root, the sandbox drops to `nobody` (RLIMIT_NPROC does not
-  bind root, and root ignores file permissions);
+- user: when the server runs as root, the sandbox drops to a uid of its own (or `nobody`),
+  after checking that this user can read the interpreter and the project (`sandbox_reach`);
 - limits: RLIMIT_CPU, RLIMIT_AS (beyond what the interpreter holds after its imports),
-  RLIMIT_FSIZE, RLIMIT_NPROC, no core files;
+  RLIMIT_FSIZE, RLIMIT_NPROC, no core files; the cgroup's totals on top;
 - an audit hook (PEP 578) that refuses process creation, sockets, native library loading and
   file writes outside the private directory; a second layer, reported per refusal.
 
-The parent kills the whole session on its wall-clock limit, copies back only the regular files
-the caller asked for, removes the directory, and reports which limit ended the run.
+Everything the run sends back is untrusted data (`sandbox_io`): capped stdout/stderr, one
+result over a channel of its own (`sandbox_channel`), validated; files copied back only when
+regular and small. When the run ends, the parent kills every process of it it can find (the
+cgroup, the per-run uid, the session), removes the directory, and reports which limit ended it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -30,15 +32,17 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from uol_core.runtime import sandbox_os
+from uol_core.runtime import sandbox_channel, sandbox_io, sandbox_os, sandbox_reach
+from uol_core.runtime.sandbox_session import RunSession
 
-ISOLATION_MARK = "@@SANDBOX@@"  # the launcher's report line on stderr (before user code runs)
-REFUSAL_MARK = "@@REFUSED@@"  # one stderr line per refused action
+ISOLATION_MARK = "@@SANDBOX@@"  # kept for callers; the isolation report now comes on the channel
+REFUSAL_MARK = "@@REFUSED@@"  # kept for callers; refusals now come on the channel
 MAX_KEPT_FILE_BYTES = 64 << 20
-NOBODY = 65534
+NOBODY = sandbox_os.NOBODY
 
 
 @dataclass(frozen=True)
@@ -46,14 +50,16 @@ class Limits:
     """What one sandboxed run may use."""
 
     cpu_s: int = 60  # CPU seconds (RLIMIT_CPU: SIGXCPU, then SIGKILL one second later)
-    memory_mb: int = 2048  # address space beyond the interpreter's own after its imports
+    memory_mb: int = 2048  # memory beyond the runtime's own (RLIMIT_AS; the cgroup's total)
     file_mb: int = 64  # largest file the run may write (RLIMIT_FSIZE)
-    processes: int = 64  # processes and threads of the sandbox's user (RLIMIT_NPROC)
-    wall_s: float = 120.0  # the parent stops the whole session after this long
+    processes: int = 64  # processes and threads (RLIMIT_NPROC; the cgroup's pids.max)
+    wall_s: float = 120.0  # the parent stops the whole run after this long
+    disk_mb: int = 512  # all files of the private folder together
 
     def describe(self) -> str:
         return (f"CPU {self.cpu_s} s, memory {self.memory_mb} MiB, files {self.file_mb} MiB, "
-                f"{self.processes} processes, wall {self.wall_s:.0f} s")
+                f"disk {self.disk_mb} MiB, {self.processes} processes, "
+                f"wall {self.wall_s:.0f} s")
 
 
 # Variables a sandboxed interpreter may inherit; everything else of the server's is dropped.
@@ -73,133 +79,155 @@ def sandbox_env(private: Path, extra: dict | None) -> dict[str, str]:
     return env
 
 
-def run_sandboxed(target: str, request: dict, mark: str, *, limits: Limits = Limits(),
+def run_sandboxed(target: str, request: dict, mark: str = "", *, limits: Limits = Limits(),
                   preload: tuple[str, ...] = (), env: dict | None = None,
                   keep: dict[str, Path] | None = None, timed_out: str = "",
-                  confine_files: bool = True) -> dict:
-    """Run module `target`'s main() in the sandbox on `request`; the JSON it prints after `mark`.
+                  confine_files: bool = True, schema: object | None = None) -> dict:
+    """Run module `target`'s main() in the sandbox on `request`; the one result it sent.
 
-    `keep` maps file names the child writes in its directory to where they are copied after
-    the run (regular files only, never links). The result carries `sandbox`: the isolation
-    applied, the limits, refused actions and `limit_hit` when a limit ended the run.
-    `confine_files=False` is for workers that run no client Python but need a compiler (a
-    graph run): network, limits, environment and working directory stay confined, while the
-    read-only filesystem, the switch to nobody and the audit hook are left out.
+    The result comes only from the sandbox's channel (`serve_one` and
+    `sandbox_channel.send_result` write there); `mark` is kept for callers and no longer read.
+    `schema` (see `sandbox_io.check`) is what an ok result must look like. `keep` maps file
+    names the child writes in its directory to where they are copied after the run (regular
+    files of one link only, never links or FIFOs, at most 64 MiB each). The result carries
+    `sandbox`: the isolation applied, the limits, refused actions, files not copied back and
+    `limit_hit` when a limit ended the run. `confine_files=False` is for workers that run no
+    client Python but need a compiler (a graph run): network, limits, totals, environment and
+    working directory stay confined; the read-only filesystem, the switch of user and the
+    audit hook are left out.
     """
     private = Path(tempfile.mkdtemp(prefix="uol-sandbox-"))
+    session = RunSession(private, limits.memory_mb, limits.disk_mb, limits.processes,
+                         confine_files)
+    channel_read, channel_write = os.pipe()
     argv = [sys.executable, "-m", "uol_core.runtime.sandbox",
             "--limits", json.dumps(asdict(limits)), "--preload", ",".join(preload),
-            "--confine-files", "1" if confine_files else "0", target]
+            "--confine-files", "1" if confine_files else "0", "--channel", str(channel_write),
+            "--uid", str(session.run_uid or NOBODY), target]
+    proc = None
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=private,
-                                env=sandbox_env(private, env), start_new_session=True)
-        try:
-            out, err = proc.communicate(json.dumps(request), timeout=limits.wall_s)
-            wall_hit = False
-        except subprocess.TimeoutExpired:
-            _kill_session(proc.pid)
-            out, err = proc.communicate()
-            wall_hit = True
-        report = _report(proc.returncode, out, err, limits, wall_hit)
-        if mark in out and not wall_hit:
-            try:
-                result = json.loads(out.rsplit(mark, 1)[1].splitlines()[0])
-            except (json.JSONDecodeError, IndexError):
-                result = {"ok": False, "error": "the sandboxed worker's result was unreadable"}
-        else:
-            result = {"ok": False, "error": _failure(report, timed_out, err)}
-        if report["limit_hit"] and result.get("ok") is False and report["limit_hit"] not in \
-                result.get("error", ""):
-            result["error"] = f"{result.get('error', '')} [{report['limit_hit']}]".strip()
+                                stderr=subprocess.PIPE, bufsize=0, cwd=private,
+                                pass_fds=(channel_write,), env=sandbox_env(private, env),
+                                start_new_session=True)
+        os.close(channel_write)
+        channel_write = -1
+        session.start(proc.pid)
+        deadline = time.monotonic() + limits.wall_s
+        out = sandbox_io.pump(proc, json.dumps(request).encode(), channel_read, deadline,
+                              session.ready, session.watch)
+        session.kill_all()  # always: whatever the run started is stopped with it
+        sandbox_io.drain(proc, channel_read, out)
+        proc.wait()
+        result, problem = sandbox_io.accept_result(out.channel, schema)
+        report = _report(proc.returncode, out, limits, session,
+                         str((result or {}).get("error", "")))
+        if result is None or out.wall_hit or out.stopped:  # a run that was stopped failed
+            result = {"ok": False, "error": problem or (result or {}).get("error")
+                      or _failure(report, timed_out, out.stderr.text())}
+        if report["limit_hit"] and not result["ok"] and report["limit_hit"] not in \
+                result["error"]:
+            result["error"] = f"{result['error']} [{report['limit_hit']}]"
         if result.get("ok"):
-            _copy_back(private, keep or {})
+            report["not_copied"] = sandbox_io.copy_back(private, keep or {},
+                                                        MAX_KEPT_FILE_BYTES)
         result["sandbox"] = report
         return result
     finally:
-        shutil.rmtree(private, ignore_errors=True)
+        _clean_up(proc, session, private, channel_read, channel_write)
 
 
-def _kill_session(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)  # the child and anything it started
+def _clean_up(proc: subprocess.Popen | None, session: RunSession, private: Path,
+              *fds: int) -> None:
+    if proc is not None:
+        session.kill_all()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
+        proc.wait()
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)
+    session.close()
+    shutil.rmtree(private, ignore_errors=True)
 
 
-def _report(code: int, out: str, err: str, limits: Limits, wall_hit: bool) -> dict:
-    isolation = []
-    for line in err.splitlines():
-        if line.startswith(ISOLATION_MARK):
-            isolation = json.loads(line[len(ISOLATION_MARK):])
-            break  # the first one: printed before user code could print its own
-    refused = [line[len(REFUSAL_MARK):] for line in err.splitlines()
-               if line.startswith(REFUSAL_MARK)][:20]
-    hit = None
-    if wall_hit:
+def _report(code: int, out: sandbox_io.Outcome, limits: Limits, session: RunSession,
+            result_error: str) -> dict:
+    isolation = out.channel.isolation() or []
+    err, text = out.stderr.text(), out.stdout.text() + result_error
+    hit = session.hit()
+    if out.wall_hit:
         hit = f"wall-clock limit of {limits.wall_s:.0f} s reached: the sandbox was stopped"
+    elif out.stopped:
+        hit = out.stopped
+    elif hit:
+        pass
     elif code in (-signal.SIGXCPU, -signal.SIGKILL) and "MemoryError" not in err:
         hit = f"CPU time limit of {limits.cpu_s} s reached (RLIMIT_CPU)"
     elif code == -signal.SIGXFSZ:
         hit = f"file size limit of {limits.file_mb} MiB reached (RLIMIT_FSIZE)"
-    elif "MemoryError" in err or "MemoryError" in out or "std::bad_alloc" in err:
+    elif "MemoryError" in err or "MemoryError" in text or "std::bad_alloc" in err:
         hit = f"memory limit of {limits.memory_mb} MiB reached (RLIMIT_AS)"
     elif "Resource temporarily unavailable" in err or "can't start new thread" in err:
         hit = f"process limit of {limits.processes} reached (RLIMIT_NPROC)"
-    return {"isolation": isolation, "limits": asdict(limits), "refused": refused,
-            "limit_hit": hit, "exit_status": code}
+    return {"isolation": isolation + session.lines(), "limits": asdict(limits),
+            "refused": out.channel.refused(), "limit_hit": hit, "exit_status": code,
+            "output_dropped": out.stdout.dropped + out.stderr.dropped}
 
 
 def _failure(report: dict, timed_out: str, err: str) -> str:
     if report["limit_hit"]:
-        lead = timed_out.format(timeout=report["limits"]["wall_s"]) if (
+        return timed_out.format(timeout=report["limits"]["wall_s"]) if (
             timed_out and report["limit_hit"].startswith("wall")) else report["limit_hit"]
-        return lead
     code = report["exit_status"]
     status = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-    tail = "\n".join(line for line in err.splitlines()
-                     if not line.startswith((ISOLATION_MARK, REFUSAL_MARK)))[-600:]
+    tail = " | ".join(line for line in err.splitlines()[-8:] if line.strip())[-600:]
     return f"the sandboxed worker ended with {status} and no result: {tail}".strip()
-
-
-def _copy_back(private: Path, keep: dict[str, Path]) -> None:
-    """Copy the named regular files out; a link or an oversized file is skipped, never followed."""
-    for name, dest in keep.items():
-        try:
-            fd = os.open(private / name, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        with os.fdopen(fd, "rb") as src:
-            info = os.fstat(src.fileno())
-            if not (info.st_mode & 0o170000 == 0o100000 and info.st_size <= MAX_KEPT_FILE_BYTES):
-                continue
-            Path(dest).parent.mkdir(parents=True, exist_ok=True)
-            with open(dest, "wb") as out:
-                shutil.copyfileobj(src, out)
 
 
 # ------------------------------------------------------------------ the launcher (child side)
 
 
 def _launch(argv: list[str]) -> None:
-    """`--limits JSON --preload a,b TARGET`: isolate this process, then run TARGET.main()."""
+    """`--limits JSON --preload a,b --confine-files 0|1 --channel FD --uid UID TARGET`:
+    isolate this process, then run TARGET.main()."""
     import importlib
 
-    limits = Limits(**json.loads(argv[argv.index("--limits") + 1]))
-    preload = [m for m in argv[argv.index("--preload") + 1].split(",") if m]
-    confine = argv[argv.index("--confine-files") + 1] == "1"
-    target = argv[-1]
+    def arg(name: str) -> str:
+        return argv[argv.index(name) + 1]
+
+    sandbox_channel.attach(int(arg("--channel")))
+    limits = Limits(**json.loads(arg("--limits")))
+    preload = [m for m in arg("--preload").split(",") if m]
+    confine, uid, target = arg("--confine-files") == "1", int(arg("--uid")), argv[-1]
     private = Path.cwd().resolve()
-    applied = sandbox_os.isolate_namespaces(private, read_only=confine)
-    sandbox_os.set_limits(limits.cpu_s, limits.file_mb, limits.processes)
+    switch_user = confine and os.getuid() == 0
+    needed = sandbox_reach.needed_paths(private) if switch_user else []
+    applied = sandbox_os.isolate_namespaces(
+        private, read_only=confine,
+        prepare=(lambda: sandbox_reach.expose(needed, uid, [uid])) if switch_user else None)
+    sandbox_os.set_limits(limits.cpu_s, min(limits.file_mb, limits.disk_mb), limits.processes)
     for name in preload:  # before the memory cap and the user switch: the runtime's own cost
         importlib.import_module(name)
     module = importlib.import_module(target)
     applied.append(sandbox_os.cap_memory(limits.memory_mb))
+    if switch_user:
+        blocked = sandbox_reach.first_unreadable(  # the private folder is chowned to uid
+            [p for p in needed if p != private] + sandbox_reach.sentinel_files(), uid, [uid]
+        ) or sandbox_reach.blocked_on_the_way(private, uid, [uid])
+        if blocked:  # never run the request as root, never fail later on a lazy import
+            who = "nobody" if uid == NOBODY else f"uid {uid}"
+            sandbox_channel.send("isolation", [*applied, f"user: the run is refused ({who} "
+                                                         f"cannot read {blocked[0]})"])
+            sandbox_channel.send_result(
+                {"ok": False, "error": sandbox_reach.unreadable_message(who, *blocked)})
+            return
     if confine:
-        applied.append(sandbox_os.drop_privileges(private, NOBODY, limits.processes))
-    sys.stderr.write(ISOLATION_MARK + json.dumps(applied) + "\n")
-    sys.stderr.flush()
+        applied.append(sandbox_os.drop_privileges(private, uid, limits.processes))
+    sandbox_channel.send("isolation", applied)  # the first message, before user code runs
     if confine:
-        sandbox_os.install_audit_hook(private, REFUSAL_MARK)
+        sandbox_os.install_audit_hook(private, lambda what: sandbox_channel.send("refused", what))
     module.main()
 
 

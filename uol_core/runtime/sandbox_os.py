@@ -9,8 +9,8 @@ import ctypes
 import errno
 import os
 import resource
-import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 CLONE_NEWNS = 0x00020000
@@ -19,6 +19,7 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
 MS_REC, MS_PRIVATE, MS_RELATIME = 16384, 1 << 18, 1 << 21
+NOBODY = 65534
 MOUNT_OPTION_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
                       "noatime": MS_NOATIME, "nodiratime": MS_NODIRATIME,
                       "relatime": MS_RELATIME}
@@ -40,15 +41,37 @@ def _unshare(flags: int) -> int:
     return 0 if libc.unshare(flags) == 0 else ctypes.get_errno()
 
 
-def _mount(source: str | None, target: str, flags: int) -> int:
+def _mount(source: str | None, target: str, flags: int, fstype: str | None = None,
+           data: str | None = None) -> int:
+    """mount(2): 0 on success, else the errno."""
     libc = _libc()
-    ok = libc.mount(source.encode() if source else None, target.encode(), None,
-                    ctypes.c_ulong(flags), None) == 0
+    ok = libc.mount(source.encode() if source else None, target.encode(),
+                    fstype.encode() if fstype else None, ctypes.c_ulong(flags),
+                    data.encode() if data else None) == 0
     return 0 if ok else ctypes.get_errno()
 
 
-def isolate_namespaces(private: Path, read_only: bool = True) -> list[str]:
-    """A new network namespace and (`read_only`) a read-only view of every mount but `private`."""
+def mount_tmpfs(path: Path, size_mb: int, inodes: int, mode: str = "700") -> int:
+    """A tmpfs of fixed size (and number of files) on `path`: 0, or the errno that refused it."""
+    return _mount("uol-sandbox", str(path), MS_NOSUID | MS_NODEV, "tmpfs",
+                  f"size={size_mb}m,nr_inodes={inodes},mode={mode}")
+
+
+def bind(source: str, target: Path) -> int:
+    """Bind `source` (and the mounts below it) on `target`: 0, or the errno."""
+    return _mount(source, str(target), MS_BIND | MS_REC)
+
+
+def unmount(path: Path) -> None:
+    """Detach the mount on `path` (MNT_DETACH: it goes once nothing uses it)."""
+    _libc().umount2(str(path).encode(), 2)
+
+
+def isolate_namespaces(private: Path, read_only: bool = True,
+                       prepare: Callable[[], str] | None = None) -> list[str]:
+    """A new network namespace and (`read_only`) a read-only view of every mount but `private`.
+    `prepare` runs in the new mount namespace before the mounts are made read-only (it may
+    mount there); its line joins the report."""
     uid, gid = os.getuid(), os.getgid()
     err = _unshare(CLONE_NEWNET | CLONE_NEWNS)
     if err == errno.EPERM and uid != 0:  # unprivileged: inside a user namespace of our own
@@ -62,6 +85,8 @@ def isolate_namespaces(private: Path, read_only: bool = True) -> list[str]:
                 f"filesystem: not read-only (no mount namespace: {os.strerror(err)}"
                 + hook.format("writes outside the private directory") + ")"]
     applied = ["network: own empty network namespace (no interfaces up, no route out)"]
+    if prepare and read_only and (line := prepare()):
+        applied.append(line)
     applied.append(_read_only_except(private) if read_only else
                    "filesystem: writable (this worker runs no client code; it runs the compiler)")
     return applied
@@ -142,31 +167,18 @@ def cap_memory(memory_mb: int) -> str:
     return f"memory: {memory_mb} MiB beyond the runtime's own (RLIMIT_AS {cap >> 20} MiB)"
 
 
-def _reachable_by_others(path: Path) -> bool:
-    """Every directory above `path` can be entered by any user (so nobody can import code)."""
-    for parent in [path, *path.parents]:
-        try:
-            if not os.stat(parent).st_mode & stat.S_IXOTH:
-                return False
-        except OSError:
-            return False
-    return True
-
-
 def drop_privileges(private: Path, uid: int, processes: int) -> str:
-    """As root, become `uid` (nobody): file permissions and RLIMIT_NPROC then apply."""
+    """As root, become `uid` (a per-run uid, or nobody): file permissions and RLIMIT_NPROC then
+    apply. The caller has checked that `uid` can read what the run needs."""
     if os.getuid() != 0:
         return f"user: {os.getuid()} (not root), RLIMIT_NPROC +{processes} over its tasks"
-    code_root = Path(__file__).resolve().parents[2]
-    if not (_reachable_by_others(private.parent) and _reachable_by_others(code_root)):
-        return ("user: stays root (the code or the private directory is not reachable by "
-                "nobody); RLIMIT_NPROC does not bind root")
     os.chown(private, uid, uid)
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
     resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
-    return f"user: nobody (uid {uid}) instead of root; RLIMIT_NPROC {processes}"
+    who = "nobody" if uid == NOBODY else "a uid of its own"
+    return f"user: {who} (uid {uid}) instead of root; RLIMIT_NPROC {processes}"
 
 
 # Audit events refused outright: new processes, network, loading native code, signals.
@@ -174,7 +186,7 @@ REFUSED_EVENTS = frozenset({
     "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
     "subprocess.Popen", "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill",
     "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
-    "ctypes.dlopen", "ctypes.dlsym", "gc.get_referrers", "gc.get_objects", "sys._current_frames",
+    "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "gc.get_referrers", "gc.get_objects", "sys._current_frames",
 })
 # Events whose first argument is a path: refused unless the path is in the private directory.
 PATH_EVENTS = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod",
@@ -183,12 +195,12 @@ PATH_EVENTS = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.c
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
-def install_audit_hook(private: Path, mark: str) -> None:
+def install_audit_hook(private: Path, report: Callable[[str], None]) -> None:
     """Refuse (PermissionError) process creation, sockets, native loads and writes outside
-    `private`; each refusal is also written to stderr after `mark` for the parent's report."""
+    `private`; the first refusals are also passed to `report` for the parent's report."""
     root = str(private) + os.sep
     refused, path_events, write_flags = REFUSED_EVENTS, PATH_EVENTS, WRITE_FLAGS
-    stderr_write = sys.stderr.write
+    reported = [0]
 
     def outside(path) -> bool:
         if isinstance(path, int) or path is None:
@@ -197,7 +209,9 @@ def install_audit_hook(private: Path, mark: str) -> None:
         return not (os.path.realpath(text) + os.sep).startswith(root)
 
     def refuse(event: str, detail: str) -> None:
-        stderr_write(f"{mark}{event} {detail}\n")
+        if reported[0] < 20:
+            reported[0] += 1
+            report(f"{event} {detail}")
         raise PermissionError(f"the sandbox refuses {event} {detail}".strip())
 
     def hook(event: str, args: tuple) -> None:
