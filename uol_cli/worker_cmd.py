@@ -66,18 +66,17 @@ def worker(target: str = typer.Option(..., "--target", help="the HFL target this
 
 
 def _self_test(target: str) -> str | None:
-    """Build, run and verify a small kernel of the target in the sandbox worker process that
-    will run the jobs (which also warms it: the first job does not wait for its imports)."""
+    """Build, run and verify a small kernel of the target in the sandbox the jobs run in, and
+    say which isolation that sandbox applies here."""
     from uol_core.ops import load_op, op_text
-    from uol_core.runtime.worker import Worker
-    from uol_remote import tasks
     from uol_remote.jobs import kernel_job
+    from uol_remote.kernel_sandbox import run_kernel
 
     job, _ = kernel_job(op_text("relu"), target, {d: 16 for d in load_op("relu").dims},
                         min_seconds=0.01)
     job["check_only"] = True
-    tasks.CONTEXT.sandbox = Worker(120.0)
-    result = tasks.CONTEXT.sandbox.run(job)
+    result = run_kernel(job, 120.0)
+    typer.echo("kernel jobs run sandboxed: " + "; ".join(result["sandbox"].get("isolation", [])))
     return None if result.get("status") == "ok" else result.get("reason", result.get("status"))
 
 
@@ -99,8 +98,6 @@ def _serve(app, redis, node: str, target: str, facts: dict, secret: bytes,
                          "--loglevel", loglevel])
     finally:
         beat.stop()
-        if tasks.CONTEXT.sandbox is not None:
-            tasks.CONTEXT.sandbox.close()
 
 
 def tune_on_workers(op, sizes: dict, targets: list[str], broker: str | None, budget: int,

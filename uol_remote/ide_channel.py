@@ -31,7 +31,7 @@ from kombu.serialization import register
 from kombu.utils.json import dumps, loads
 
 from uol_remote.celery_app import check_broker_url
-from uol_remote.signing import MAX_AGE_S, SignatureError, read_secret_file
+from uol_remote.signing import MAX_AGE_S, SignatureError, check_issued, read_secret_file
 
 QUEUE_ENV = "UOL_IDE_QUEUE"  # set by `uol serve --broker`: the IDE's own job queue
 KEY_FILE_ENV = "UOL_IDE_KEY_FILE"  # the private file of the IDE's sealing key
@@ -71,9 +71,9 @@ def open_message(data, key: bytes, max_age_s: float = MAX_AGE_S):
     if not sep or not hmac.compare_digest(sig, _mac(key, b"message", rest.encode())):
         raise SignatureError("IDE job with a missing or wrong seal: refused")
     envelope = loads(rest)
-    age = time.time() - float(envelope.get("issued", 0))
-    if age > max_age_s:
-        raise SignatureError(f"IDE job sealed {age:.0f} s ago: refused as too old")
+    if not isinstance(envelope, dict) or "body" not in envelope:
+        raise SignatureError("IDE job without a body: refused")
+    check_issued(envelope.get("issued"), max_age_s, what="IDE job")
     return envelope["body"]
 
 
@@ -141,7 +141,13 @@ class SealedRedisBackend(RedisBackend):
         return None
 
     def claim(self, nonce: str, ttl_s: int = int(2 * MAX_AGE_S)) -> bool:
-        """True the first time `nonce` is claimed: a sealed job runs once, replays never."""
+        """True the first time `nonce` is claimed: a sealed job runs once, replays never.
+        The nonce must be new to this machine's ledger as well as to Redis, so deleting the
+        claim key does not let a captured message run again (uol_remote.ledger)."""
+        from uol_remote.ledger import IDE_LEDGER, ledger
+
+        if not ledger(IDE_LEDGER).first_sight(nonce):
+            return False
         return bool(self.client.set(f"{self.prefix}claim:{nonce}", b"1", nx=True, ex=ttl_s))
 
 

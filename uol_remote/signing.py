@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import os
 import stat
 import time
@@ -24,6 +25,9 @@ MIN_SECRET_CHARS = 16
 # A job older than this is refused: long enough for a queue behind a slow tune and for clock
 # skew between machines, shorter than the claim keys live (so a replay always meets its claim).
 MAX_AGE_S = 3600.0
+# A job issued further than this in the future (by the receiver's clock) is refused: machines
+# kept by NTP differ by milliseconds, and a far-future time would stretch the expiry window.
+MAX_FUTURE_S = 60.0
 MAKE_SECRET_HINT = ("make one with: python -c \"import secrets; print(secrets.token_hex(32))\" "
                     "> remote.secret && chmod 600 remote.secret; then give the same file to "
                     f"every worker and the coordinator (--secret-file or ${SECRET_FILE_ENV})")
@@ -94,7 +98,46 @@ def open_sealed(envelope, secret: bytes, max_age_s: float = MAX_AGE_S) -> dict:
     want = hmac.new(secret, canonical(body), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(want, sig):
         raise SignatureError("bad signature (altered, or signed with another secret): refused")
-    age = time.time() - float(body.get("issued", 0))
-    if age > max_age_s:
-        raise SignatureError(f"job issued {age:.0f} s ago, older than {max_age_s:.0f} s: refused")
+    check_issued(body.get("issued"), max_age_s)
+    where = non_finite(body)
+    if where:
+        raise SignatureError(f"signed field {where} is not a finite number: refused")
     return body
+
+
+def check_issued(issued, max_age_s: float = MAX_AGE_S, what: str = "job") -> float:
+    """`issued` when it is a finite number of seconds within [now - max_age_s, now +
+    MAX_FUTURE_S], else SignatureError saying which way it is wrong.
+
+    Every comparison with NaN is false, so `now - nan > max_age_s` let a job with `issued:
+    NaN` through forever; an issue time far in the future did the same for as long as it
+    chose. Only a real, finite number inside the window passes."""
+    if isinstance(issued, bool) or not isinstance(issued, (int, float)):
+        raise SignatureError(f"{what} issue time {str(issued)[:40]!r} is not a number: refused")
+    if not math.isfinite(issued):
+        raise SignatureError(f"{what} issue time {issued!r} is not a finite number: refused")
+    age = time.time() - issued
+    if age > max_age_s:
+        raise SignatureError(f"{what} issued {age:.0f} s ago, older than {max_age_s:.0f} s: "
+                             "refused")
+    if -age > MAX_FUTURE_S:
+        raise SignatureError(f"{what} issued {-age:.0f} s in the future, beyond the "
+                             f"{MAX_FUTURE_S:.0f} s allowed for clock skew: refused (check "
+                             "both machines' clocks, e.g. NTP)")
+    return float(issued)
+
+
+def non_finite(value, path: str = "") -> str | None:
+    """The dotted path of the first NaN or infinity in `value` (JSON data), else None.
+
+    Python's JSON reads `NaN` and `Infinity`, and every comparison with NaN is false, so a
+    bound such as `timeout <= limit` does not hold it back: no signed number may be one."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "(the body)"
+    items = value.items() if isinstance(value, dict) else \
+        enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None

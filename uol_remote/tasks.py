@@ -1,10 +1,15 @@
-"""The one task a worker runs: open a signed job, claim it, run it the way a local run does,
-and seal the result with this worker's host facts.
+"""The one task a worker runs: open a signed job, check its fields, claim it, run it, and seal
+the result with this worker's host facts.
 
-Kinds: `kernel` (a built C kernel job from `uol_core.runtime.worker.make_job`, run in the
-same long-lived sandbox worker process the IDE and the tuner use), `request` (a Triton or
-reference kernel, in a child process), `profile` (the Profiler's report, in a child) and
-`gloo` (the Communication page's collective on gloo processes of the worker's machine).
+Kinds: `kernel` (a C kernel job from `uol_core.runtime.worker.make_job`: its C is built,
+verified and timed in a sandboxed process of its own, `kernel_sandbox`), `request` (a Triton
+or reference kernel compiled here from the job's ODL, in a child process), `profile` (the
+Profiler's report of a library op, in a child) and `gloo` (the Communication page's
+collective on gloo processes of the worker's machine).
+
+A job runs once: its nonce must be new both to the broker (a claim key, `SET NX`, that any
+worker of any machine sees) and to this machine's own ledger (`ledger.py`), so deleting the
+claim key in Redis does not let a captured job run again here, nor does a worker restart.
 """
 
 from __future__ import annotations
@@ -17,10 +22,15 @@ from dataclasses import dataclass, field
 from celery import shared_task
 
 from uol_remote.celery_app import KEY_PREFIX, TASK_NAME
+from uol_remote.fields import field_problem
 from uol_remote.hostfacts import job_refusal
-from uol_remote.signing import SignatureError, open_sealed, seal
+from uol_remote.ledger import KEEP_S, WORKER_LEDGER, JobLedger, ledger
+from uol_remote.signing import MAX_AGE_S, MAX_FUTURE_S, SignatureError, open_sealed, seal
 
-CLAIM_TTL_S = 2 * 24 * 3600  # longer than a job may wait (signing.MAX_AGE_S): no replay fits
+# A claim outlives by far the window in which its job is accepted (issued at most MAX_AGE_S
+# ago and MAX_FUTURE_S ahead, by this worker's clock): no replay is accepted after it expires.
+CLAIM_TTL_S = int(KEEP_S)
+ACCEPT_WINDOW_S = MAX_AGE_S + MAX_FUTURE_S
 DEFAULT_TIMEOUT_S = 120.0
 log = logging.getLogger("uol.remote")
 
@@ -34,7 +44,12 @@ class WorkerContext:
     target: str = ""
     facts: dict = field(default_factory=dict)
     redis: object = None
-    sandbox: object = None  # uol_core.runtime.worker.Worker, started on first kernel job
+    seen: JobLedger | None = None  # this machine's ledger of job nonces (opened on first use)
+
+    def ledger(self) -> JobLedger:
+        if self.seen is None:
+            self.seen = ledger(WORKER_LEDGER)
+        return self.seen
 
 
 CONTEXT = WorkerContext()
@@ -74,6 +89,9 @@ def execute(self, envelope) -> dict:
         body = open_sealed(envelope, ctx.secret)
     except SignatureError as exc:
         return refused(str(exc), envelope)
+    why = field_problem(body)
+    if why:
+        return refused(why, envelope)
     if body.get("target") != ctx.target:
         return refused(f"job for target {body.get('target')!r} sent to the queue of "
                        f"{ctx.target!r}", envelope)
@@ -81,11 +99,11 @@ def execute(self, envelope) -> dict:
         else None
     if why:
         return refused(why, envelope)
-    # one run per signed job: a redelivered copy (its worker was killed) or a replay stops here
-    if not ctx.redis.set(claim_key(body["nonce"]), ctx.node, nx=True, ex=CLAIM_TTL_S):
-        # no reply: the coordinator already has (or gave up on) this job's one answer
-        log.warning("skipped job %s: already claimed by %s", body["nonce"],
-                    ctx.redis.get(claim_key(body["nonce"])))
+    # one run per signed job: a redelivered copy (its worker was killed) or a replay stops
+    # here, without a reply: the coordinator already has (or gave up on) its one answer
+    why = already_taken(body["nonce"], ctx)
+    if why:
+        log.warning("skipped job %s: %s", body["nonce"], why)
         return {"skipped": body["nonce"]}
     start = time.perf_counter()
     result = run_body(body, ctx)
@@ -97,16 +115,27 @@ def execute(self, envelope) -> dict:
                  "worker_wall_s": time.perf_counter() - start}, ctx.secret))
 
 
+def already_taken(nonce: str, ctx: WorkerContext) -> str | None:
+    """None when job `nonce` is new to this machine's ledger and to the broker, which both now
+    record it; else why it must not run. Both must agree: deleting the claim key in Redis
+    leaves the ledger, and a fresh ledger (another machine) still meets the claim key."""
+    if not ctx.ledger().first_sight(nonce):
+        return ("this machine took it before (its ledger); a replay, or a copy redelivered "
+                "after its claim key in Redis was removed")
+    if not ctx.redis.set(claim_key(nonce), ctx.node, nx=True, ex=CLAIM_TTL_S):
+        return f"already claimed by {ctx.redis.get(claim_key(nonce))}"
+    return None
+
+
 def run_body(body: dict, ctx: WorkerContext) -> dict:
-    """The job's result, computed as a local run computes it."""
+    """The job's result: a C kernel job in its own sandboxed process, the others in a child
+    process, as a local run computes them."""
     timeout = float(body.get("timeout") or DEFAULT_TIMEOUT_S)
     kind = body.get("kind")
     if kind == "kernel":
-        if ctx.sandbox is None:
-            from uol_core.runtime.worker import Worker
+        from uol_remote.kernel_sandbox import run_kernel
 
-            ctx.sandbox = Worker(timeout)
-        return ctx.sandbox.run(body["job"], timeout)
+        return run_kernel(body["job"], timeout)
     if kind in ("request", "profile", "gloo"):
         from uol_remote.child import run_in_child
 

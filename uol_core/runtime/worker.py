@@ -100,12 +100,17 @@ def _serve(conn) -> None:
             job = conn.recv()
         except EOFError:
             return
-        try:
-            result = execute_race(job) if job.get("kind") == "race" else execute_job(job)
-        except Exception as exc:  # reported, never fatal: the caller decides
-            result = {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
-                      "trace": traceback.format_exc(limit=5)}
-        conn.send(result)
+        conn.send(run_one(job))
+
+
+def run_one(job: dict) -> dict:
+    """The result of one job of `make_job` or `make_race`, computed in this process (the
+    worker process, or a remote worker's sandboxed job process); never raises."""
+    try:
+        return execute_race(job) if job.get("kind") == "race" else execute_job(job)
+    except Exception as exc:  # reported, never fatal: the caller decides
+        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
+                "trace": traceback.format_exc(limit=5)}
 
 
 _REFERENCE: dict = {}
