@@ -2,22 +2,23 @@
 
 A kernel job carries C source, and the worker compiles and loads that text as it is: whoever
 holds the shared secret chooses what runs. So each kernel job runs in a sandboxed process of
-its own (`run_sandboxed`), with the layers a compiler and a loaded `.so` allow, as the Graph
-page's runs (`confine_files=False`):
+its own (`run_sandboxed`), with every layer a compiler and a loaded `.so` allow:
 
 - network: a new, empty network namespace (where the OS allows one; the report says);
 - environment: scrubbed: no broker URL, no secret or its file, no cache folder of the worker;
   HOME and TMPDIR in a private directory, which holds the build too and is removed after;
-- limits: CPU seconds, address space, file size and processes, and a wall clock after which
-  the whole session is killed;
-- user: a worker running as root runs the job as `nobody`, when `nobody` can read the
-  interpreter, its libraries and the code (else it stays root and the report says why).
+- user: a worker running as root runs the job as a uid of its own (else `nobody`), after
+  making the interpreter and the project reachable for it (a folder above them that other
+  users cannot enter, such as a 0700 home, is hidden behind a view of just those trees);
+- limits and totals: CPU seconds, address space, file size, processes, the run's cgroup
+  (memory and tasks in total) and a disk quota on the private directory, where the OS gives
+  them; a wall clock after which every process of the run is killed.
 
 Left out, because the job needs them: the read-only filesystem and the audit hook (gcc must
-start processes, ctypes must load the built kernel). Timing is measured inside the job
-process, after its start-up, so the sandbox's start costs the job time but not accuracy.
-This module is also the sandboxed side: `python -m uol_core.runtime.sandbox
-uol_remote.kernel_sandbox` runs `main()`.
+start processes, ctypes must load the built kernel). A worker that is not root runs its jobs
+as its own user. Timing is measured inside the job process, after its start-up, so the
+sandbox's start costs the job time but not accuracy. This module is also the sandboxed
+side: `python -m uol_core.runtime.sandbox uol_remote.kernel_sandbox` runs `main()`.
 """
 
 from __future__ import annotations
@@ -25,17 +26,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 import sys
-from pathlib import Path
 
-MARK = "@@UOL-REMOTE-KERNEL@@"
-NOBODY = 65534
-# imported by the launcher before its memory cap and before the switch to nobody: the
-# runtime's own cost, and read while the files are certainly readable
+# imported by the launcher before its memory cap and before the switch of user: the
+# runtime's own cost
 PRELOAD = ("torch", "uol_core.api", "uol_core.odl", "uol_core.runtime.worker",
            "uol_core.runtime.build", "uol_core.runtime.native", "uol_core.runtime.measure",
            "uol_core.runtime.reference", "uol_core.runtime.verify", "uol_core.runtime.inputs")
+# the sandbox's own line for this layer speaks of the Graph page's runs
+FILESYSTEM = ("filesystem: not read-only (gcc writes its output and the job loads it); the "
+              "build is in the job's private directory, removed after the job")
 STARTUP_ALLOWANCE_S = 30.0  # the job process's imports, on top of the job's own timeout
 # the worker's settings a build and a measurement read; nothing else of its environment
 PASSED_PREFIXES = ("UOL_CC", "UOL_BUILD_", "UOL_CROSS_", "UOL_QEMU_", "UOL_OUTPUT_POOL_MB",
@@ -76,12 +76,24 @@ def run_kernel(job: dict, timeout: float) -> dict:
     from uol_core.runtime.sandbox import run_sandboxed
 
     limits = kernel_limits(timeout)
-    res = run_sandboxed(__name__, {"job": job, "processes": limits.processes}, MARK,
-                        limits=limits, preload=PRELOAD, env=kernel_env(), confine_files=False)
+    from uol_core.runtime.sandbox_io import ANY
+
+    # what a job's answer must look like (the sandbox checks it: data from the job process)
+    schema = {"ok": bool, "status": str, "reason?": str, "median_s?": float, "iqr_s?": float,
+              "results?": [dict], "*": ANY}
+    res = run_sandboxed(__name__, {"job": job, "worker": os.getpid()}, limits=limits,
+                        preload=PRELOAD, env=kernel_env(), confine_files=False,
+                        schema=schema, switch_user=True)
+    if "status" in res:  # the job's own answer: as Worker.run gives it
+        res.pop("ok", None)
+        if res.get("error") == res.get("reason", res["status"]):
+            res.pop("error", None)
     report = res.pop("sandbox", {})
-    user = res.pop("sandbox_user", None)
-    if user:
-        report["isolation"] = [*report.get("isolation", []), user]
+    report["isolation"] = [FILESYSTEM if line.startswith("filesystem: writable") else line
+                           for line in report.get("isolation", [])]
+    if os.getuid() != 0 and not any(line.startswith("user:") for line in report["isolation"]):
+        report["isolation"].append(f"user: {os.getuid()}, the worker's own (not root: no "
+                                   "other user to switch to)")
     if "status" not in res:  # no answer from the job: the sandbox stopped it, or it crashed
         hit = report.get("limit_hit") or ""
         if hit.startswith("wall"):
@@ -99,47 +111,28 @@ def run_kernel(job: dict, timeout: float) -> dict:
 # ------------------------------------------------------------------- the sandboxed side
 
 
-def _unreadable_by_others(paths: list[str]) -> str | None:
-    """The first of `paths` (or a folder above it) that other users cannot enter or read."""
-    for path in paths:
-        target = Path(path).resolve()
-        if not target.exists():
-            continue
-        for folder in [*reversed(target.parents), target]:
-            mode = folder.stat().st_mode
-            if not mode & stat.S_IXOTH and stat.S_ISDIR(mode):
-                return str(folder)
-        if not target.stat().st_mode & stat.S_IROTH:
-            return str(target)
-    return None
+def _end_with_worker(worker_pid: int) -> None:
+    """Die with the worker: its wall clock is what stops a hung job, and a worker killed with
+    kill -9 cannot apply it (set here, after the launcher's switch of user, which clears it)."""
+    import ctypes
+    import signal
 
-
-def become_unprivileged(private: Path, processes: int) -> str:
-    """As root, switch to nobody (file permissions and RLIMIT_NPROC then apply) when nobody
-    can read the interpreter, every import path and the code; the line that says which user
-    the job runs as, and why it stayed root if it did."""
-    if os.getuid() != 0:
-        return f"user: {os.getuid()} (the worker's own user, not root)"
-    # the private directory (the working directory, on sys.path as '') becomes nobody's
-    paths = [p for p in sys.path if p and Path(p).resolve() != private]
-    blocked = _unreadable_by_others([os.path.realpath(sys.executable), *paths])
-    if blocked:
-        return (f"user: stays root ({blocked} cannot be read by other users, and nobody "
-                "needs it to run the interpreter and import its libraries: install Python "
-                "and the project where other users can read them, or run the worker as an "
-                "unprivileged user)")
-    from uol_core.runtime.sandbox_os import drop_privileges
-
-    return drop_privileges(private, NOBODY, processes)
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != worker_pid:  # the worker was gone before the call
+        os._exit(1)
 
 
 def main() -> None:
-    """Run the job on stdin in this (sandboxed) process; answer one marked JSON line."""
+    """Run the job on stdin in this (sandboxed) process; its result goes to the sandbox's
+    result channel."""
+    from uol_core.runtime.sandbox_channel import send_result
     from uol_core.runtime.worker import run_one
 
     request = json.loads(sys.stdin.read())
-    user = become_unprivileged(Path.cwd().resolve(), int(request["processes"]))
+    _end_with_worker(int(request["worker"]))
     result = run_one(request["job"])
-    result["sandbox_user"] = user
-    sys.stdout.write("\n" + MARK + json.dumps(result, default=str) + "\n")
-    sys.stdout.flush()
+    result["ok"] = result.get("status") == "ok"  # the sandbox's result envelope
+    if not result["ok"]:
+        result["error"] = str(result.get("reason", result.get("status")))
+    send_result(result)

@@ -98,6 +98,107 @@ def test_unsigned_forged_and_replayed_jobs_do_not_run(cluster):
     assert _answer(coordinator, good["body"]["nonce"], wait_s=1.5) is None
 
 
+def test_a_captured_job_does_not_run_again_when_its_claim_key_is_deleted(cluster):
+    from uol_remote.tasks import ACCEPT_WINDOW_S
+
+    _, _, coordinator, _ = cluster
+    target = "avx2-desktop"  # one worker: jobs are taken in the order they were queued
+    job, _ = kernel_job(op_text(OP), target, SMALL)
+    body = {"kind": "kernel", "target": target, "isa": [], "job": job, "timeout": 30}
+    captured = seal(body, coordinator.secret)
+    nonce = captured["body"]["nonce"]
+    coordinator.app.send_task("uol.remote.execute", args=[captured], queue=target)
+    first = _answer(coordinator, nonce)
+    assert first is not None and "refused" not in first, first
+    assert coordinator.redis.ttl(claim_key(nonce)) > ACCEPT_WINDOW_S
+    coordinator.redis.delete(claim_key(nonce))  # whoever reaches Redis removes the claim
+    coordinator.app.send_task("uol.remote.execute", args=[captured], queue=target)
+    later = seal(body, coordinator.secret)  # queued behind the replay: answered after it
+    coordinator.app.send_task("uol.remote.execute", args=[later], queue=target)
+    assert _answer(coordinator, later["body"]["nonce"]) is not None
+    assert _answer(coordinator, nonce, wait_s=0.5) is None  # the replay never ran
+    assert not coordinator.redis.exists(claim_key(nonce))
+
+
+@pytest.mark.parametrize("issued", [float("nan"), "x", 1e12])
+def test_a_signed_job_with_a_bad_issue_time_is_refused_by_the_worker(cluster, issued):
+    _, _, coordinator, _ = cluster
+    job, _ = kernel_job(op_text(OP), "avx2-desktop", SMALL)
+    envelope = seal({"kind": "kernel", "target": "avx2-desktop", "isa": [], "job": job,
+                     "timeout": 30}, coordinator.secret, issued=issued)
+    coordinator.app.send_task("uol.remote.execute", args=[envelope], queue="avx2-desktop")
+    answer = _answer(coordinator, envelope["body"]["nonce"])
+    assert answer is not None and "refused" in answer, answer
+    assert "issue time" in answer["refused"] or "in the future" in answer["refused"], answer
+
+
+# A kernel job whose C, when the worker loads it, looks at what it can reach and exits with
+# 100 + what it found: 1 the worker's secret or broker in its environment, 2 a connection to
+# the broker's port, 4 root, 8 the secret file open for reading.
+PROBE_C = r"""
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+__attribute__((constructor)) static void uol_probe(void) {
+    int found = 0;
+    if (getenv("UOL_REMOTE_SECRET_FILE") || getenv("UOL_REMOTE_SECRET") || getenv("UOL_BROKER"))
+        found |= 1;
+    struct sockaddr_in broker;
+    memset(&broker, 0, sizeof broker);
+    broker.sin_family = AF_INET;
+    broker.sin_port = htons(PORT);
+    broker.sin_addr.s_addr = htonl(0x7f000001);
+    int sock = socket(AF_INET, SOCK_STREAM, 0);
+    if (sock >= 0 && connect(sock, (struct sockaddr *)&broker, sizeof broker) == 0) found |= 2;
+    if (geteuid() == 0) found |= 4;
+    int fd = open("SECRET", O_RDONLY);
+    if (fd >= 0) found |= 8;
+    _exit(100 + found);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def probe(cluster) -> tuple[int, list[str]]:
+    """(what the probe kernel found, the isolation the worker's job reported) on a worker."""
+    import re
+
+    broker, secret, coordinator, _ = cluster
+    job, _ = kernel_job(op_text(OP), "avx2-desktop", SMALL)
+    job["source"]["text"] += PROBE_C.replace("PORT", str(broker.port)).replace(
+        "SECRET", str(secret))
+    result = RemoteWorker(coordinator, "avx2-desktop").run(job, 60)
+    found = re.search(r"exit status 1(\d\d)", result.get("reason", ""))
+    assert result["status"] == "crash" and found, result
+    return int(found.group(1)), (result.get("sandbox") or {}).get("isolation", [])
+
+
+def test_a_remote_jobs_c_runs_without_the_workers_environment(probe):
+    found, isolation = probe
+    assert isolation, "the job's result says nothing of the sandbox it ran in"
+    assert not found & 1, f"the job's C saw the worker's secret or broker: {isolation}"
+
+
+def test_a_remote_jobs_c_cannot_reach_the_broker(probe):
+    found, isolation = probe
+    if not any(line.startswith("network: own empty network namespace") for line in isolation):
+        pytest.skip(f"this OS gives the sandbox no network namespace: {isolation[0]}")
+    assert not found & 2, "the job's C connected to the broker"
+
+
+def test_a_remote_jobs_c_does_not_run_as_root(probe):
+    found, isolation = probe
+    user = next(line for line in isolation if line.startswith("user:"))
+    if os.geteuid() != 0:
+        assert not found & 4 and "not root" in user
+        pytest.skip(f"the worker is not root, so its jobs are not either ({user})")
+    assert "instead of root" in user, isolation
+    assert not found & 4 and not found & 8, "the job's C ran as root or read the secret"
+
+
 def test_worker_refuses_a_target_its_hardware_cannot_run(tmp_path):
     from uol_core.hfl import load_target
     from uol_remote.hostfacts import refusal
