@@ -82,7 +82,8 @@ def sandbox_env(private: Path, extra: dict | None) -> dict[str, str]:
 def run_sandboxed(target: str, request: dict, mark: str = "", *, limits: Limits = Limits(),
                   preload: tuple[str, ...] = (), env: dict | None = None,
                   keep: dict[str, Path] | None = None, timed_out: str = "",
-                  confine_files: bool = True, schema: object | None = None) -> dict:
+                  confine_files: bool = True, schema: object | None = None,
+                  switch_user: bool | None = None) -> dict:
     """Run module `target`'s main() in the sandbox on `request`; the one result it sent.
 
     The result comes only from the sandbox's channel (`serve_one` and
@@ -94,15 +95,18 @@ def run_sandboxed(target: str, request: dict, mark: str = "", *, limits: Limits 
     `limit_hit` when a limit ended the run. `confine_files=False` is for workers that run no
     client Python but need a compiler (a graph run): network, limits, totals, environment and
     working directory stay confined; the read-only filesystem, the switch of user and the
-    audit hook are left out.
+    audit hook are left out. `switch_user` (default: as `confine_files`) keeps the switch of
+    user on its own: a root caller's run as a uid of its own, with a writable filesystem and
+    no audit hook (a remote worker's C kernel job: gcc and the kernel it loads).
     """
+    switch = confine_files if switch_user is None else switch_user
     private = Path(tempfile.mkdtemp(prefix="uol-sandbox-"))
-    session = RunSession(private, limits.memory_mb, limits.disk_mb, limits.processes,
-                         confine_files)
+    session = RunSession(private, limits.memory_mb, limits.disk_mb, limits.processes, switch)
     channel_read, channel_write = os.pipe()
     argv = [sys.executable, "-m", "uol_core.runtime.sandbox",
             "--limits", json.dumps(asdict(limits)), "--preload", ",".join(preload),
-            "--confine-files", "1" if confine_files else "0", "--channel", str(channel_write),
+            "--confine-files", "1" if confine_files else "0", "--switch-user",
+            "1" if switch else "0", "--channel", str(channel_write),
             "--uid", str(session.run_uid or NOBODY), target]
     proc = None
     try:
@@ -202,7 +206,7 @@ def _launch(argv: list[str]) -> None:
     preload = [m for m in arg("--preload").split(",") if m]
     confine, uid, target = arg("--confine-files") == "1", int(arg("--uid")), argv[-1]
     private = Path.cwd().resolve()
-    switch_user = confine and os.getuid() == 0
+    switch_user = arg("--switch-user") == "1" and os.getuid() == 0
     needed = sandbox_reach.needed_paths(private) if switch_user else []
     applied = sandbox_os.isolate_namespaces(
         private, read_only=confine,
@@ -223,7 +227,7 @@ def _launch(argv: list[str]) -> None:
             sandbox_channel.send_result(
                 {"ok": False, "error": sandbox_reach.unreadable_message(who, *blocked)})
             return
-    if confine:
+    if switch_user:
         applied.append(sandbox_os.drop_privileges(private, uid, limits.processes))
     sandbox_channel.send("isolation", applied)  # the first message, before user code runs
     if confine:

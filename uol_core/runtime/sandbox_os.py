@@ -70,8 +70,8 @@ def unmount(path: Path) -> None:
 def isolate_namespaces(private: Path, read_only: bool = True,
                        prepare: Callable[[], str] | None = None) -> list[str]:
     """A new network namespace and (`read_only`) a read-only view of every mount but `private`.
-    `prepare` runs in the new mount namespace before the mounts are made read-only (it may
-    mount there); its line joins the report."""
+    `prepare` runs in the new mount namespace, once its mounts are private to it and before
+    they are made read-only (it may mount there); its line joins the report."""
     uid, gid = os.getuid(), os.getgid()
     err = _unshare(CLONE_NEWNET | CLONE_NEWNS)
     if err == errno.EPERM and uid != 0:  # unprivileged: inside a user namespace of our own
@@ -85,7 +85,9 @@ def isolate_namespaces(private: Path, read_only: bool = True,
                 f"filesystem: not read-only (no mount namespace: {os.strerror(err)}"
                 + hook.format("writes outside the private directory") + ")"]
     applied = ["network: own empty network namespace (no interfaces up, no route out)"]
-    if prepare and read_only and (line := prepare()):
+    # prepare's mounts must stay in this namespace: on a host whose mounts are shared
+    # (systemd's default) they would otherwise propagate back to every other process
+    if prepare and not _mount(None, "/", MS_REC | MS_PRIVATE) and (line := prepare()):
         applied.append(line)
     applied.append(_read_only_except(private) if read_only else
                    "filesystem: writable (this worker runs no client code; it runs the compiler)")
