@@ -53,8 +53,11 @@ class TritonBackend:
 
     def plan(self, op: Any, sizes: Mapping[str, int], target: Any) -> Plan:
         from uol_core.acg.config import resolve_target
+        from uol_core.odl.overflow import INT32, check_index_arithmetic
         from uol_core.odl.patterns import classify
 
+        if set(op.dims) <= set(sizes):  # the kernels' offsets and indices are int32
+            check_index_arithmetic(op, sizes, INT32)
         return Plan(op, dict(sizes), resolve_target(target), classify(op).kind)
 
     def space(self, op: Any, sizes: Mapping[str, int], target: Any):

@@ -224,7 +224,8 @@ class _Walker:
                 bound[name].append((extent, f"'{name}: {extent}'"))
             self.visit(expr.body, inner, scans)
             self.reductions[expr] = {n: self.resolve(n, c, expr.loc[0] or line, expr.loc[1],
-                                                     declared=n in written)
+                                                     declared=n in written,
+                                                     binding=f"{expr.op}[{n}: ...](...)")
                                      for n, c in bound.items()}
             return
         if isinstance(expr, Scan):
@@ -258,9 +259,10 @@ class _Walker:
         self.accesses.append((expr, dict(scope)))
 
     def resolve(self, name: str, candidates: list[tuple[Affine, str]], line: int,
-                column: int = 1, declared: bool = False) -> Affine:
+                column: int = 1, declared: bool = False, binding: str = "") -> Affine:
         """The extent of an index binding; with `declared`, the first candidate is the output's
-        declared extent and may be smaller than an axis it reads (Y: f32[N - 2] reading X[i])."""
+        declared extent and may be smaller than an axis it reads (Y: f32[N - 2] reading X[i]).
+        Axes of different extents leave it undefined: an error asks for the extent in writing."""
         if not candidates:
             raise OdlError(f"cannot infer the extent of index '{name}'", line, column,
                            f"use '{name}' alone as an index of some tensor, e.g. X[{name}]")
@@ -271,9 +273,19 @@ class _Walker:
             if extent != first:
                 raise OdlError(f"index '{name}' has extent {first} from {where} but {extent} "
                                f"from {other}", line, column,
-                               "use the same dimension symbol for both, or fix the shapes")
+                               self._which_extent(name, first, extent, binding) if not declared
+                               else "use the same dimension symbol for both, or fix the shapes")
         self.resolved[id(candidates)] = first
         return first
+
+    def _which_extent(self, name: str, first: Affine, other: Affine, binding: str) -> str:
+        """The hint for an index whose axes disagree: write the extent meant (the smaller one
+        reads a prefix of the longer axis)."""
+        smaller = first if not _maybe_negative(other - first) else other
+        written = (binding.replace("...", str(smaller), 1) if binding
+                   else f"{self.stmt.target}[..., {name}: {smaller}] = ...")
+        return (f"say which: write the extent where '{name}' is bound, e.g. {written} (a read "
+                "may cover a prefix of a longer axis), or use one dimension symbol for both")
 
     def check_bounds(self) -> None:
         """Reject accesses that certainly leave their tensor; the rest is checked with sizes."""

@@ -1,4 +1,6 @@
-"""The one error type for bad ODL: where it is, what was expected, and a hint."""
+"""Errors of ODL: OdlError (bad text: where it is, what was expected, a hint), ShapeError
+(concrete sizes that do not fit an op), and IndexOverflowError, both at once: integer
+arithmetic of the text that leaves the integer range at the sizes bound."""
 
 from __future__ import annotations
 
@@ -37,3 +39,12 @@ class OdlError(Exception):
     def to_dict(self) -> dict:
         return {"message": self.message, "line": self.line, "column": self.column,
                 "hint": self.hint, "filename": self.filename}
+
+
+class ShapeError(ValueError):
+    """Concrete sizes that do not fit an operator: names the tensor, the axis and the limit."""
+
+
+class IndexOverflowError(OdlError, ShapeError):
+    """Index or size arithmetic that can leave the kernels' integer range at the bound sizes:
+    an OdlError at the expression's line and column, and a ShapeError (other sizes may fit)."""

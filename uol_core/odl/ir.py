@@ -134,6 +134,8 @@ class Access:
     indices: tuple[Affine, ...]
     pad: float | None = None
     loc: tuple[int, int] = field(default=(0, 0), compare=False)
+    # where the text wrote each index expression (error positions); () when built
+    index_locs: tuple[tuple[int, int], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,8 @@ class TensorDecl:
     shape: tuple[Affine, ...]
     line: int = field(default=0, compare=False)
     alias: str | None = None
+    # where the text wrote each axis's extent (error positions); () when built or inferred
+    shape_locs: tuple[tuple[int, int], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

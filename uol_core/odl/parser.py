@@ -172,18 +172,19 @@ class _Parser:
         self.advance()
         self.expect("[", hint="a shape follows the type, e.g. f32[M, N] (f32[] for a scalar)")
         shape: list[Affine] = []
+        locs: list[tuple[int, int]] = []
         if not self.at("]"):
-            shape.append(self.affine("a shape expression"))
+            self.located_affine("a shape expression", shape, locs)
             while self.at(","):
                 self.advance()
-                shape.append(self.affine("a shape expression"))
+                self.located_affine("a shape expression", shape, locs)
         self.expect("]")
         alias = None
         if output and self.at("aliases"):  # `Y: f32[N] aliases X`: Y is written over input X
             self.advance()
             alias = self.expect_name("the input this output is written over").text
         return TensorDecl(name_tok.text, _DTYPES[dtype_tok.text], tuple(shape), name_tok.line,
-                          alias)
+                          alias, tuple(locs))
 
     def stmt(self) -> Stmt:
         target = self.expect_name("a tensor name to assign")
@@ -339,13 +340,14 @@ class _Parser:
     def access(self, name: str, loc: tuple[int, int]) -> Access:
         self.expect("[")
         indices: list[Affine] = []
+        locs: list[tuple[int, int]] = []
         if not self.at("]"):
-            indices.append(self.affine("an index expression"))
+            self.located_affine("an index expression", indices, locs)
             while self.at(","):
                 self.advance()
-                indices.append(self.affine("an index expression"))
+                self.located_affine("an index expression", indices, locs)
         self.expect("]", hint="separate indices with ','")
-        return Access(name, tuple(indices), None, loc)
+        return Access(name, tuple(indices), None, loc, tuple(locs))
 
     def call(self, name: str, tok: Token) -> Expr:
         self.expect("(")
@@ -372,8 +374,13 @@ class _Parser:
                                tok.line, tok.column)
             if not target.indices:  # a scalar read never leaves its tensor: nothing to pad
                 return target
-            return Access(target.tensor, target.indices, fill.value, target.loc)
+            return Access(target.tensor, target.indices, fill.value, target.loc, target.index_locs)
         return Call(name, tuple(args))
+
+    def located_affine(self, what: str, forms: list[Affine], locs: list[tuple[int, int]]) -> None:
+        """Parse an affine form into `forms` and where it starts into `locs`."""
+        locs.append((self.tok.line, self.tok.column))
+        forms.append(self.affine(what))
 
     def affine(self, what: str) -> Affine:
         start = self.tok

@@ -6,11 +6,9 @@ import functools
 from collections.abc import Mapping, Sequence
 
 from uol_core.odl.check import index_range, stmt_extents
+from uol_core.odl.errors import ShapeError
 from uol_core.odl.ir import Access, Affine, Op, walk
-
-
-class ShapeError(ValueError):
-    """Concrete sizes that do not fit an operator: names the tensor, the axis and the limit."""
+from uol_core.odl.overflow import check_index_arithmetic
 
 
 def parse_shape_spec(spec: str) -> dict[str, int]:
@@ -98,7 +96,8 @@ def _set(bound: dict[str, int], symbol: str, value: int, where: str) -> None:
 
 
 def check_sizes(op: Op, sizes: Mapping[str, int]) -> None:
-    """Every declared extent is positive and every access stays inside its tensor."""
+    """Every declared extent is positive, index and size arithmetic stays inside int64
+    (odl/overflow.py) and every access stays inside its tensor."""
     _check_sizes_once(op, tuple(sorted(sizes.items())))
 
 
@@ -110,6 +109,8 @@ def _check_sizes_once(op: Op, items: tuple[tuple[str, int], ...]) -> None:
             if form.evaluate(dict(sizes)) < 1:
                 raise ShapeError(f"{decl.name} axis {axis} has extent {form} = "
                                  f"{form.evaluate(dict(sizes))} with {_fmt(sizes)}; it must be >= 1")
+    # before the bounds test: an overflowing index is named at its line and column
+    check_index_arithmetic(op, sizes)
     for index, stmt in enumerate(op.stmts):
         extents = stmt_extents(op, index)
         env = dict(extents.free)

@@ -15,6 +15,7 @@ import torch
 from uol_core.backends.base import KernelSource
 from uol_core.backends.triton_expr import safe
 from uol_core.odl.ir import DType, Op
+from uol_core.odl.overflow import INT32, check_index_arithmetic
 from uol_core.odl.shapes import bind_sizes, shape_of
 from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
 from uol_core.runtime.usercache import private_dir, read_verified, write_atomic
@@ -72,6 +73,7 @@ def load_module(source: KernelSource) -> ModuleType:
 
 def _prepare(op: Op, tensors: dict[str, torch.Tensor]) -> tuple[list, dict[str, int], str]:
     sizes = bind_sizes(op, {n: tuple(t.shape) for n, t in tensors.items()})
+    check_index_arithmetic(op, sizes, INT32)  # the kernels' offsets and indices are int32
     device = "cuda" if gpu_available() else "cpu"
     args = [tensors[d.name].to(device=device, dtype=TORCH_DTYPES[d.dtype]).contiguous()
             for d in op.inputs]

@@ -7,6 +7,9 @@ or the split form (O = z / l with z[P, i, e] = sum[j](p * V) its own statement).
 z in the split form) may be outputs: the kernel then writes them for the backward.
 Any index names, any leading batch/head indices P, any float element type; `f` is any
 expression around the Q.K sum (a scale, a `where` mask over index values, a bias).
+The templates take their sizes from Q, K and V, so an op that reads part of an axis
+(`Q: f32[S + 3, D]` beside `O: f32[S, D]`, a written `sum[d: D]`; odl/prefix_reads.py) is left
+to the generic paths, which give each index the extent the language defines.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from uol_core.odl.ir import (
     walk,
 )
 from uol_core.odl.masks import causal_offset
+from uol_core.odl.prefix_reads import prefix_reads
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class AttentionPlan:
 
 def attention_plan(op: Op) -> AttentionPlan | None:
     """The plan when `op` is attention as above (float tensors, s and p never outputs)."""
-    if len(op.stmts) not in (5, 6):
+    if len(op.stmts) not in (5, 6) or prefix_reads(op):
         return None
     dtypes = frozenset(d.dtype for d in op.inputs + op.outputs + op.locals)
     if not all(t.is_float for t in dtypes):

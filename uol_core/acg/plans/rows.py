@@ -9,6 +9,10 @@ reduction over the whole trailing column space): one program per row keeps the r
     log-softmax:  mx[P] = max[c](X[P, c])
                   lse[P] = log(sum[c](exp(X[P, c] - mx[P])))
                   Y[P, c] = X[P, c] - mx[P] - lse[P]
+The template's rows are X's rows and its reductions run over Y's columns, so it takes only an
+op whose every read covers its axes (odl/prefix_reads.py): with `X: f32[R, C + 999]` and
+`Y: f32[R, C]` the reductions run over C + 999 columns (docs/odl.md, "Extents") and the
+generic path computes it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from uol_core.odl.ir import (
     children,
     walk,
 )
+from uol_core.odl.prefix_reads import prefix_reads
 
 ROW_REDUCTIONS = ("sum", "mean", "max", "min")
 
@@ -162,7 +167,7 @@ def _scale(e: Expr, op: Op) -> tuple[str, Expr] | bool | None:
 
 def softmax_rows(op: Op) -> SoftmaxRows | None:
     """The plan when `op` is a row softmax or log-softmax as above (any float type), else None."""
-    if len(op.stmts) != 3 or len(op.outputs) != 1:
+    if len(op.stmts) != 3 or len(op.outputs) != 1 or prefix_reads(op):
         return None
     dtypes = frozenset(d.dtype for d in op.inputs + op.outputs + op.locals)
     if not all(t.is_float for t in dtypes):
