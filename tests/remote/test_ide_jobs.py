@@ -204,6 +204,34 @@ def test_unsigned_forged_retargeted_and_replayed_jobs_never_run(ide_jobs):
     assert "refused a replayed job" in log, log[-2000:]
 
 
+def test_a_replay_is_refused_even_after_its_claim_key_is_deleted(ide_jobs):
+    from uol_remote.ide_channel import seal_message
+
+    manager, task, queue, redis = (ide_jobs["manager"], ide_jobs["task"], ide_jobs["queue"],
+                                   ide_jobs["redis"])
+    bad_budget = [1, None, "x"]  # answered at once when it runs
+    result_key, nonce = f"captured-{uuid.uuid4().hex}", uuid.uuid4().hex
+    ctx = {**_context(), "uol_job": {"task": task.name, "nonce": nonce}}
+    message = manager.handle.amqp.as_task_v2(uuid.uuid4().hex, task.name, args=[
+        result_key, result_key + "-progress", bad_budget, ctx])
+    captured = seal_message(message.body, ide_jobs["key"])
+    _publish(ide_jobs, task.name, [], captured)
+    give_up = time.monotonic() + 30
+    while redis.get(f"{queue}:{result_key}") is None:  # the first copy runs
+        assert time.monotonic() < give_up, "the sealed job did not run the first time"
+        time.sleep(0.05)
+    assert redis.exists(f"{queue}:claim:{nonce}")
+    # whoever reaches Redis removes the result and the claim, then sends the message again
+    redis.delete(f"{queue}:{result_key}", f"{queue}:claim:{nonce}")
+    _publish(ide_jobs, task.name, [], captured)
+    cache_key = uuid.uuid4().hex  # a job the IDE sends after it: answered once it has passed
+    _wait_result(manager, cache_key, manager.call_job_fn(cache_key, task, bad_budget,
+                                                         _context()), 60)
+    time.sleep(0.5)
+    assert redis.get(f"{queue}:{result_key}") is None  # it did not run a second time
+    assert not redis.exists(f"{queue}:claim:{nonce}")
+
+
 def test_a_result_written_without_the_key_reads_as_missing(ide_jobs):
     manager, queue, redis = ide_jobs["manager"], ide_jobs["queue"], ide_jobs["redis"]
     forged = f"forged-result-{uuid.uuid4().hex}"
