@@ -2,8 +2,9 @@
 coordinators (the IDE with `uol serve --broker`, `uol tune --targets`).
 
 The worker checks first that this machine can run the target (its ISA flags, or its GPU),
-then takes signed jobs from the target's queue one at a time (timings must not overlap) and
-runs each through the same sandboxed worker process as a local run.
+then takes signed jobs from the target's queue one at a time (timings must not overlap); a C
+kernel job runs in a sandboxed process of its own (uol_remote.kernel_sandbox), the others in a
+child process, as a local run.
 """
 
 from __future__ import annotations

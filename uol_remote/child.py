@@ -1,6 +1,9 @@
-"""Child process of a worker for jobs that are not a built C kernel: a Triton (or reference)
-kernel run, a profile and a gloo measurement. Runs as `python -m uol_remote.child` with one JSON request on
-stdin, so a kernel that crashes or hangs takes down this process only, as a local run does."""
+"""Child process of a worker for jobs that carry no code: a Triton (or reference) kernel compiled
+here from the job's ODL, a profile of a library op, and a gloo measurement. Runs as `python -m
+uol_remote.child` with one JSON request on stdin, so a kernel that crashes or hangs takes down
+this process only, as a local run does. It runs as the worker's user, without the broker's
+address and the shared secret in its environment (a C kernel job, whose C comes from the job,
+runs in the sandbox instead: kernel_sandbox.py)."""
 
 from __future__ import annotations
 
@@ -61,13 +64,23 @@ def run_gloo(request: dict) -> dict:
 HANDLERS = {"request": run_request, "profile": run_profile, "gloo": run_gloo}
 
 
+def child_env() -> dict[str, str]:
+    """The worker's environment without the broker and the shared secret: the child needs
+    neither, and what it runs was compiled from the job (ODL, a library op's name)."""
+    from uol_remote.celery_app import BROKER_ENV
+    from uol_remote.signing import SECRET_ENV, SECRET_FILE_ENV
+
+    return {k: v for k, v in os.environ.items()
+            if k not in (BROKER_ENV, SECRET_ENV, SECRET_FILE_ENV)}
+
+
 def run_in_child(kind: str, request: dict, timeout: float) -> dict:
     """Run handler `kind` in a child process; a timeout, crash or missing answer becomes
     {"ok": False, "error"} naming what happened."""
     try:
         proc = subprocess.run([sys.executable, "-m", "uol_remote.child", kind],
                               input=json.dumps(request), capture_output=True, text=True,
-                              timeout=timeout, env=dict(os.environ))
+                              timeout=timeout, env=child_env())
     except subprocess.TimeoutExpired:
         return {"ok": False, "status": "timeout",
                 "error": f"the {kind} did not finish within {timeout:.0f} s (timeout); the "

@@ -4,6 +4,8 @@ AVX2 target, which every x86 CPU with AVX2 + FMA runs)."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from uol_remote.local_cluster import (
@@ -24,6 +26,9 @@ def cluster(tmp_path_factory):
     from uol_remote.client import Coordinator
     from uol_remote.hostfacts import host_facts
 
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server): the remote "
+                    "workers' tests need a real broker")
     if not {"avx2", "fma"} <= set(host_facts()["flags"]):
         pytest.skip("the second worker serves avx2-desktop, which needs an AVX2 + FMA CPU")
     folder = tmp_path_factory.mktemp("remote")
