@@ -17,6 +17,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 
 from uol_core.backends.c_native import compile_c
+from uol_core.odl import parse
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import DType, Op, retyped
 from uol_core.odl.shapes import ShapeError, bind_sizes
@@ -32,6 +33,51 @@ SHAPES = {"ones": ([1], 1), "primes": ([7, 5, 3, 11], 2), "odd": ([19, 9, 13, 6,
 if FULL:
     SHAPES["large"] = ([257, 131, 67, 45], 3)
 WORK_LIMIT = 4_000_000 if FULL else 300_000  # loop iterations the reference may spend per scenario
+# Inputs wider than the output along a reduced axis, or read over a prefix: every backend
+# reduces over the whole axis an index reads (or the extent written for it), as the reference
+# does (docs/odl.md, "Extents"); templates that cannot honour it leave the op to generic paths.
+ATTENTION_TAIL = ("    mx[i] = max[j](s[i, j])\n    p[i, j] = exp(s[i, j] - mx[i])\n"
+                  "    l[i] = sum[j](p[i, j])\n    O[i, e] = sum[j](p[i, j] * V[j, e]) / l[i]\n")
+WIDER = {
+    "wide_log_softmax": "op wide_log_softmax(X: f32[R, C + 3]) -> Y: f32[R, C]:\n"
+                        "    mx[r] = max[c](X[r, c])\n"
+                        "    lse[r] = log(sum[c](exp(X[r, c] - mx[r])))\n"
+                        "    Y[r, c] = X[r, c] - mx[r] - lse[r]\n",
+    "wide_softmax": "op wide_softmax(X: f32[R + 1, C + 2]) -> Y: f32[R, C]:\n"
+                    "    mx[r] = max[c](X[r, c])\n    e[r, c] = exp((X[r, c] - mx[r]) * 0.5)\n"
+                    "    Y[r, c] = e[r, c] / sum[c](e[r, c])\n",
+    "wide_layernorm": "op wide_layernorm(X: f32[R, C + 2], g: f32[C + 4]) -> Y: f32[R, C]:\n"
+                      "    mu[r] = mean[c](X[r, c])\n"
+                      "    var[r] = mean[c]((X[r, c] - mu[r]) * (X[r, c] - mu[r]))\n"
+                      "    Y[r, c] = (X[r, c] - mu[r]) * rsqrt(var[r] + 1e-5) * g[c]\n",
+    "wide_row_sum_prefix": "op wide_row_sum_prefix(X: f32[R, C + 3]) -> Y: f32[R]:\n"
+                           "    Y[r] = sum[c: C](X[r, c]) + max[c](X[r, c])\n",
+    "wide_matmul_k": "op wide_matmul_k(A: f32[M, K + 2], B: f32[K + 2, N]) -> Y: f32[M, N]:\n"
+                     "    Y[m, n] = sum[k](A[m, k] * B[k, n])\n",
+    "wide_matmul_bias": "op wide_matmul_bias(A: f32[M + 1, K], B: f32[K, N + 3], b: f32[N + 3])"
+                        " -> Y: f32[M, N]:\n    Y[m, n] = relu(sum[k](A[m, k] * B[k, n]) + b[n])\n",
+    "wide_matmul_prefix_k": "op wide_matmul_prefix_k(A: f32[M, K + 2], B: f32[K + 3, N]) -> "
+                            "Y: f32[M, N]:\n    Y[m, n] = sum[k: K](A[m, k] * B[k, n])\n",
+    "wide_attention_query": "op wide_attention_query(Q: f32[S + 3, D], K: f32[T, D], V: f32[T, E])"
+                            " -> O: f32[S, E]:\n"
+                            "    s[i, j] = sum[d](Q[i, d] * K[j, d]) * 0.125\n" + ATTENTION_TAIL,
+    "wide_attention_values": "op wide_attention_values(Q: f32[S, D], K: f32[T, D + 1], "
+                             "V: f32[T, E + 2]) -> O: f32[S, E]:\n"
+                             "    s[i, j] = sum[d: D](Q[i, d] * K[j, d]) * 0.125\n"
+                             + ATTENTION_TAIL,
+    "wide_matvec": "op wide_matvec(A: f32[M + 2, K + 1], x: f32[K + 1]) -> Y: f32[M]:\n"
+                   "    Y[m] = sum[k](A[m, k] * x[k])\n",
+    "wide_conv_channels": "op wide_conv_channels(X: f32[N, C + 2, H, W], F: f32[K, C + 2, R, S]) "
+                          "-> Y: f32[N, K, H - R + 1, W - S + 1]:\n"
+                          "    Y[n, k, h, w] = sum[c, r, s](X[n, c, h + r, w + s] * F[k, c, r, s])\n",
+    "wide_col_cumsum": "op wide_col_cumsum(X: f32[R + 2, C + 1]) -> (Y: f32[C], Z: f32[R, C]):\n"
+                       "    Y[c] = sum[r](X[r, c])\n    Z[r, c] = cumsum[c](X[r, c])\n",
+}
+
+
+def scenario_op(name: str) -> Op:
+    """A library operator, or one of the wider-input cases above."""
+    return parse(WIDER[name]) if name in WIDER else load_op(name)
 
 
 def scenario_sizes(op: Op, shape: str) -> dict[str, int] | None:
@@ -63,8 +109,8 @@ def work(op: Op, sizes: dict[str, int]) -> int:
 
 def _scenarios() -> list:
     cases = []
-    for name in list_ops():
-        op = load_op(name)
+    for name in [*list_ops(), *WIDER]:
+        op = scenario_op(name)
         for shape in SHAPES:
             sizes = scenario_sizes(op, shape)
             if sizes is None:
@@ -89,11 +135,13 @@ def test_matrix_is_large_enough() -> None:
     assert len(SCENARIOS) >= 200
     shapes = {p.values[1] for p in SCENARIOS}
     assert {"ones", "primes", "odd"} <= shapes
+    wider = {(p.values[0], p.values[3]) for p in SCENARIOS if p.values[0] in WIDER}
+    assert wider == {(name, b) for name in WIDER for b in ("c", "reference", "triton")}
 
 
 @pytest.mark.parametrize(("name", "shape", "dtype", "backend"), SCENARIOS)
 def test_scenario(name: str, shape: str, dtype: str, backend: str) -> None:
-    op = load_op(name)
+    op = scenario_op(name)
     if dtype != "f32":
         op = retyped(op, DType(dtype))
     sizes = scenario_sizes(op, shape)
