@@ -37,6 +37,7 @@ def create_app(cache_dir: str | None = None, token: str | None = None,
         suppress_callback_exceptions=True,  # page layouts are not all in the first layout
         title="UOL Studio",
         update_title=None,
+        on_error=callback_failed,
     )
     # background-job handles are signed with this key; stable per server process
     app.server.secret_key = os.environ.get("UOL_SECRET_KEY") or secrets.token_hex(16)
@@ -48,6 +49,19 @@ def create_app(cache_dir: str | None = None, token: str | None = None,
 
     job_queue.install(app)  # a per-browser id, so one browser's jobs queue apart from another's
     return app
+
+
+def callback_failed(err: Exception) -> None:
+    """Every callback's last resort: input it could not use (a malformed store, a value the page
+    never offered) leaves its outputs as they were and says so in one line in the status bar;
+    the server logs the error. Never a 500 or a traceback to the client."""
+    import logging
+
+    from dash import set_props
+
+    message = " ".join(str(err).split())[:200] or type(err).__name__
+    logging.getLogger("uol.app").warning("callback failed: %s: %s", type(err).__name__, message)
+    set_props("status-error", {"children": f"✗ {message}", "title": type(err).__name__})
 
 
 def page_names() -> list[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, callback, clientside_callback, dcc, html
 
 NAV = [("Studio", "/"), ("Graph", "/graph"), ("Debugger", "/debugger"),
        ("Profiler", "/profiler"), ("Communication", "/communication"), ("Training", "/training"),
@@ -26,6 +26,8 @@ def layout() -> html.Div:
             html.Span(id="status-gpu", className="status-item"),
             html.Span(id="status-running", className="status-item"),
             html.Span(id="status-util", className="status-item status-util"),
+            # a callback that failed on input it could not use says so here (app.main)
+            html.Span(id="status-error", className="status-item status-error"),
         ], className="statusbar", id="status-bar"),
         dcc.Interval(id="status-tick", interval=2000),
     ], className="app")
@@ -57,3 +59,19 @@ def refresh_status(_tick, target):
     from app.services.remote import where
 
     return where(target), gpu, run, util  # where the target's jobs run (here or a worker)
+
+
+# A failed callback's line (app.main.callback_failed) fades after 20 s: it says what went wrong
+# with the last action, not the state of the page.
+clientside_callback(
+    """function (message) {
+        if (message) {
+            setTimeout(function () {
+                window.dash_clientside.set_props("status-error", {children: ""});
+            }, 20000);
+        }
+        return window.dash_clientside.no_update;
+    }""",
+    Output("status-error", "className"), Input("status-error", "children"),
+    prevent_initial_call=True,
+)

@@ -363,10 +363,10 @@ def hotspots_for_op(op_spec: str, sizes: Mapping[str, int], target: str = "host"
     """Compile an operator (uol_core.compile, C backend) and profile its lines (`kernel_hotspots`:
     callgrind where it can run the kernel, cycle counters elsewhere)."""
     import uol_core
-    from profilers.pyinstrument_source import _compile_api, _op_text
+    from profilers.pyinstrument_source import _compile_api, op_spec_text
     from uol_core.odl.shapes import shape_of
 
-    text = _op_text(op_spec)
+    text = op_spec_text(op_spec)
     op = uol_core.parse(text)
     kernel = _compile_api()(op, shapes=dict(sizes), target=target, backend="c", config=config)
     src = _kernel_source(kernel)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +105,7 @@ def stage_runner(stage: str, op_spec: str, sizes: Mapping[str, int], target: str
     """A zero-argument callable that runs one compiler stage (inputs prepared outside it)."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage '{stage}'; known: {', '.join(STAGES)}")
-    text = _op_text(op_spec)
+    text = op_spec_text(op_spec)
     import uol_core
 
     if stage == "parse":
@@ -149,17 +150,23 @@ def profile_stage(stage: str, op_spec: str, sizes: Mapping[str, int], target: st
         for _ in range(max(1, repeat)):
             result = run()
         return result
-    return profile_call(repeated, label=f"{stage} {Path(op_spec).stem}")
+    return profile_call(repeated, label=f"{stage} {spec_label(op_spec)}")
 
 
-def _op_text(op_spec: str) -> str:
+def op_spec_text(op_spec: str) -> str:
+    """The ODL text an op spec stands for: the spec itself when it is ODL text, else the library
+    operator of that name. Never a path: the IDE and remote workers pass specs a client chose,
+    so a file is read only by the CLI (`uol_cli.common.read_op`), which passes on its text."""
     if "\n" in op_spec or "->" in op_spec:  # ODL text itself (a user's op, not in the library)
         return op_spec
-    path = Path(op_spec)
-    if path.is_file():
-        return path.read_text(encoding="utf-8")
     from uol_core.ops import op_text
     return op_text(op_spec)
+
+
+def spec_label(op_spec: str) -> str:
+    """A short name for an op spec: the library name, or the op's name in its text."""
+    match = re.search(r"^\s*op\s+(\w+)", op_spec, re.MULTILINE)
+    return match.group(1) if match else op_spec[:40]
 
 
 def _compile_api() -> Callable[..., Any]:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from profilers.compare import compare
 from profilers.flame import FlameNode
-from profilers.pyinstrument_source import _compile_api, _op_text, profile_call
+from profilers.pyinstrument_source import _compile_api, op_spec_text, profile_call
 from profilers.roofline_points import RooflinePoint, point, resolve, roof_curve
 from profilers.runs import Run
 from profilers.timing import time_kernel
@@ -43,7 +43,7 @@ def operator_report(op_spec: str, sizes: Mapping[str, int], target: str = "host"
     from uol_core.odl.shapes import bind_sizes, shape_of
     from uol_core.runtime.inputs import random_inputs
 
-    text = _op_text(op_spec)
+    text = op_spec_text(op_spec)
     op = uol_core.parse(text)
     sizes = bind_sizes(op, sizes)
     cost = uol_core.op_cost(op, sizes)

@@ -116,10 +116,10 @@ def sanitize_op(op_spec: str, sizes: Mapping[str, int], target: str = "host",
     """Compile an operator with the C backend and run it under the sanitizers."""
     import uol_core
     from profilers.hotspots import _kernel_source
-    from profilers.pyinstrument_source import _compile_api, _op_text
+    from profilers.pyinstrument_source import _compile_api, op_spec_text
     from uol_core.odl.shapes import shape_of
 
-    op = uol_core.parse(_op_text(op_spec))
+    op = uol_core.parse(op_spec_text(op_spec))
     kernel = _compile_api()(op, shapes=dict(sizes), target=target, backend="c", config=config)
     src = _kernel_source(kernel)
     shapes = {d.name: shape_of(op, d.name, sizes) for d in op.inputs + op.outputs}

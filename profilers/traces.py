@@ -152,10 +152,10 @@ def torch_reference_timeline(op_spec: str, sizes: Mapping[str, int], repeats: in
     from torch.profiler import ProfilerActivity, profile
 
     import uol_core
-    from profilers.pyinstrument_source import _op_text
+    from profilers.pyinstrument_source import op_spec_text
     from uol_core.runtime.inputs import random_inputs
 
-    op = uol_core.parse(_op_text(op_spec))
+    op = uol_core.parse(op_spec_text(op_spec))
     inputs = random_inputs(op, sizes)
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():

@@ -54,9 +54,9 @@ def profile(ctx: typer.Context,
     if stage:
         if not op:
             raise UserError("--stage needs --op (an .odl file or library operator)")
-        parsed, _, _ = read_op(op)
+        parsed, text, _ = read_op(op)  # the CLI reads files; the profilers take text or names
         sizes = bind_sizes(parsed, parse_shape_spec(shape)) if shape else {}
-        prof = profile_stage(stage, op, sizes, target, config, repeat)
+        prof = profile_stage(stage, text, sizes, target, config, repeat)
     elif argv:
         from uol_cli.main import app  # lazy: main imports this module
 
@@ -93,10 +93,10 @@ def hotspots(file: FileArg, shape: ShapeOpt, target: TargetOpt = "host",
     from profilers.callgrind import CallgrindUnavailable
     from profilers.hotspots import hotspots_for_op
 
-    op, _, _ = read_op(file)
+    op, text, _ = read_op(file)
     sizes = bind_sizes(op, parse_shape_spec(shape))
     try:
-        rep = hotspots_for_op(file, sizes, target, config, reps, source)
+        rep = hotspots_for_op(text, sizes, target, config, reps, source)
     except (CallgrindUnavailable, *COMPILER_ERRORS) as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -151,10 +151,10 @@ def sanitize(file: FileArg, shape: ShapeOpt, target: TargetOpt = "host", config:
     Exits 1 when something is found."""
     from profilers.sanitizer import sanitize_op
 
-    op, _, _ = read_op(file)
+    op, text, _ = read_op(file)
     sizes = bind_sizes(op, parse_shape_spec(shape))
     try:
-        rep = sanitize_op(file, sizes, target, config)
+        rep = sanitize_op(text, sizes, target, config)
     except COMPILER_ERRORS as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -184,10 +184,10 @@ def report(file: FileArg, shape: ShapeOpt, target: TargetOpt = "host", config: C
     from profilers.report import operator_report
     from profilers.report_render import write
 
-    op, _, _ = read_op(file)
+    op, text, _ = read_op(file)
     sizes = bind_sizes(op, parse_shape_spec(shape))
     try:
-        data = operator_report(file, sizes, target, config, repeats=repeats,
+        data = operator_report(text, sizes, target, config, repeats=repeats,
                                hotspots=not no_hotspots, compare_targets=against or ())
     except COMPILER_ERRORS as exc:
         raise UserError(str(exc)) from None

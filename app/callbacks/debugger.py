@@ -155,10 +155,11 @@ def run_sanitizer(_n, op, sizes):
     from app.services.system import activity
     from profilers.sanitizer import sanitize_op
     from uol_core.odl.shapes import parse_shape_spec
+    from uol_core.ops import library_name
 
     try:
         with activity("C sanitizer"):
-            report = sanitize_op(op, parse_shape_spec(sizes or ""))
+            report = sanitize_op(library_name(op), parse_shape_spec(sizes or ""))
     except Exception as exc:  # unsupported op, bad sizes, gcc missing: say it
         return html.P(f"✗ {exc}", className="error")
     if report.clean:

@@ -87,12 +87,19 @@ def draw(structure, report):
           prevent_initial_call=True)
 def run_graph(_n, source, target):
     """Compile, run, verify and time every group in the worker, against torch eager."""
-    from app.services.graphs import run
+    from app.services.graphs import check_source, run
     from app.services.system import activity
     from profilers.figures.graphs import node_time_bars
+    from uol_core.graph import GraphError
+    from uol_core.hfl import HflError, target_name
 
     if not source:
         return no_update, empty_figure("open a graph first"), ""
+    try:  # names from their closed sets, before the sandbox starts
+        check_source(source)
+        target_name(target or "host")
+    except (GraphError, HflError) as exc:
+        return no_update, empty_figure("run refused"), html.Div(f"✗ {exc}", className="result-bad")
     with activity("graph run"):
         res = run(source, target or "host")
     if not res.get("ok"):

@@ -263,7 +263,12 @@ def measure_gloo(sizes: list[int], ranks: int = 2, iters: int = 5,
     else here in a child process; "ran_on" says which."""
     from app.services import remote
     from hcf_sim.calibrate import fit_alpha_beta
+    from uol_core.hfl import HflError, target_name
 
+    try:
+        target_name(target)  # a client's value: a listed target, before any process starts
+    except HflError as exc:
+        return {"ok": False, "error": str(exc)}
     task = {"kind": "allreduce", "sizes": sizes, "iters": iters, "warmup": 2}
     res = remote.gloo_on_worker(task, ranks, target, timeout)
     if res is None:

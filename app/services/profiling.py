@@ -23,6 +23,12 @@ def profile_op(op: str, sizes: dict, target: str = "host",
     """Compile, verify, time and profile one op (a library name or the user's ODL text) in the
     worker; record it as a history run of mode "profiled" (its line costs come from callgrind or
     the cycle-counter build, which is not a timed run)."""
+    from uol_core.hfl import HflError, target_name
+
+    try:
+        target_name(target)  # a client's value: a listed target, before any process starts
+    except HflError as exc:
+        return {"ok": False, "error": str(exc)}
     request = {"op": op, "sizes": sizes, "target": target}
     res = _remote_profile(request, timeout)
     if res is None:  # no live worker of the target (or no broker): profile here
@@ -90,13 +96,19 @@ def profilable_ops(limit: int = 200) -> list[dict]:
 
 
 def op_to_profile(choice: str) -> str:
-    """What profile_op takes for a dropdown value: a library name, or the ODL of run <id>."""
-    if choice.startswith("run:"):
-        row = history.get(int(choice.split(":", 1)[1]))
+    """What profile_op takes for a dropdown value: a library name, or the ODL of run <id>.
+    Anything else (a path, ODL text, another type) is refused: the value comes from a client."""
+    from uol_core.ops import library_name
+
+    if isinstance(choice, str) and choice.startswith("run:"):
+        run_id = choice[4:]
+        if not run_id.isdigit() or len(run_id) > 18:
+            raise ValueError(f"not a run of the history: {choice[:40]!r}")
+        row = history.get(int(run_id))
         if row is None:
-            raise ValueError(f"run {choice[4:]} is no longer in the history")
+            raise ValueError(f"run {run_id} is no longer in the history")
         return row["odl"]
-    return choice
+    return library_name(choice)
 
 
 def load_profile(run_id: int | None = None) -> dict | None:

@@ -38,15 +38,22 @@ def load_file(path: str | Path) -> Target:
 
 def load_target(name: str) -> Target:
     """The target called `name`; 'host' runs the quick probe once per machine, then is cached."""
-    if name == HOST:
+    if target_name(name) == HOST:
         from uol_core.hfl.probe import probe_host  # lazy: the probe needs gcc
 
         return probe_host(quick=True)
+    return load_file(TARGETS_DIR / f"{name}.toml")
+
+
+def target_name(name: object) -> str:
+    """`name` when the library lists it, else HflError naming the known targets.
+
+    A name, never a path: only names the library lists are joined to its folder, so
+    '../../pyproject' or '/etc/x' reads nothing (a file of your own: `load_file`). Services
+    call it before they start any work for a target a client named."""
     known = list_targets()
-    # a name, never a path: only names the library lists are joined to its folder, so
-    # '../../pyproject' or '/etc/x' reads nothing (a file of your own: `load_file`)
     if not isinstance(name, str) or name not in known:
-        shown = repr(name)[:80]
+        shown = repr(name)[:80]  # a client's text, echoed short
         raise HflError("targets", "", f"no target named {shown}; known targets: "
                                       f"{', '.join(known)}")
-    return load_file(TARGETS_DIR / f"{name}.toml")
+    return name
