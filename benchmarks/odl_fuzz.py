@@ -4,7 +4,10 @@ Run: `.venv/bin/python benchmarks/odl_fuzz.py [--count 50000] [--seed 0] [--comp
 [--json PATH]`. Each text is a library operator (or a seed below) with one to three mutations:
 slices deleted, duplicated or replaced by ODL tokens, lines swapped, numbers replaced by
 extreme ones (2**64 + 5, 1e999), names by non-ASCII ones (A², é), shapes shifted (N - 999),
-reads wrapped in pad(), element types changed, stray characters (NUL, ², U+2028). A text that
+reads wrapped in pad(), element types changed, stray characters (NUL, ², U+2028), index
+coefficients and offsets made large or negative (near 2**62 and 2**63, where int64 ends), an
+input widened along one axis (a reduction then runs over more than the output's width), and
+reductions given written extents (a prefix of the axis they read). A text that
 parses then goes through every stage a user's text reaches without running native code:
 printed and parsed back to the same IR, sizes bound (each dimension 1 to 6), a C kernel
 emitted by the router the backend uses, and the reference evaluator run on random inputs.
@@ -33,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from uol_core.odl import OdlError, parse  # noqa: E402
+from uol_core.odl.errors import IndexOverflowError  # noqa: E402
 from uol_core.odl.printer import format_op  # noqa: E402
 from uol_core.odl.shapes import ShapeError  # noqa: E402
 from uol_core.ops import list_ops, op_text  # noqa: E402
@@ -59,6 +63,15 @@ NAMES = ["A²", "é", "x\u0661", "ǅ", "_", "__", "op", "sum", "f32", "i", "N", 
 CHARS = ["\x00", "²", "\u2028", "\t", "\r", "\x0c", "é", "∑", "\ufeff", "$", "@", ";", "{", "\\"]
 DTYPES = ["f32", "f16", "bf16", "f64", "i32", "i8", "bool"]
 SHAPE_SHIFTS = [" - 999", " - 1", " + 1", " * 2", " - N"]
+# Index coefficients and offsets around the ends of int32 and int64 (2**62 is the largest
+# number an index form may hold; 2**62 * i overflows int64 from i = 2 on).
+COEFFICIENTS = ["4611686018427387904", "-4611686018427387904", "4611686018427387903",
+                "2305843009213693953", "3037000500", "9223372036854775807", "2147483648",
+                "1073741824", "-1073741824", "4294967297", "1000000007", "-7", "0"]
+OFFSETS = ["4611686018427387904", "-4611686018427387904", "9223372036854775807", "2147483647",
+           "-2147483648", "999", "-1", "1"]
+WIDENINGS = [" + 1", " + 3", " + 999", " * 2"]
+REDUCERS = {"sum", "max", "min", "mean", "prod", "cumsum", "cumprod", "cummax"}
 
 
 def mutate(text: str, rng: random.Random) -> str:
@@ -66,7 +79,7 @@ def mutate(text: str, rng: random.Random) -> str:
     n = len(text)
     i = rng.randint(0, n)
     j = rng.randint(i, min(n, i + 12))
-    kind = rng.randrange(10)
+    kind = rng.randrange(13)
     if kind == 0:
         return text[:i] + text[j:]
     if kind == 1:
@@ -82,32 +95,120 @@ def mutate(text: str, rng: random.Random) -> str:
         return _replace_token(text, rng, str.isdigit, NUMBERS)
     if kind == 5:
         return _replace_token(text, rng, str.isidentifier, NAMES)
-    if kind == 6:
-        spots = [p for p, ch in enumerate(text) if ch == "]" and "f" in text[max(0, p - 30):p]]
-        if spots:
-            p = rng.choice(spots)
-            start = text.rfind("[", 0, p) + 1
-            first = text[start:p].split(",")[0]
-            return text[:start] + first + rng.choice(SHAPE_SHIFTS) + text[start + len(first):]
-        return text
-    if kind == 7:
-        spots = [p for p in range(1, n) if text[p] == "[" and text[p - 1].isalpha()]
-        if spots:
-            p = rng.choice(spots)
-            name_start = p
-            while name_start > 0 and (text[name_start - 1].isalnum() or text[name_start - 1] == "_"):
-                name_start -= 1
-            end = text.find("]", p)
-            if end > 0:
-                fill = rng.choice(["0", "-1e30", "1", "300", "18446744073709551621"])
-                return text[:name_start] + f"pad({text[name_start:end + 1]}, {fill})" + text[end + 1:]
-        return text
-    if kind == 8:
-        present = [d for d in DTYPES if d + "[" in text]
-        if present:
-            return text.replace(rng.choice(present) + "[", rng.choice(DTYPES) + "[", 1)
-        return text
+    if kind in _STRUCTURED:
+        return _STRUCTURED[kind](text, rng)
     return text[:i] + rng.choice(CHARS) + text[i:]
+
+
+def _shift_a_shape(text: str, rng: random.Random) -> str:
+    """The first extent of a declared shape shifted (N - 999, 2*N, N - N)."""
+    spots = [p for p, ch in enumerate(text) if ch == "]" and "f" in text[max(0, p - 30):p]]
+    if not spots:
+        return text
+    p = rng.choice(spots)
+    start = text.rfind("[", 0, p) + 1
+    first = text[start:p].split(",")[0]
+    return text[:start] + first + rng.choice(SHAPE_SHIFTS) + text[start + len(first):]
+
+
+def _pad_a_read(text: str, rng: random.Random) -> str:
+    """A read (or anything written NAME[...]) wrapped in pad() with an extreme fill."""
+    spots = [p for p in range(1, len(text)) if text[p] == "[" and text[p - 1].isalpha()]
+    if not spots:
+        return text
+    p = rng.choice(spots)
+    name_start = p
+    while name_start > 0 and (text[name_start - 1].isalnum() or text[name_start - 1] == "_"):
+        name_start -= 1
+    end = text.find("]", p)
+    if end <= 0:
+        return text
+    fill = rng.choice(["0", "-1e30", "1", "300", "18446744073709551621"])
+    return text[:name_start] + f"pad({text[name_start:end + 1]}, {fill})" + text[end + 1:]
+
+
+def _change_a_dtype(text: str, rng: random.Random) -> str:
+    present = [d for d in DTYPES if d + "[" in text]
+    if not present:
+        return text
+    return text.replace(rng.choice(present) + "[", rng.choice(DTYPES) + "[", 1)
+
+
+def _statement_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the right side of each indented statement line: reads and reductions."""
+    spans, start = [], 0
+    for line in text.split("\n"):
+        if line.startswith("    ") and "=" in line:
+            spans.append((start + line.index("=") + 1, start + len(line)))
+        start += len(line) + 1
+    return spans
+
+
+def _scale_an_index(text: str, rng: random.Random) -> str:
+    """One index of one read becomes `coefficient * index + offset` (large, negative, near
+    the ends of int32 and int64), the read mostly wrapped in pad() so that it stays legal."""
+    reads = [(_name_start(text, p), p, text.find("]", p))
+             for a, b in _statement_spans(text) for p in range(a + 1, b)
+             if text[p] == "[" and _name_start(text, p) < p and text.find("]", p) > 0]
+    reads = [(n, p, e) for n, p, e in reads if text[n:p] not in REDUCERS and e < len(text)]
+    if not reads:
+        return text
+    name_start, start, end = rng.choice(reads)
+    parts = text[start + 1:end].split(",")
+    axis = rng.randrange(len(parts))
+    index = parts[axis].strip()
+    form = rng.choice([f"{rng.choice(COEFFICIENTS)} * {index}",
+                       f"{rng.choice(COEFFICIENTS)} * {index} + {rng.choice(OFFSETS)}",
+                       f"{index} + {rng.choice(OFFSETS)}", f"{rng.choice(OFFSETS)} - {index}"])
+    parts[axis] = (" " if axis else "") + form
+    read = f"{text[name_start:start]}[{','.join(parts)}]"
+    if rng.random() < 0.7 and not text[:name_start].endswith("pad("):
+        read = f"pad({read}, {rng.choice(['0', '1', '-1e30'])})"
+    return text[:name_start] + read + text[end + 1:]
+
+
+def _name_start(text: str, bracket: int) -> int:
+    """Where the name written just before text[bracket] starts (== bracket when none)."""
+    start = bracket
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    return start
+
+
+def _widen_an_input(text: str, rng: random.Random) -> str:
+    """One axis of one input declared wider than the others say: a reduction over it then
+    runs over the input's whole axis, wider than the output (or the text is an OdlError)."""
+    head_end = text.find("->")
+    spots = [p for p in range(text.find("(") + 1, max(head_end, 0))
+             if text[p] in ",]" and text.rfind("[", 0, p) > text.rfind("]", 0, p)]
+    if not spots:
+        return text
+    p = rng.choice(spots)
+    return text[:p] + rng.choice(WIDENINGS) + text[p:]
+
+
+def _write_a_reduction_extent(text: str, rng: random.Random) -> str:
+    """A reduction's index given a written extent (`sum[c: C - 1]`): it reads a prefix."""
+    head = text[:text.find("->")] if "->" in text else ""
+    dims = sorted({w for w in head.replace("[", " ").replace("]", " ").replace(",", " ").split()
+                   if w.isidentifier() and w.isupper()})
+    spots = [p for a, b in _statement_spans(text) for p in range(a, b)
+             if text.startswith(("sum[", "max[", "min[", "mean[", "prod["), p)]
+    if not spots or not dims:
+        return text
+    p = text.find("[", rng.choice(spots))
+    end = text.find("]", p)
+    names = text[p + 1:end].split(",")
+    axis = rng.randrange(len(names))
+    if ":" in names[axis]:
+        return text
+    names[axis] += f": {rng.choice(dims)}{rng.choice(['', ' - 1', ' + 1', ''])}"
+    return text[:p + 1] + ",".join(names) + text[end:]
+
+
+# mutation kind -> the function that makes it (kinds 0 to 5 and 9 are written inline)
+_STRUCTURED = {6: _shift_a_shape, 7: _pad_a_read, 8: _change_a_dtype, 10: _scale_an_index,
+               11: _widen_an_input, 12: _write_a_reduction_extent}
 
 
 def _replace_token(text: str, rng: random.Random, kind, pool: list[str]) -> str:
@@ -153,7 +254,8 @@ class FuzzReport:
 
 
 def check_text(text: str, rng: random.Random, build: bool = False, builder=None) -> str:
-    """The outcome of one text ('odl-error', 'shape-error', 'kernel', 'built'); raises on a bug."""
+    """The outcome of one text ('odl-error', 'overflow-error', 'shape-error', 'kernel',
+    'built'); raises on a bug."""
     try:
         op = parse(text)
     except OdlError:
@@ -164,6 +266,8 @@ def check_text(text: str, rng: random.Random, build: bool = False, builder=None)
     sizes = {dim: rng.randint(1, 6) for dim in op.dims}
     try:
         return _lower_and_evaluate(op, sizes, build, builder)
+    except IndexOverflowError:  # an OdlError (line, column) that depends on the sizes
+        return "overflow-error"
     except ShapeError:
         return "shape-error"
     except OdlError:

@@ -19,7 +19,9 @@ from uol_core.acg.plans import attention_plan, softmax_rows
 from uol_core.backends import c_rows
 from uol_core.odl import OdlError, parse
 from uol_core.odl.prefix_reads import prefix_reads
+from uol_core.odl.shapes import ShapeError, bind_sizes
 from uol_core.ops import load_op
+from uol_core.runtime.reference import evaluate_all
 
 TARGET = runnable_target()
 # The issue's op: the C row template reduced over C columns, the reference over C + 999.
@@ -102,3 +104,11 @@ def test_axes_of_different_extents_ask_which_one_is_meant() -> None:
     assert "C + 1 from X (axis 1) but C from Z (axis 1)" in err.message
     assert "max[c: C](...)" in err.hint
     assert parse(text.replace("max[c]", "max[c: C]")).name == "two"  # said which: accepted
+
+
+def test_a_written_extent_that_leaves_no_element_is_a_shape_error() -> None:
+    """max over no element has no value (the reference raised IndexError, C gave -inf)."""
+    op = parse("op m(X: f32[R, C]) -> Y: f32[R]:\n    Y[r] = max[c: C - 1](X[r, c])\n")
+    assert bind_sizes(op, {"R": 2, "C": 2}) == {"R": 2, "C": 2}
+    with pytest.raises(ShapeError, match=r"max\[c: C - 1\] \(line 2\) runs over 0 elements"):
+        evaluate_all(op, {"X": torch.ones(2, 1)})

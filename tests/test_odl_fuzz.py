@@ -73,11 +73,18 @@ def test_mutated_texts_through_every_stage_raise_only_odl_or_shape_errors():
     assert not report.failures, report.failures[0]
     assert report.outcomes["kernel"] + report.outcomes["built"] > 300  # deep stages reached
     assert report.outcomes["built"] >= 1 and report.outcomes["odl-error"] > 300
+    assert report.outcomes["overflow-error"] >= 5  # large coefficients reach the int64 check
 
 
 def test_the_mutation_engine_reaches_the_hard_cases():
     fuzz = _mutation_fuzzer()
     texts = list(fuzz.mutants(3000, seed=2))
     assert len(set(texts)) > 2500
-    for needle in ("18446744073709551621", "pad(", "²", "\x00", " - 999", "i8["):
+    for needle in ("18446744073709551621", "pad(", "²", "\x00", " - 999", "i8[",
+                   "4611686018427387904 * ", "-4611686018427387904", "9223372036854775807",
+                   "2147483648 * "):
         assert any(needle in t for t in texts), needle
+    signatures = [t.split("->")[0] for t in texts if "->" in t]
+    assert any(" + 999]" in s or " + 3," in s for s in signatures)  # a wider input
+    assert any(":" in t[t.find("sum["):t.find("](", t.find("sum["))] for t in texts
+               if "sum[" in t)  # a written reduction extent

@@ -86,7 +86,7 @@ def test_a_large_but_safe_index_compiles_and_agrees_with_the_reference() -> None
     # an integer reduction of index values: 30 factors up to 30
     ("op p(X: f32[N]) -> Y: f32[N]:\n    Y[i] = X[i] * f32(prod[j: N](j + 1))\n",
      {"N": 30}, (2, 23), "prod"),
-])
+], ids=["shape-bytes", "shape-arithmetic", "offset", "negative", "where", "prod"])
 def test_overflowing_arithmetic_names_its_line_and_column(text, sizes, where, says) -> None:
     err = odl_error(text, sizes)
     assert (err.line, err.column) == where, err

@@ -111,9 +111,10 @@ class Affine:
 
 @dataclass(frozen=True)
 class Const:
-    """A numeric literal; `loc` (line, column) is where the text wrote it, (0, 0) when built."""
+    """A numeric literal; `loc` (line, column) is where the text wrote it, (0, 0) when built.
+    Integer literals from text hold an exact int (int64 range)."""
 
-    value: float
+    value: float | int
     is_int: bool = False
     loc: tuple[int, int] = field(default=(0, 0), compare=False)
 

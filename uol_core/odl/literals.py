@@ -39,14 +39,17 @@ DTypeOf = Callable[[Expr], "DType | None"]
 
 def number_literal(text: str, line: int, column: int) -> Const:
     """The Const of a NUMBER token (ASCII digits, fraction, exponent). A float literal past
-    the f64 range is infinity (the printer writes it as 1e999); integers must fit int64."""
-    const = Const(float(text), all(c in DIGITS for c in text), (line, column))
+    the f64 range is infinity (the printer writes it as 1e999); integers must fit int64 and
+    are held exactly (an f64 would round 4611686018427387903 up to 2**62)."""
+    is_int = all(c in DIGITS for c in text)
+    exact = is_int and len(text) <= 40  # longer ones are past int64 (and int() caps digits)
+    const = Const(int(text) if exact else float(text), is_int, (line, column))
     _check_int64(const, text, line, column)
     return const
 
 
 def _check_int64(const: Const, text: str, line: int, column: int) -> None:
-    """Integers are computed in int64; a literal is held as an f64, so the test is on that."""
+    """Integers are computed in int64."""
     if const.is_int and abs(const.value) >= INT64_BOUND:
         raise OdlError(f"integer {text} is outside the 64-bit range ODL computes integers in",
                        line, column, "use an integer below 2**63 in magnitude, or a float "

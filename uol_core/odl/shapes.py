@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from uol_core.odl.check import index_range, stmt_extents
 from uol_core.odl.errors import ShapeError
-from uol_core.odl.ir import Access, Affine, Op, walk
+from uol_core.odl.ir import Access, Affine, Op, Reduce, walk
 from uol_core.odl.overflow import check_index_arithmetic
 
 
@@ -114,11 +114,24 @@ def _check_sizes_once(op: Op, items: tuple[tuple[str, int], ...]) -> None:
     for index, stmt in enumerate(op.stmts):
         extents = stmt_extents(op, index)
         env = dict(extents.free)
-        for reduce_extents in extents.reductions.values():
+        for node, reduce_extents in extents.reductions.items():
+            _check_reduction(node, reduce_extents, stmt.line, sizes)
             env.update(reduce_extents)  # shadowed names share extents with their binding
         for node in walk(stmt.expr):
             if isinstance(node, Access) and node.pad is None:
                 _check_access(op, node, env, sizes)
+
+
+def _check_reduction(node: Reduce, extents: Mapping[str, Affine], line: int,
+                     sizes: Mapping[str, int]) -> None:
+    """A reduction runs over at least one element (a written extent may say fewer): max and
+    min have no value over none, and every backend must give the same one."""
+    for name, form in extents.items():
+        value = form.evaluate(dict(sizes))
+        if value < 1:
+            where = f"line {node.loc[0] or line}"
+            raise ShapeError(f"{node.op}[{name}: {form}] ({where}) runs over {value} elements "
+                             f"with {_fmt(sizes)}; it must run over at least 1")
 
 
 def _check_access(op: Op, access: Access, env: dict[str, Affine], sizes: Mapping[str, int]) -> None:
