@@ -27,6 +27,10 @@ import json
 import math
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from uol_core.runtime.sandbox import Limits
 
 # imported by the launcher before its memory cap and before the switch of user: the
 # runtime's own cost
@@ -46,7 +50,7 @@ def _cores() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
-def kernel_limits(timeout: float):
+def kernel_limits(timeout: float) -> Limits:
     """The sandbox limits of one kernel job of `timeout` seconds on this machine: its kernel
     may use every core (OpenMP threads) and the memory budget of a local run."""
     from uol_core.api import memory_budget_bytes
@@ -74,10 +78,9 @@ def run_kernel(job: dict, timeout: float) -> dict:
     run in the sandbox; keys as `Worker.run`'s, plus `sandbox`: the isolation applied (one
     line per layer), the limits, and the limit that ended the run, if one did."""
     from uol_core.runtime.sandbox import run_sandboxed
-
-    limits = kernel_limits(timeout)
     from uol_core.runtime.sandbox_io import ANY
 
+    limits = kernel_limits(timeout)
     # what a job's answer must look like (the sandbox checks it: data from the job process)
     schema = {"ok": bool, "status": str, "reason?": str, "median_s?": float, "iqr_s?": float,
               "results?": [dict], "*": ANY}
