@@ -66,21 +66,23 @@ def path_variants(canary: Path) -> list[str]:
 
     absolute = str(canary)
     ups = "../" * 12
-    return [absolute, absolute + ".odl", absolute + ".json", ups + absolute.lstrip("/"),
+    return [absolute, ups + absolute.lstrip("/"), absolute + ".odl", absolute + ".json",
             os.path.relpath(absolute, library_dir()), os.path.relpath(absolute),
             os.path.relpath(absolute, os.environ.get("UOL_CACHE_DIR", "/")),
             "run:../../" + absolute.lstrip("/")]
 
 
-def value_variants(default, path: str) -> list:
-    """The bare path, and the store's own object with each string (or id) field set to it."""
-    out: list = [path]
-    if isinstance(default, dict):
-        for key, val in default.items():
-            if isinstance(val, str | int) or val is None:
-                out.append({**default, key: path})
-    out.append({"id": path, "name": path, "kind": "sample", "op": path, "path": path,
-                "odl": path, "target": path, "file": path})
+def value_variants(default, paths: list[str]) -> list:
+    """Each path as the bare value; the store's own object with each string (or id) field set to
+    the first two (absolute and `../`), and an object naming the path under every usual key."""
+    out: list = list(paths)
+    for path in paths[:2]:
+        if isinstance(default, dict):
+            for key, val in default.items():
+                if isinstance(val, str | int) or val is None:
+                    out.append({**default, key: path})
+        out.append({"id": path, "name": path, "kind": "sample", "op": path, "path": path,
+                    "odl": path, "target": path, "file": path})
     return out
 
 
@@ -211,11 +213,10 @@ def test_no_callback_opens_or_returns_a_path_a_client_sent(ide, canary, capfd):
         for dep in _callbacks(ide):
             named = [f for f in _fields(dep) if f in NAME_FIELDS]
             for field in named:
-                for path in path_variants(canary):
-                    for value in value_variants(defaults.get(field), path):
-                        answer = _post(ide, dep, {**defaults, field: value}, field)
-                        replayed += 1
-                        assert SECRET not in answer, f"{dep['output']} <- {field}={value!r}"
+                for value in value_variants(defaults.get(field), path_variants(canary)):
+                    answer = _post(ide, dep, {**defaults, field: value}, field)
+                    replayed += 1
+                    assert SECRET not in answer, f"{dep['output']} <- {field}={value!r}"
     finally:
         _WATCH.clear()
     assert replayed > 500  # every name field of every callback, each variant
