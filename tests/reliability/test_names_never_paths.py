@@ -203,9 +203,10 @@ def test_every_callback_input_is_classified(ide):
     assert not unknown, f"classify these callback inputs (NAME_FIELDS or a plain value): {unknown}"
 
 
-def test_no_callback_opens_or_returns_a_path_a_client_sent(ide, canary, capfd):
+def test_no_callback_opens_or_returns_a_path_a_client_sent(ide, canary, capfd, caplog):
     from app.services import history
 
+    caplog.set_level("INFO")
     defaults = _layout_values(ide)
     replayed = 0
     _WATCH.append(str(canary.parent))
@@ -223,6 +224,7 @@ def test_no_callback_opens_or_returns_a_path_a_client_sent(ide, canary, capfd):
     assert not OPENED, f"the server touched the canary: {OPENED[:5]}"
     stored = json.dumps(history.runs(limit=10_000), default=str)
     assert SECRET not in stored
+    assert SECRET not in caplog.text  # the server's log records (werkzeug, Dash, ours)
     out, err = capfd.readouterr()
     assert SECRET not in out and SECRET not in err  # the server's log, the children's output
     cache = Path(os.environ["UOL_CACHE_DIR"])
