@@ -61,7 +61,8 @@ def callback_failed(err: Exception) -> None:
 
     message = " ".join(str(err).split())[:200] or type(err).__name__
     logging.getLogger("uol.app").warning("callback failed: %s: %s", type(err).__name__, message)
-    set_props("status-error", {"children": f"✗ {message}", "title": type(err).__name__})
+    set_props("status-error", {"children": f"✗ the last action failed: {message}",
+                               "title": type(err).__name__})
 
 
 def page_names() -> list[str]:
