@@ -5,6 +5,9 @@ MAX_WAITING per client, so one client cannot pile up work), the client's own loc
 a time per client: a hang blocks only its owner), then one of `pool_size()` worker slots.
 The locks are `flock` files in a private directory, so the server's threads and the
 background-callback processes (tunes) share one queue; a process that dies releases its locks.
+Compiles queue the same way in a lane of their own (COMPILE: their own client locks and
+slots), so a compile never waits behind a run of its client, and a run never behind compiles.
+A job that has not started yet is dropped when its client left (`request_left`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import select
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,6 +26,7 @@ MAX_WAITING = 4  # jobs one client may have waiting behind its running one
 QUEUE_WAIT_S = 600.0  # a job that cannot start within this long is refused
 POLL_S = 0.05
 CLIENT_COOKIE = "uol_client"
+COMPILE = "compile"  # the lane of compiles (job_slot's `lane`); "" is runs, traces and tunes
 
 
 class JobRefused(RuntimeError):
@@ -75,32 +80,42 @@ def _first_free(paths: list[Path]) -> tuple[int, int] | None:
     return None
 
 
-def _wait_for(paths: list[Path], deadline: float, what: str) -> tuple[int, int]:
+def _wait_for(paths: list[Path], deadline: float, what: str, wait_s: float = QUEUE_WAIT_S,
+              abandoned: Callable[[], bool] | None = None) -> tuple[int, int]:
     while True:
         got = _first_free(paths)
         if got is not None:
             return got
+        if abandoned is not None and abandoned():
+            raise JobRefused(f"{what} dropped before it started: the client left")
         if time.monotonic() > deadline:
-            raise JobRefused(f"{what} could not start within {QUEUE_WAIT_S:.0f} s: every worker "
+            raise JobRefused(f"{what} could not start within {wait_s:.0f} s: every worker "
                              "stayed busy; try again later")
         time.sleep(POLL_S)
 
 
+def _slot_name(lane: str, index: int) -> str:
+    return f"{lane}-slot-{index}" if lane else f"slot-{index}"
+
+
 @contextmanager
-def job_slot(client: str, what: str = "job", wait_s: float = QUEUE_WAIT_S) -> Iterator[int]:
+def job_slot(client: str, what: str = "job", wait_s: float = QUEUE_WAIT_S, lane: str = "",
+             abandoned: Callable[[], bool] | None = None) -> Iterator[int]:
     """Hold a worker slot for `client` (waiting behind the client's own running job first);
-    yields the slot index, which names the worker process this job may use."""
+    yields the slot index, which names the worker process this job may use. `lane` (COMPILE)
+    queues in a lane of its own; `abandoned()` true while waiting drops the job (JobRefused)."""
     folder, key = _lock_dir(), _client_key(client)
-    ticket = _first_free([folder / f"client-{key}.wait{i}" for i in range(MAX_WAITING)])
+    own_name = f"client-{key}.{lane}" if lane else f"client-{key}"
+    ticket = _first_free([folder / f"{own_name}.wait{i}" for i in range(MAX_WAITING)])
     if ticket is None:
         raise JobRefused(f"{what} refused: you already have {MAX_WAITING} jobs waiting behind "
                          "a running one; wait for them (or cancel) first")
     deadline = time.monotonic() + wait_s
     own = slot = None
     try:
-        _, own = _wait_for([folder / f"client-{key}.run"], deadline, what)
-        index, slot = _wait_for([folder / f"slot-{i}" for i in range(pool_size())], deadline,
-                                what)
+        _, own = _wait_for([folder / f"{own_name}.run"], deadline, what, wait_s, abandoned)
+        index, slot = _wait_for([folder / _slot_name(lane, i) for i in range(pool_size())],
+                                deadline, what, wait_s, abandoned)
         _release(ticket[1])
         ticket = None
         yield index
@@ -135,11 +150,11 @@ def slot_held(index: int, wait_s: float = QUEUE_WAIT_S) -> Iterator[None]:
         _release(fd)
 
 
-def busy_slots() -> int:
-    """How many worker slots are held now (for status displays and tests)."""
+def busy_slots(lane: str = "") -> int:
+    """How many worker slots of `lane` are held now (for status displays and tests)."""
     folder, held = _lock_dir(), 0
     for i in range(pool_size()):
-        fd = _try_lock(folder / f"slot-{i}")
+        fd = _try_lock(folder / _slot_name(lane, i))
         if fd is None:
             held += 1
         _release(fd)
@@ -160,6 +175,35 @@ def client_id() -> str:
 
     host = headers.get("Host") or headers.get("host") or ""
     return cookies.get(CLIENT_COOKIE) or cookies.get(cookie_name(host)) or LOCAL_CLIENT
+
+
+# The peer closed (or reset) the connection: POLLRDHUP is Linux's "read side hung up", set on
+# TLS connections too, and not by a browser sending its next request on a kept-alive one.
+_LEFT_EVENTS = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR | select.POLLNVAL
+
+
+def request_left() -> Callable[[], bool] | None:
+    """A test that the HTTP client of the current request has closed its connection (it left
+    the page, or its browser dropped the request), for the request's own thread to call while
+    it works; None outside a request or where the server does not expose the connection
+    (Werkzeug's, which `uol serve` runs, does)."""
+    try:
+        from flask import has_request_context, request
+    except ImportError:  # the CLI without the IDE's extras
+        return None
+    if not has_request_context():
+        return None
+    conn = request.environ.get("werkzeug.socket")
+    fileno = getattr(conn, "fileno", None)
+    if fileno is None or fileno() < 0:
+        return None
+    poller = select.poll()
+    poller.register(fileno(), select.POLLIN | _LEFT_EVENTS)
+
+    def left() -> bool:
+        return any(events & _LEFT_EVENTS for _, events in poller.poll(0))
+
+    return left
 
 
 def install(app) -> None:

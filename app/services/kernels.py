@@ -3,11 +3,18 @@
 The same steps as `uol_core.compile`, through the backend registry, with the solved knob
 space cached. Every failure comes back as a `CompileResult.error` (with the ODL line when
 there is one), never as an exception to the page.
+
+A compile is bounded: it queues in its client's compile lane (job_queue.COMPILE: one compile
+per client at a time, at most MAX_WAITING waiting, a pool of slots for all clients), runs for at
+most COMPILE_TIMEOUT_S, and stops (or is dropped before it starts) when its HTTP client closes
+the connection. The emitters' checkpoints stop it mid-emission (emit_limits.compile_guard); the
+size limits of emit_limits keep the stretches between checkpoints short.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -17,6 +24,9 @@ from uol_core.backends import kernel_backend_names
 
 TARGET_DEFAULT = "host"
 BACKENDS = kernel_backend_names()
+# The largest op the parser takes (64 statements, 100 kB) compiles in about 3 s on one core.
+COMPILE_TIMEOUT_S = 15.0
+COMPILE_WAIT_S = 20.0  # a compile that cannot start within this long is refused
 # Filter-like dimensions get small sizes so windowed ops (conv, pooling) stay valid.
 
 
@@ -77,24 +87,32 @@ def _target(name: str):
     return load_target(name)
 
 
-def emit(odl: str, backend: str, target: str, sizes: dict[str, int], config: dict | None):
+def emit(odl: str, backend: str, target: str, sizes: dict[str, int], config: dict | None,
+         check: Callable[[], None] = lambda: None):
     """The KernelSource, knob rows and explanation of one compile (raises on any error).
 
     Uses the backend from the registry as `uol_core.compile` does (plan, space, emitter,
     explain), with the solved space cached, so a knob change re-emits in milliseconds.
+    An op past the emission limits is refused before anything is planned; `check()` runs
+    between the stages (a guarded compile stops there).
     """
     from uol_core.api import check_memory
     from uol_core.backends import get_backend
+    from uol_core.backends.emit_limits import check_op_size
     from uol_core.odl.shapes import bind_sizes
 
     op = _parse(odl)
+    check_op_size(op)
     bound = bind_sizes(op, sizes)
     check_memory(op, bound)  # sizes from the page: refuse what would exhaust the machine's RAM
     tgt = _target(target)
+    check()
     space = knob_space.space_for(odl, backend, target, tuple(sorted(bound.items())))
     cfg = space.resolve(config or {})
     chosen = get_backend(backend, tgt)
+    check()
     src = chosen.emit(chosen.plan(op, bound, tgt), cfg)
+    check()
     explanation = _safe_explain(space, cfg) if space.model is not None else ""
     if not explanation:
         explanation = knob_space.explain(space, cfg, op, bound, tgt)
@@ -114,15 +132,26 @@ def _safe_explain(space, cfg: dict) -> str:
 
 
 def compile_odl(odl: str, backend: str = "c", target: str = TARGET_DEFAULT,
-                sizes: dict[str, int] | None = None, config: dict | None = None) -> CompileResult:
-    """Parse, bind sizes, solve the knob space and emit; errors come back inside the result."""
+                sizes: dict[str, int] | None = None, config: dict | None = None,
+                client: str | None = None) -> CompileResult:
+    """Parse, bind sizes, solve the knob space and emit; errors come back inside the result.
+
+    Queued in `client`'s compile lane (default: the calling browser's, job_queue.client_id)
+    and bounded in time; inside an HTTP request, stopped when its client leaves."""
+    from app.services.job_queue import COMPILE, client_id, job_slot, request_left
+    from uol_core.backends.emit_limits import CompileStopped, compile_guard
+
     start = time.perf_counter()
     result = CompileResult(False, odl, backend, target, dict(sizes or {}))
+    left = request_left()
     try:
-        if not sizes:
-            sizes = default_sizes(odl)
-        op, bound, src, knobs, explanation = emit(odl, backend, target, sizes, config)
-    except Exception as exc:  # shown in the page: the Studio never crashes on bad input
+        with job_slot(client or client_id(), "compile", COMPILE_WAIT_S, lane=COMPILE,
+                      abandoned=left), compile_guard(COMPILE_TIMEOUT_S, left) as check:
+            if not sizes:
+                sizes = default_sizes(odl)
+            op, bound, src, knobs, explanation = emit(odl, backend, target, sizes, config, check)
+            hidden_knobs = _unoffered(odl, backend, target, bound, dict(src.config), src.text)
+    except (Exception, CompileStopped) as exc:  # shown in the page: the Studio never crashes
         result.error = _describe(exc)
         result.error_line = int(getattr(exc, "line", 0) or 0)
         result.error_column = int(getattr(exc, "column", 0) or 0)
@@ -135,7 +164,7 @@ def compile_odl(odl: str, backend: str = "c", target: str = TARGET_DEFAULT,
     result.lang = src.lang
     result.line_map = {int(k): int(v) for k, v in src.line_map.items() if v}
     result.config = dict(src.config)
-    result.hidden_knobs = _unoffered(odl, backend, target, bound, result.config, src.text)
+    result.hidden_knobs = hidden_knobs
     hidden = {h["name"] for h in result.hidden_knobs}
     result.knobs = [k for k in knobs if k["name"] not in hidden]
     result.explanation = explanation
@@ -180,10 +209,15 @@ def knob_names(odl: str, backend: str, target: str, sizes: dict[str, int]) -> li
     return list(knob_space.space_for(odl, backend, target, tuple(sorted(bound.items()))).default)
 
 
-def _describe(exc: Exception) -> str:
-    """One readable message: OdlError keeps its hint, others keep their type name."""
+def _describe(exc: BaseException) -> str:
+    """One readable message: OdlError keeps its hint, a refused or stopped compile says only
+    why, others keep their type name."""
+    from app.services.job_queue import JobRefused
     from uol_core import OdlError
+    from uol_core.backends.emit_limits import CompileStopped, EmissionLimit
 
+    if isinstance(exc, (JobRefused, CompileStopped, EmissionLimit)):
+        return str(exc)
     if isinstance(exc, OdlError):
         hint = f"\nhint: {exc.hint}" if exc.hint else ""
         return f"line {exc.line}, column {exc.column}: {exc.message}{hint}"

@@ -157,12 +157,12 @@ class KnobSpace:
 
 def _space(odl: str, backend: str, target: str, sizes: dict[str, int]) -> KnobSpace:
     """The panel's view of the Space the backend solves for the op (any pattern, any target)."""
-    from uol_core import parse
+    from app.services.kernels import _parse  # the compile's own Op: caches keyed by it hit
     from uol_core.acg.space_core import as_mapping
     from uol_core.backends import get_backend
 
     chosen = get_backend(backend, target)
-    plan = chosen.plan(parse(odl), sizes, target)
+    plan = chosen.plan(_parse(odl), sizes, target)
     choice = chosen.choose(plan, None)  # the model's pick: what `uol_core.compile` builds
     space = choice.space
     rules = [Rule(c.name, c.formula, c.holds) for c in space.constraints]

@@ -9,9 +9,11 @@ keeps one slice (the axes past `depth`) in a private buffer. Every decision has 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from uol_core.backends.emit_limits import checkpoint
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Expr, Op, Reduce, Scan, children, walk
 
@@ -55,25 +57,46 @@ def _reads(expr: Expr, bound: frozenset[str] = frozenset()):
         yield from _reads(child, inner)
 
 
-def _scan_position(op: Op, i: int) -> int | None:
+@dataclass(frozen=True)
+class _Shape:
+    """What fusion asks of one statement's expression, found in one look at it."""
+
+    scan_position: int | None  # the free position of its scan index (None: no scan)
+    column_reduce: bool
+    pure_map: bool  # no reduction
+    inner_contiguous: bool  # _contiguous_in its last free index
+
+
+@functools.lru_cache(maxsize=512)
+def tensors_read(op: Op, i: int) -> frozenset[str]:
+    """The tensors statement i reads, remembered per op and statement (see _shape)."""
+    return frozenset(n.tensor for n in walk(op.stmts[i].expr) if isinstance(n, Access))
+
+
+@functools.lru_cache(maxsize=512)
+def _shape(op: Op, i: int) -> _Shape:
+    """Statement i's _Shape, remembered per op (hashed once) and statement: plan_fusion runs
+    once per config the space ranks and again for each emit, over every statement each time,
+    and walking the expressions anew each time made a 64-statement op take seconds."""
     stmt = op.stmts[i]
-    for node in walk(stmt.expr):
-        if isinstance(node, Scan):
-            return stmt.indices.index(node.index)
-    return None
+    scans = [n for n in walk(stmt.expr) if isinstance(n, Scan)]
+    return _Shape(stmt.indices.index(scans[0].index) if scans else None,
+                  column_reduce(stmt) is not None,
+                  not any(isinstance(n, Reduce) for n in walk(stmt.expr)),
+                  bool(stmt.indices) and _contiguous_in(stmt, stmt.indices[-1]))
 
 
 def _max_depth(op: Op, i: int, sizes: Mapping[str, int], starting: bool = False) -> int:
     """Loops statement i can share at most: its free indices before any scan index; a map that
     starts a pass keeps its innermost loop to itself (the vectorised one)."""
     stmt = op.stmts[i]
-    scan = _scan_position(op, i)
-    if scan is not None:
-        return scan
-    if column_reduce(stmt) is not None:
+    shape = _shape(op, i)
+    if shape.scan_position is not None:
+        return shape.scan_position
+    if shape.column_reduce:
         return 0  # rows outside, columns inside: the C path gives it a pass of its own
-    pure_map = not any(isinstance(n, Reduce) for n in walk(stmt.expr))
-    keep_inner = starting and stmt.indices and (pure_map or _contiguous_in(stmt, stmt.indices[-1]))
+    pure_map = shape.pure_map
+    keep_inner = starting and stmt.indices and (pure_map or shape.inner_contiguous)
     if keep_inner and not pure_map and short_inner_axis(op, i, sizes):
         return len(stmt.indices) - 2  # both inner loops: the C path vectorises the longer one
     return len(stmt.indices) - 1 if keep_inner else len(stmt.indices)
@@ -196,6 +219,7 @@ def plan_fusion(op: Op, sizes: Mapping[str, int], enabled: bool = True) -> Fusio
     groups: list[FusionGroup] = []
     reasons: list[str] = []
     for i, stmt in enumerate(op.stmts):
+        checkpoint()  # a guarded compile may stop here (the space plans once per config)
         free = stmt_extents(op, i).free
         depth = _max_depth(op, i, sizes, starting=True)
         extents = [free[n].evaluate(dict(sizes)) for n in stmt.indices[:depth]]
@@ -234,8 +258,9 @@ def flat_map(op: Op, i: int) -> bool:
     """A one-index element-wise statement (no reduction, scan or written extents): the loop
     its pass runs is its only one, the vectorised one."""
     stmt = op.stmts[i]
-    return len(stmt.indices) == 1 and not stmt.extents and \
-        not any(isinstance(n, (Reduce, Scan)) for n in walk(stmt.expr))
+    shape = _shape(op, i)
+    return len(stmt.indices) == 1 and not stmt.extents and shape.pure_map and \
+        shape.scan_position is None
 
 
 def flat_map_joins(op: Op, group: list[int], i: int, sizes: Mapping[str, int]) -> bool:
@@ -255,14 +280,11 @@ def flat_map_joins(op: Op, group: list[int], i: int, sizes: Mapping[str, int]) -
 def _mark_private(op: Op, groups: list[FusionGroup]) -> None:
     """Intermediates read only inside their own group (and not outputs) stay per thread."""
     outputs = {d.name for d in op.outputs}
-    for n, g in enumerate(groups):
-        if g.depth == 0:
-            continue
-        later = [op.stmts[i] for h in groups[n + 1:] for i in h.stmts]
-        for i in g.stmts:
-            target = op.stmts[i].target
-            if target in outputs or i in g.riders:
-                continue
-            if any(a.tensor == target for s in later for a in walk(s.expr) if isinstance(a, Access)):
-                continue
-            g.private.append(target)
+    read_later: set[str] = set()  # tensors the groups after the current one read
+    for g in reversed(groups):
+        if g.depth != 0:
+            for i in g.stmts:
+                target = op.stmts[i].target
+                if target not in outputs and i not in g.riders and target not in read_later:
+                    g.private.append(target)
+        read_later.update(*(tensors_read(op, i) for i in g.stmts))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import constraint
 
-from uol_core.acg.fusion import FusionPlan, flat_map, plan_fusion
+from uol_core.acg.fusion import FusionPlan, flat_map, plan_fusion, tensors_read
 from uol_core.acg.space_attention import (
     attention_domains_and_rules,
     attention_shape,
@@ -34,7 +34,7 @@ from uol_core.acg.space_core import (
     parse_key,
 )
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, Op, walk
+from uol_core.odl.ir import Op
 from uol_core.odl.shapes import shape_of
 
 # bf16_isa: bf16 GEMMs only; bq, bk: flash attention only
@@ -157,7 +157,7 @@ def traffic_bytes(op: Op, sizes: Mapping[str, int], fuse: bool) -> int:
         for i in group.stmts:
             stmt = op.stmts[i]
             touched.add(stmt.target)
-            touched.update(n.tensor for n in walk(stmt.expr) if isinstance(n, Access))
+            touched.update(tensors_read(op, i))
         total += sum(size[t] for t in touched - set(group.private) if t in size)
     return total
 

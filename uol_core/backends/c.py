@@ -89,14 +89,20 @@ PATTERN_EMITTERS: dict[str, Callable] = {"contraction": _emit_contraction, "map"
 def emit(op, config, target, sizes) -> KernelSource:
     """The C kernel of `op` for bound `sizes`: a TileConfig builds the GEMM, a dict the rest."""
     from uol_core.acg.lower import UnsupportedOp, lower_contraction
+    from uol_core.backends.emit_limits import check_op_size, check_source_size
     from uol_core.odl.patterns import classify
 
+    check_op_size(op)
     kind = classify(op).kind
+    source = None
     if kind == "contraction" and not isinstance(config, dict):
         try:
             plan = lower_contraction(op, sizes)
         except UnsupportedOp:  # conv, attention, several GEMMs: flash or generic kernels
             plan = None
         if plan is not None:
-            return PATTERN_EMITTERS[kind](plan, config, target)
-    return _emit_pattern(op, sizes, config if isinstance(config, dict) else None, target)
+            source = PATTERN_EMITTERS[kind](plan, config, target)
+    if source is None:
+        source = _emit_pattern(op, sizes, config if isinstance(config, dict) else None, target)
+    check_source_size(op.name, source.text)
+    return source

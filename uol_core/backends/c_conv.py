@@ -43,11 +43,33 @@ from uol_core.odl.ir import (
     Reduce,
     Var,
     children,
+    walk,
 )
 from uol_core.odl.pad_reach import padded_escapes
 
 GENERATOR = "uol-c-conv-2"
 KC_MAX = 384  # deepest packed panel; longer reductions are split into even blocks
+FOLD_SLACK = 64  # nodes a folded epilogue may repeat (a local read twice) beyond the written ops
+
+
+def _folds_small(op: Op) -> bool:
+    """Whether folding the op's statements into its last (`inline_maps`) keeps the expression
+    within FOLD_SLACK nodes of the statements as written. Folding copies each intermediate into
+    every read of it, so a chain whose statements each read the one before twice doubles at
+    every statement: 16 statements made 65536 copies, which every later walk visited (seconds
+    per emit, for every map op, since this route is tried for all). Counted here without
+    building anything: a statement's size with each read of an earlier one replaced by that
+    one's size, linear in the op."""
+    folded: dict[str, int] = {}
+    written = 0
+    for stmt in op.stmts:
+        nodes = list(walk(stmt.expr))
+        written += len(nodes)
+        folded[stmt.target] = sum(folded.get(n.tensor, 1) if isinstance(n, Access) else 1
+                                  for n in nodes)
+        if folded[stmt.target] > written + FOLD_SLACK:
+            return False
+    return True
 
 
 def _epilogue_ok(op: Op, plan: ConvPlan) -> bool:
@@ -88,8 +110,11 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
          ) -> KernelSource | None:
     """The convolution kernel of `op`, or None when the op is not a convolution this template takes.
     A convolution followed by maps of its result (a fused bias, relu, residual add) is first
-    folded into one statement whose epilogue they are (`inline_maps`)."""
-    op = inline_maps(op)
+    folded into one statement whose epilogue they are (`inline_maps`), when that stays small."""
+    if len(op.stmts) > 1:
+        if not _folds_small(op):
+            return None
+        op = inline_maps(op)
     plan = conv_plan(op)
     if plan is None:
         plan = depthwise_plan(op)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from uol_core.backends.c import render_affine
 from uol_core.backends.c_names import index_id, size_id
 from uol_core.backends.c_vmath import SCALAR_MATH
+from uol_core.backends.emit_limits import checkpoint
 from uol_core.odl.ir import (
     COMPARISONS,
     LOGICAL,
@@ -96,6 +97,14 @@ REDUCE_C: dict[str, tuple[dict[str, str], str, str]] = {
     "max": ({"f": "-INFINITY", "i": "INT64_MIN"}, "{a} = {v} > {a} ? {v} : {a};", "max"),
     "min": ({"f": "INFINITY", "i": "INT64_MAX"}, "{a} = {v} < {a} ? {v} : {a};", "min"),
 }
+# A rule that writes its argument more than once (relu's `x > 0 ? x : 0`, gelu_tanh's four
+# x, pow(x, 3)) repeats the argument's text, so nested calls grew the kernel exponentially in
+# the nesting depth (gelu_tanh eight deep was 17 MB of C). An argument longer than
+# SHARE_CHARS is computed once, into a local of a GNU statement expression
+# (`({ const float uol_s1 = ...; rule(uol_s1); })`): the text stays linear in the ODL. A short
+# argument (a load, `acc + b`) stays inline, so kernels without deep nesting do not change.
+SHARE_CHARS = 256
+
 SCAN_C: dict[str, tuple[str, str]] = {
     "cumsum": ("0", "{a} += {v};"), "cumprod": ("1", "{a} *= {v};"),
     "cummax": ("-INFINITY", "{a} = {v} > {a} ? {v} : {a};"),
@@ -122,6 +131,9 @@ class ExprContext:
     counter: list[int] = field(default_factory=lambda: [0])
     simd: bool = True
     cache: dict[int, str] = field(default_factory=dict)  # id(Reduce) -> value, once hoisted
+    # id(node) -> (node, its value kind), once found; holding the node keeps its id unique
+    kinds: dict[int, tuple[Expr, str]] = field(default_factory=dict)
+    shared: list[int] = field(default_factory=lambda: [0])  # locals made by `shared_use`
 
     def fresh(self, stem: str) -> str:
         self.counter[0] += 1
@@ -132,7 +144,15 @@ class ExprContext:
 
 
 def kind(expr: Expr, ctx: ExprContext) -> str:
-    """Value kind of an expression (the reference evaluator's promotion rules)."""
+    """Value kind of an expression (the reference evaluator's promotion rules); remembered
+    per node, so rendering a deep expression asks each subtree once, not once per level."""
+    found = ctx.kinds.get(id(expr))
+    if found is None:
+        found = ctx.kinds[id(expr)] = (expr, _kind(expr, ctx))
+    return found[1]
+
+
+def _kind(expr: Expr, ctx: ExprContext) -> str:
     if isinstance(expr, Const):
         return "i" if expr.is_int else "f"
     if isinstance(expr, Var):
@@ -213,11 +233,22 @@ def _binary(e: Binary, ctx: ExprContext) -> str:
     return f"({lhs} {BINARY_C[e.op]} {rhs})"
 
 
+def shared_use(ctx: ExprContext, text: str, uses: int, rule: Callable[[str], str]) -> str:
+    """`rule` applied to the value `text` (of the compute type) that it writes `uses` times:
+    inline when that is short, else through one local (see SHARE_CHARS)."""
+    if uses < 2 or len(text) <= SHARE_CHARS:
+        return rule(text)
+    ctx.shared[0] += 1
+    name = f"uol_s{ctx.shared[0]}"
+    return f"({{ const {ctx.real} {name} = {text}; {rule(name)}; }})"
+
+
 def _pow(e: Call, ctx: ExprContext) -> str:
     base = e.args[1]
     if isinstance(base, Const) and float(base.value) in (1.0, 2.0, 3.0):
-        b = render_as(ctx, e.args[0], "f")
-        return "(" + " * ".join([b] * int(base.value)) + ")"
+        times = int(base.value)
+        return shared_use(ctx, render_as(ctx, e.args[0], "f"), times,
+                          lambda b: "(" + " * ".join([b] * times) + ")")
     suffix = "f" if ctx.real == "float" else ""
     return f"pow{suffix}({render_as(ctx, e.args[0], 'f')}, {render_as(ctx, e.args[1], 'f')})"
 
@@ -235,7 +266,8 @@ def _call(e: Call, ctx: ExprContext) -> str:
         suffix = "i" if k != "f" else ("f" if ctx.real == "float" else "d")
         want = "f" if k == "f" else "?"
         return f"uol_{e.fn}{suffix}({render_as(ctx, e.args[0], want)}, {render_as(ctx, e.args[1], want)})"
-    return FUNCS[ctx.real][e.fn].format(render_as(ctx, e.args[0], "f"))
+    rule = FUNCS[ctx.real][e.fn]
+    return shared_use(ctx, render_as(ctx, e.args[0], "f"), rule.count("{0}"), rule.format)
 
 
 def _cast(e: Cast, ctx: ExprContext) -> str:
@@ -307,6 +339,7 @@ RENDER: dict[type, Callable[[Expr, ExprContext], str]] = {
 
 def render(expr: Expr, ctx: ExprContext) -> str:
     """C text of `expr`; reductions and scans append their loops and updates to `ctx.pre`."""
+    checkpoint()  # a guarded compile (emit_limits.compile_guard) may stop here
     return RENDER[type(expr)](expr, ctx)
 
 

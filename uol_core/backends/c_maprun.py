@@ -12,7 +12,7 @@ iteration).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_expr import kind, render, store
@@ -28,12 +28,19 @@ def map_runs(op: Op, lay, runs: list[list[int]], depth: int, cfg: Mapping,
     runs merged, each as (one loop, statements): True for a merged run of two or more maps.
     Statements in `excluded` (riders, row loops) stay alone, and all do with `fuse=0`."""
     merged: list[tuple[bool, list[int]]] = []
+    maps: dict[int, bool] = {}  # statement -> _is_map, rendered once (a run asks of its first often)
+
+    def is_map(j: int) -> bool:
+        if j not in maps:
+            maps[j] = _is_map(op, lay, j, depth, cfg)
+        return maps[j]
+
     for run in runs:
         i = run[0]
         if cfg.get("fuse", 1) and len(run) == 1 and merged and len(merged[-1][1]) >= 1 \
-                and i not in excluded and _is_map(op, lay, i, depth, cfg) \
+                and i not in excluded and is_map(i) \
                 and (merged[-1][0] or len(merged[-1][1]) == 1) \
-                and _joins(op, lay, merged[-1][1], i, depth, cfg, excluded):
+                and _joins(op, lay, merged[-1][1], i, depth, is_map, excluded):
             merged[-1] = (True, [*merged[-1][1], i])
         else:
             merged.append((False, list(run)))
@@ -53,10 +60,10 @@ def _is_map(op: Op, lay, i: int, depth: int, cfg: Mapping) -> bool:
     return not ctx.pre
 
 
-def _joins(op: Op, lay, run: list[int], i: int, depth: int, cfg: Mapping,
+def _joins(op: Op, lay, run: list[int], i: int, depth: int, is_map: Callable[[int], bool],
            excluded: set[int]) -> bool:
     first, stmt = op.stmts[run[0]], op.stmts[i]
-    if run[0] in excluded or not _is_map(op, lay, run[0], depth, cfg) \
+    if run[0] in excluded or not is_map(run[0]) \
             or stmt.indices != first.indices:
         return False
     sizes = dict(lay.sizes)

@@ -21,13 +21,17 @@ DEFAULTS = {"BLOCK": 128, "BLOCK_R": 32, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K"
 
 def emit(op: Op, config: dict | None = None, target: Any = None) -> KernelSource:
     """Triton source of `op`: @triton.jit kernels plus a `launch` function that runs them in order."""
+    from uol_core.backends.emit_limits import check_op_size, check_source_size
     from uol_core.backends.triton_row import row_block_limit
 
+    check_op_size(op)
     cfg = {**DEFAULTS, **(config or {})}
     if not cfg.get("MAX_BLOCK_C"):  # longest row kept in one tile; longer rows loop over chunks
         cfg["MAX_BLOCK_C"] = row_block_limit(target, cfg.get("num_warps", 4))
     parts = plan(op, cfg)
-    return render(op, parts, cfg, target)
+    source = render(op, parts, cfg, target)
+    check_source_size(op.name, source.text)
+    return source
 
 
 def plan(op: Op, cfg: dict) -> list[KernelPart]:
