@@ -26,11 +26,13 @@ def parse_knobs(text: str | None) -> dict:
 
 
 def _source(state: dict):
-    """The KernelSource of the compiled state (re-emitted: the solved space is cached)."""
-    from app.services.kernels import emit
+    """The KernelSource of the compiled state (re-emitted: the solved space is cached), queued
+    and bounded as a compile."""
+    from app.services.kernels import compile_bounds, emit
 
-    return emit(state["odl"], state["backend"], state["target"], state["sizes"],
-                state["config"])[2]
+    with compile_bounds() as check:
+        return emit(state["odl"], state["backend"], state["target"], state["sizes"],
+                    state["config"], check)[2]
 
 
 @callback(Output("asm-html", "data"), Output("asm-status", "children"),

@@ -14,7 +14,8 @@ size limits of emit_limits keep the stretches between checkpoints short.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -131,6 +132,28 @@ def _safe_explain(space, cfg: dict) -> str:
         return ""
 
 
+class CompileHalted(RuntimeError):
+    """A compile stopped at its time limit or because its client left (the message says which)."""
+
+
+@contextmanager
+def compile_bounds(client: str | None = None) -> Iterator[Callable[[], None]]:
+    """Hold a slot of `client`'s compile lane (default: the calling browser's) and bound the
+    work inside: it stops after COMPILE_TIMEOUT_S or when the current HTTP request's client
+    leaves, raising CompileHalted. Yields the `check()` to run between stages."""
+    from app.services.job_queue import COMPILE, client_id, job_slot, request_left
+    from uol_core.backends.emit_limits import CompileStopped, compile_guard
+
+    left = request_left()
+    with job_slot(client or client_id(), "compile", COMPILE_WAIT_S, lane=COMPILE,
+                  abandoned=left):
+        try:
+            with compile_guard(COMPILE_TIMEOUT_S, left) as check:
+                yield check
+        except CompileStopped as exc:  # past the stages now: an ordinary error for callers
+            raise CompileHalted(str(exc)) from None
+
+
 def compile_odl(odl: str, backend: str = "c", target: str = TARGET_DEFAULT,
                 sizes: dict[str, int] | None = None, config: dict | None = None,
                 client: str | None = None) -> CompileResult:
@@ -138,20 +161,15 @@ def compile_odl(odl: str, backend: str = "c", target: str = TARGET_DEFAULT,
 
     Queued in `client`'s compile lane (default: the calling browser's, job_queue.client_id)
     and bounded in time; inside an HTTP request, stopped when its client leaves."""
-    from app.services.job_queue import COMPILE, client_id, job_slot, request_left
-    from uol_core.backends.emit_limits import CompileStopped, compile_guard
-
     start = time.perf_counter()
     result = CompileResult(False, odl, backend, target, dict(sizes or {}))
-    left = request_left()
     try:
-        with job_slot(client or client_id(), "compile", COMPILE_WAIT_S, lane=COMPILE,
-                      abandoned=left), compile_guard(COMPILE_TIMEOUT_S, left) as check:
+        with compile_bounds(client) as check:
             if not sizes:
                 sizes = default_sizes(odl)
             op, bound, src, knobs, explanation = emit(odl, backend, target, sizes, config, check)
             hidden_knobs = _unoffered(odl, backend, target, bound, dict(src.config), src.text)
-    except (Exception, CompileStopped) as exc:  # shown in the page: the Studio never crashes
+    except Exception as exc:  # shown in the page: the Studio never crashes on bad input
         result.error = _describe(exc)
         result.error_line = int(getattr(exc, "line", 0) or 0)
         result.error_column = int(getattr(exc, "column", 0) or 0)
@@ -209,14 +227,14 @@ def knob_names(odl: str, backend: str, target: str, sizes: dict[str, int]) -> li
     return list(knob_space.space_for(odl, backend, target, tuple(sorted(bound.items()))).default)
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: Exception) -> str:
     """One readable message: OdlError keeps its hint, a refused or stopped compile says only
     why, others keep their type name."""
     from app.services.job_queue import JobRefused
     from uol_core import OdlError
-    from uol_core.backends.emit_limits import CompileStopped, EmissionLimit
+    from uol_core.backends.emit_limits import EmissionLimit
 
-    if isinstance(exc, (JobRefused, CompileStopped, EmissionLimit)):
+    if isinstance(exc, (JobRefused, CompileHalted, EmissionLimit)):
         return str(exc)
     if isinstance(exc, OdlError):
         hint = f"\nhint: {exc.hint}" if exc.hint else ""
