@@ -9,6 +9,8 @@ and can fuse.
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch import fx
 
@@ -199,12 +201,22 @@ def layer_norm(imp: ExportImporter, n: fx.Node) -> None:
     imp.odl(n, text, ins, "flat", "layernorm" if eps == 1e-5 else "inline")
 
 
+# batch_norm(input, weight, bias, mean, var, training, momentum, eps, cudnn) and the form a
+# functionalised program has, _native_batch_norm_legit_no_training(input, weight, bias, mean,
+# var, momentum, eps) -> (out, save_mean, save_invstd): where each keeps its epsilon
+BATCH_NORMS = {"batch_norm": 7, "_native_batch_norm_legit_no_training": 6}
+
+
+def _is_training(n: fx.Node) -> bool:
+    return packet(n.target) == "batch_norm" and bool(_arg(n, 5, "training", False))
+
+
 def _bn_scale_shift(imp: ExportImporter, n: fx.Node) -> tuple[torch.Tensor, torch.Tensor]:
     """An inference batch norm as y = x * scale + shift, per channel."""
     _, weight, bias, mean, var = n.args[:5]
-    if _arg(n, 5, "training", False):
+    if _is_training(n):
         raise Unmapped("batch norm in training mode (batch statistics)")
-    eps = float(_arg(n, 7, "eps", 1e-5))
+    eps = float(_arg(n, BATCH_NORMS[packet(n.target)], "eps", 1e-5))
     scale = torch.rsqrt(_const(imp, var, "running variance") + eps)
     if weight is not None:
         scale = scale * _const(imp, weight, "weight")
@@ -220,7 +232,9 @@ def _foldable_batch_norm(imp: ExportImporter, conv: fx.Node) -> fx.Node | None:
     if len(conv.users) != 1:
         return None
     bn = next(iter(conv.users))
-    if packet(bn.target) != "batch_norm" or bn.args[0] is not conv or _arg(bn, 5, "training", False):
+    if packet(bn.target) not in BATCH_NORMS or bn.args[0] is not conv or _is_training(bn):
+        return None
+    if packet(bn.target) != "batch_norm" and not _only_first_item_read(bn):
         return None
     if len(bn.args) < 5 or bn.args[3] is None or bn.args[4] is None:
         return None
@@ -230,7 +244,12 @@ def _foldable_batch_norm(imp: ExportImporter, conv: fx.Node) -> fx.Node | None:
 
 def batch_norm(imp: ExportImporter, n: fx.Node) -> None:
     """Inference batch norm: folded into the convolution before it when it is that
-    convolution's only reader (`conv2d`), else a per-channel scale and shift."""
+    convolution's only reader (`conv2d`), else a per-channel scale and shift. The functional
+    form returns a tuple whose statistics (items 1, 2) an inference program never reads."""
+    if packet(n.target) != "batch_norm":
+        if not _only_first_item_read(n):
+            raise Unmapped("its saved statistics (items 1 and 2) are read")
+        imp.unpacked.add(n.name)  # mapped below, or absorbed; an Unmapped undoes it in visit
     if n.name in imp.absorbed:
         imp.forms[n.name] = dict(imp.forms[n.args[0].name])
         return
@@ -244,6 +263,10 @@ def batch_norm(imp: ExportImporter, n: fx.Node) -> None:
     ins = {"X": imp.tensor(x), "S": imp.param(f"{n.name}_scale", scale.reshape(-1, *[1] * (rank - 2))),
            "T": imp.param(f"{n.name}_shift", shift.reshape(-1, *[1] * (rank - 2)))}
     imp.odl(n, text, ins, "nd")
+
+
+def _only_first_item_read(n: fx.Node) -> bool:
+    return all(u.target is operator.getitem and u.args[1] == 0 for u in n.users)
 
 
 def _view(imp: ExportImporter, src: str, method: str, args: list, shape: tuple[int, ...]) -> str:
@@ -413,6 +436,7 @@ RULES = {
     "gelu": gelu, "clamp": clamp, "hardtanh": hardtanh, "leaky_relu": leaky_relu, "elu": elu,
     "softplus": softplus, "pow": None, "where": where, "linear": linear, "matmul": matmul,
     "mm": matmul, "bmm": matmul, "layer_norm": layer_norm, "batch_norm": batch_norm,
+    "_native_batch_norm_legit_no_training": batch_norm,
     "conv2d": conv2d, "conv_transpose2d": conv_transpose2d, "max_pool2d": max_pool2d,
     "adaptive_avg_pool2d": adaptive_avg_pool2d, "mean": reduction("mean"), "sum": reduction("sum"),
     "amax": reduction("max"), "amin": reduction("min"), "softmax": softmax("softmax"),

@@ -4,6 +4,13 @@ whole. Each ATen node maps to an ODL op (aten_rules.py) or stays a torch node wi
 a view (zero-copy, runs in torch), an unsupported op, a dtype, a dynamic shape. Nodes whose
 inputs are all parameters are folded at import (a weight's transpose, a slice of a buffer).
 
+The exported program is functionalised first (`ExportedProgram.run_decompositions` with the Core
+ATen table, less the ops mapped here whole): in-place forms (`relu_`, `add_`, `hardtanh_`, an
+`out=` variant) arrive as their functional ops, so every tensor is written once and a node's
+value never changes after it is computed. Where a program cannot be functionalised, an in-place
+node whose input nobody reads afterwards maps as its functional op; any other stays in torch and
+the planned runtime runs it in place (planned.py, inplace.py).
+
 `import_model` tries torch.export first and falls back to torch.fx symbolic tracing (with the
 export error kept in the graph's description) when export cannot trace the module.
 """
@@ -12,6 +19,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 
 import torch
 from torch import fx, nn
@@ -27,6 +35,13 @@ from uol_core.odl.ir import Op
 VIEW_OPS = {"view", "_unsafe_view", "reshape", "transpose", "permute", "unsqueeze", "squeeze",
             "flatten", "unflatten", "contiguous", "expand", "select", "split", "split_with_sizes",
             "chunk", "alias", "clone", "t", "detach", "slice", "unbind", "narrow", "lift_fresh_copy"}
+
+# factories whose values follow from sizes alone: evaluated at import, like a parameter
+SHAPE_FACTORIES = {"arange", "full", "zeros", "ones", "eye", "linspace", "scalar_tensor",
+                   "zeros_like", "ones_like", "full_like"}
+
+# a functional form's node renamed after the op the module called (signatures name no such node)
+FUNCTIONAL_NAMES = {"_native_batch_norm_legit_no_training": "batch_norm"}
 
 
 def packet(target) -> str:
@@ -52,6 +67,8 @@ class ExportImporter:
         self.used: set[str] = set()
         self.absorbed: dict[str, str] = {}  # fx node -> the node whose op computes it (a folded norm)
         self.notes: list[str] = []  # import decisions the graph's description reports
+        self.unpacked: set[str] = set()  # fx nodes of a tuple mapped to its item 0 (a batch norm)
+        self.functional = False  # the program is functionalised: no node writes another's value
 
     # ------------------------------------------------------------ names and tensors
 
@@ -139,16 +156,27 @@ class ExportImporter:
     # ------------------------------------------------------------ the walk
 
     def fold(self, n: fx.Node) -> bool:
-        """Evaluate `n` now when every tensor it reads is known at import (parameters, buffers)."""
-        reads = [a for a in n.all_input_nodes]
-        if not reads or any(a.name not in self.consts for a in reads):
+        """Evaluate `n` now when every tensor it reads is known at import (parameters, buffers),
+        or it makes a tensor from sizes alone (`arange`, `full`, `zeros_like`: position ids,
+        masks, rotary tables), unless it writes in place (a module's state stays its own)."""
+        schema = getattr(n.target, "_schema", None)
+        if schema is not None and schema.is_mutable:
             return False
+        by_shape = packet(n.target) in SHAPE_FACTORIES
+        reads = list(n.all_input_nodes)
+        if not by_shape and (not reads or any(a.name not in self.consts for a in reads)):
+            return False
+
         def value(a):
             if isinstance(a, fx.Node):
+                if by_shape:  # only the shape and dtype of a _like factory's input matter
+                    val = a.meta["val"]
+                    return torch.empty(tuple(int(d) for d in val.shape), dtype=val.dtype)
                 return self.consts[a.name]
             if isinstance(a, (list, tuple)):
                 return type(a)(value(x) for x in a)
             return a
+
         with torch.no_grad():
             result = n.target(*value(n.args), **{k: value(v) for k, v in n.kwargs.items()})
         if isinstance(result, torch.Tensor):
@@ -188,22 +216,51 @@ class ExportImporter:
                 self.inputs[name] = TensorSpec(self.shape(n), DTYPE_NAMES.get(val.dtype, "f32"))
                 self.forms[n.name] = {"nd": name}
             elif n.op == "output":
-                results = n.args[0] if isinstance(n.args[0], (tuple, list)) else (n.args[0],)
+                results = self.user_outputs(n)
                 out_names = [self.tensor(r) if r.name not in self.consts
                              else self.param(r.name, self.consts[r.name]) for r in results]
             elif n.op == "call_function":
                 self.visit(n, RULES)
+            elif n.op == "get_attr":  # a submodule's constant the program reads directly
+                self.consts[n.name] = _attr(self.program.graph_module, str(n.target))
             else:
                 raise GraphError(f"exported graph node {n.name}: unexpected kind {n.op}")
         return Graph(self.name, self.inputs, self.params, self.nodes, out_names,
                      f"imported from {self.name} with torch.export"
                      + (f"; {', '.join(self.notes)}" if self.notes else ""), self.values, dict(self.shapes))
 
+    def user_outputs(self, n: fx.Node) -> list[fx.Node]:
+        """The module's own results among the output node's values (a functionalised program
+        also returns the buffers and inputs it mutates; the graph computes results only)."""
+        from torch.export.graph_signature import OutputKind
+
+        results = n.args[0] if isinstance(n.args[0], (tuple, list)) else (n.args[0],)
+        specs = self.program.graph_signature.output_specs
+        if len(specs) != len(results):
+            return list(results)
+        mutated = [s.target for s in specs if s.kind in (OutputKind.BUFFER_MUTATION,
+                                                         OutputKind.USER_INPUT_MUTATION)]
+        if mutated:
+            self.notes.append(f"the module updates {', '.join(map(str, mutated))} in place; the "
+                              "graph computes its results, not those updates")
+        return [r for r, s in zip(results, specs) if s.kind == OutputKind.USER_OUTPUT]
+
     def visit(self, n: fx.Node, rules: dict) -> None:
         kind = packet(n.target)
         if kind.startswith(("_assert", "sym_constrain")):  # export's own shape/dtype checks
             return
         if kind not in ("dropout",) and self.fold(n):
+            return
+        if n.target is operator.getitem and n.args[0].name in self.unpacked:
+            if n.args[1] != 0:
+                raise GraphError(f"exported graph node {n.name}: item {n.args[1]} of a mapped "
+                                 f"{n.args[0].name} is read")
+            self.forms[n.name] = dict(self.forms[n.args[0].name])
+            return
+        if kind == "clone" and self.functional:  # nothing writes either copy: the same values
+            self.forms[n.name] = dict(self.forms[n.args[0].name])
+            return
+        if kind.endswith("_") and not kind.endswith("__") and self.functional_inplace(n, rules):
             return
         if n.target is operator.getitem or kind in VIEW_OPS:
             self.torch_node(n, "view")
@@ -223,10 +280,69 @@ class ExportImporter:
                 rule(self, n)
                 return
             except Unmapped as why:
+                self.unpacked.discard(n.name)
                 blocked = f"unsupported form: aten.{kind}: {why}"
             except OdlError as err:  # a generated op the checker refuses (bounds, shapes)
+                self.unpacked.discard(n.name)
                 blocked = f"unsupported form: aten.{kind}: {str(err).splitlines()[0]}"
         self.torch_node(n, f"opaque: {blocked}")
+
+
+    def functional_inplace(self, n: fx.Node, rules: dict) -> bool:
+        """Map an in-place node (`relu_`, `add_`) as its functional op when that computes the
+        same values: the tensor it writes is an intermediate (not an input, a parameter or a
+        view of another tensor) that no node reads after it. Else it stays in torch, in place."""
+        rule = rules.get(packet(n.target)[:-1])
+        target = n.args[0] if n.args else None
+        if rule is None or not isinstance(target, fx.Node) or target.op != "call_function":
+            return False
+        if target.name in self.consts or packet(target.target) in VIEW_OPS \
+                or target.target is operator.getitem:
+            return False
+        order = {node: i for i, node in enumerate(n.graph.nodes)}
+        if any(order[u] > order[n] for u in target.users if u is not n):
+            return False
+        if self.reason(n) is not None:
+            return False
+        try:
+            rule(self, n)
+        except (Unmapped, OdlError):
+            return False
+        self.notes.append(f"{n.name} ({packet(n.target)}) mapped as its functional form")
+        return True
+
+
+def _attr(module: nn.Module, path: str) -> torch.Tensor:
+    """A `get_attr` target's tensor (a submodule's buffer or a constant), detached."""
+    value = module
+    for part in path.split("."):
+        value = getattr(value, part)
+    if not isinstance(value, torch.Tensor):
+        raise GraphError(f"exported graph reads attribute {path}, a {type(value).__name__} "
+                         "(a tensor constant is expected)")
+    return value.detach()
+
+
+def functionalize(program):
+    """`program` with in-place and out= forms replaced by functional ones, ops without an ODL
+    rule decomposed to Core ATen (which may map); returns (program, note). A program that
+    cannot be decomposed is kept as exported, with the reason in the note."""
+    from uol_core.graph.aten_rules import RULES
+
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if packet(op) in RULES or packet(op) in VIEW_OPS or packet(op) in ("dropout", "feature_dropout"):
+            table.pop(op)  # mapped whole: one ODL op beats its decomposition's several
+    try:
+        with warnings.catch_warnings():  # torch's own deprecations inside its pass, not the user's
+            warnings.simplefilter("ignore", FutureWarning)
+            program = program.run_decompositions(table)
+    except Exception as err:  # the exported program stands; in-place nodes are handled one by one
+        return program, f"not functionalised ({str(err).strip().splitlines()[0][:160]})"
+    for n in program.graph_module.graph.nodes:  # the names users know, in notes and node names
+        if n.op == "call_function" and packet(n.target) in FUNCTIONAL_NAMES and hasattr(n, "_rename"):
+            n._rename(FUNCTIONAL_NAMES[packet(n.target)])
+    return program, ""
 
 
 def _arg(n: fx.Node, pos: int, name: str, default):
@@ -253,10 +369,15 @@ def export_module(module: nn.Module, *example_inputs: torch.Tensor, name: str | 
     try:
         with TRACE_LOCK:  # torch.export's state is global: one export at a time per process
             program = torch.export.export(module, tuple(example_inputs), strict=False)
+            program, note = functionalize(program)
     except Exception as err:  # export's own message is what the user needs
         raise GraphError(f"torch.export cannot trace {type(module).__name__}: "
                          f"{str(err).strip().splitlines()[0]}") from None
-    graph = ExportImporter(program, name or type(module).__name__).run()
+    importer = ExportImporter(program, name or type(module).__name__)
+    importer.functional = not note
+    if note:
+        importer.notes.append(note)
+    graph = importer.run()
     graph.module = module
     return validate(graph)
 
