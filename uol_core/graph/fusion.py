@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from uol_core.graph.format import Graph, Node
+from uol_core.graph.inplace import may_write
 from uol_core.graph.load import producers, topo_order
 from uol_core.graph.merge import Member, merge
 from uol_core.graph.route import can_emit, generator
@@ -125,11 +126,15 @@ def plan_fusion(graph: Graph, backend: str = "c", target: str = "host", fuse: bo
     groups: dict[str, Group] = {}
     group_of: dict[str, str] = {}
     decisions: list[Decision] = []
+    position = {node.name: i for i, node in enumerate(order)}
+    # torch nodes that write into a tensor in place: a group spanning one would run members
+    # written before it after it (or the reverse), so none does
+    writes = {position[n.name]: n.name for n in order if may_write(n)}
     for node in order:
         group = single(node)
         if fuse and node.kind == "odl":
             joined = _try_join(graph, node, group, groups, group_of, owner_node, readers,
-                               backend, target, decisions)
+                               backend, target, decisions, (position, writes))
             if joined is not None:
                 group_of[node.name] = joined
                 continue
@@ -156,8 +161,10 @@ def _run_order(graph, groups: dict[str, Group], group_of, owner_node) -> list[Gr
 
 
 def _try_join(graph, node, group, groups, group_of, owner_node, readers, backend, target,
-              decisions) -> str | None:
-    """Merge `node` into the first producer group that accepts it; returns that group's name."""
+              decisions, barriers=({}, {})) -> str | None:
+    """Merge `node` into the first producer group that accepts it; returns that group's name.
+    `barriers` (node positions, positions of in-place writers) forbids spanning a writer."""
+    position, writes = barriers
     by_group: dict[str, list[str]] = {}
     for tensor in node.reads():
         src = owner_node.get(tensor)
@@ -166,6 +173,13 @@ def _try_join(graph, node, group, groups, group_of, owner_node, readers, backend
     for pname, tensors in by_group.items():
         producer = groups[pname]
         if producer.kind != "odl":
+            continue
+        first = min(position.get(m, 0) for m in producer.nodes)
+        writer = next((w for w in writes if first < w < position.get(node.name, 0)), None)
+        if writer is not None:
+            decisions.append(Decision(producer.name, node.name, tuple(tensors), "across a write", False,
+                                      0, f"{writes[writer]} between them writes a tensor in place: "
+                                      "fused, one of them would run on the wrong side of the write"))
             continue
         decision, fused = _consider(graph, producer, group, tensors, groups, group_of,
                                     owner_node, readers, backend, target)

@@ -160,7 +160,21 @@ class _Importer:
     def rank(self, n: fx.Node, form: str) -> int:
         return min(len(self.shape(n)), 2) if form == "flat" else len(self.shape(n))
 
+    def writes_a_live_input(self, n: fx.Node) -> bool:
+        """An in-place call (`nn.ReLU(inplace=True)`, `F.relu(x, inplace=True)`, `x.relu_()`)
+        whose input is read after it: those readers see the written values in torch, so it
+        stays a torch call (run in place) rather than a functional ODL op."""
+        inplace = n.kwargs.get("inplace") is True or (n.op == "call_method" and n.target.endswith("_"))
+        if n.op == "call_module":
+            inplace = getattr(self.gm.get_submodule(n.target), "inplace", False) is True
+        if not inplace or not n.args or not isinstance(n.args[0], fx.Node):
+            return False
+        order = {node: i for i, node in enumerate(self.gm.graph.nodes)}
+        return any(order[u] > order[n] for u in n.args[0].users if u is not n)
+
     def map_rule(self, n: fx.Node) -> bool:
+        if self.writes_a_live_input(n):
+            return False
         key = self.gm.get_submodule(n.target).__class__ if n.op == "call_module" else n.target
         approximate = n.kwargs.get("approximate", "none")
         if n.op == "call_module":

@@ -175,6 +175,7 @@ class PlannedGraph:
                 dst = step.dst.on(roots[step.dst.root].anchor).view(step.src.shape)
                 step.fixed = (dst, step.src.on(roots[step.src.root].anchor))
         self._lock = threading.Lock()  # the argument arrays are shared: one call at a time
+        self.group_refs: dict[str, dict[str, Ref]] = {}  # for first_difference (record.py fills it)
 
     def binds(self, env: dict[str, torch.Tensor]) -> bool:
         """Whether `env` holds the very parameter tensors this plan was built on."""
@@ -226,6 +227,43 @@ class PlannedGraph:
                 value = given[name]
             result[name] = value
         return result
+
+    def first_difference(self, env: dict[str, torch.Tensor], expected: dict, tolerance: float
+                         ) -> tuple[str, str, float] | None:
+        """One replay run a step (and a kernel) at a time, each group's outputs compared with
+        `expected` (tensor name -> value) right after its step, before the arena reuses their
+        memory: (group, tensor, relative error) of the first one over `tolerance`, or None."""
+        from uol_core.graph.verify import relative_error
+
+        with self._lock:
+            self.arena.bytes.fill_(255)  # NaN everywhere: a value left from an earlier run cannot pass
+            anchors = list(self._anchors)
+            held: list[torch.Tensor] = []
+            for name, root in self.inputs.items():
+                anchors[root] = env[name].contiguous()
+                self._patch(root, anchors[root])
+            for root in self._output_roots:
+                r = self.roots[root]
+                anchors[root] = torch.empty(r.nbytes // _itemsize(r.dtype), dtype=r.dtype)
+                self._patch(root, anchors[root])
+            for step in self.steps:
+                units = [(k.group, k) for k in step.kernels] if isinstance(step, Segment) \
+                    else [(step.group, step)]
+                for group, unit in units:
+                    if isinstance(unit, KernelStep):
+                        unit.fn(unit.ptrs, unit.strides)
+                    else:
+                        for root, tensor in unit.run(anchors) or ():
+                            anchors[root] = tensor
+                            held.append(tensor)
+                            self._patch(root, tensor)
+                    for tensor, ref in self.group_refs.get(group, {}).items():
+                        want = expected.get(tensor)
+                        if isinstance(want, torch.Tensor):
+                            err = relative_error(ref.on(anchors[ref.root]), want)
+                            if err > tolerance:
+                                return group, tensor, err
+        return None
 
     def kernel_seconds(self, env: dict[str, torch.Tensor], repeat: int = 5) -> dict[str, float]:
         """Each group's median kernel seconds inside the replay: one run on `env` binds every

@@ -7,6 +7,7 @@ import torch
 
 from uol_core.graph.arena import HUGE_PAGE, Arena
 from uol_core.graph.format import tensor_refs
+from uol_core.graph.inplace import leaves, same_storage, whole_storage
 from uol_core.graph.memory_plan import plan_memory
 from uol_core.graph.planned import (
     CallStep,
@@ -36,6 +37,8 @@ class Recorder:
         self.roots: list[Root] = []
         self.by_storage: dict[int, int] = {}
         self.base: dict[int, int] = {}
+        self.whole: dict[int, torch.Tensor] = {}
+        self.group_refs: dict[str, dict[str, Ref]] = {}  # group -> tensor it writes -> where
         self.values: dict[str, object] = {}
         self.keep: list[torch.Tensor] = []  # holds traced storages, so no address is reused
         self.specs: list[tuple] = []
@@ -55,6 +58,8 @@ class Recorder:
         self.roots.append(Root(name, kind, t.untyped_storage().nbytes(), t.dtype, self.step, self.step,
                                t if kind == "fixed" else None))
         self.by_storage[ptr], self.base[index] = index, t.storage_offset()
+        # what a private copy of the root holds: an input tensor, or the whole storage
+        self.whole[index] = t if kind == "input" else whole_storage(t) if kind == "fixed" else t
         self.keep.append(t)
         return index
 
@@ -90,16 +95,24 @@ class Recorder:
     def torch_group(self, group) -> None:
         node = self.graph.node(group.nodes[0])
         args, kwargs = self.resolve(node.args), self.resolve(node.kwargs)
+        writes = self.compiled.writes_of(node, args, kwargs)
+        if writes:  # the call writes in place: never into the caller's tensors or a parameter
+            targets = list(leaves((args, kwargs)))
+            for k in writes:
+                if self.roots[self.by_storage[targets[k].untyped_storage().data_ptr()]].kind \
+                        in ("input", "fixed"):
+                    self.privatise(group.name, targets[k])
+            args, kwargs = self.resolve(node.args), self.resolve(node.kwargs)
         result = node.fn(*args, **kwargs)
         self.values[node.writes()[0]] = result
-        leaves = list(_leaves(result))
-        fresh = [(path, t) for path, t in leaves if not self.known(t)]
-        if not fresh:
+        leaves_out = list(_leaves(result))
+        fresh = [(path, t) for path, t in leaves_out if not self.known(t)]
+        if not fresh and not writes:  # a view of known storages: a strided reference, no step
             self.views_removed += 1
             return
         ins = [self.values[t] for t in tensor_refs([node.args, node.kwargs])]
         name = node.source.rsplit(".", 1)[-1].split(":")[-1]
-        if (name in COPY_LIKE and len(fresh) == 1 and len(ins) == 1
+        if (not writes and name in COPY_LIKE and len(fresh) == 1 and len(ins) == 1
                 and isinstance(ins[0], torch.Tensor) and fresh[0][0] == ()
                 and fresh[0][1].is_contiguous() and fresh[0][1].numel() == ins[0].numel()):
             src = self.ref(ins[0])
@@ -109,6 +122,32 @@ class Recorder:
         call_args, call_kwargs = self.refs(args), self.refs(kwargs)
         binds = [(path, self.register(t, "dynamic", node.writes()[0])) for path, t in fresh]
         self.specs.append(("call", group.name, node.fn, call_args, call_kwargs, binds))
+
+    def privatise(self, group: str, tensor: torch.Tensor) -> None:
+        """A copy of the input or parameter storage under `tensor` in the arena, made by a copy
+        step here; every value on that storage is re-pointed at the copy, so the in-place call
+        and every later reader use it and the caller's tensor or the weight stays as it was."""
+        root = self.by_storage[tensor.untyped_storage().data_ptr()]
+        whole = self.whole[root]
+        copy = whole.clone(memory_format=torch.contiguous_format)
+        src = self.ref(whole)
+        self.register(copy, "arena", f"{self.roots[root].name}.private")
+        self.specs.append(("copy", group, src, self.ref(copy)))
+        self.values = {name: _repoint(value, whole, copy) for name, value in self.values.items()}
+
+    def note_outputs(self, group) -> None:
+        """Where the tensors `group` writes live, for a replay checked step by step (their roots'
+        lifetimes are not extended: a check reads them right after the group's step)."""
+        names = self.graph.node(group.nodes[0]).writes() if group.kind == "torch" \
+            else list(group.outputs.values())
+        refs = {}
+        for name in names:
+            t = self.values.get(name)
+            if isinstance(t, torch.Tensor) and self.known(t):
+                root = self.by_storage[t.untyped_storage().data_ptr()]
+                refs[name] = Ref(root, t.storage_offset() - self.base[root], tuple(t.shape),
+                                 tuple(t.stride()), t.dtype)
+        self.group_refs[group.name] = refs
 
     def odl_group(self, group) -> None:
         route = self.compiled.routes[group.name]
@@ -182,6 +221,7 @@ class Recorder:
         with torch.no_grad():
             for group in self.compiled.plan.groups:
                 (self.torch_group if group.kind == "torch" else self.odl_group)(group)
+                self.note_outputs(group)
         outputs = {}
         for name in graph.outputs:
             ref = self.ref(self.values[name])
@@ -218,7 +258,22 @@ class Recorder:
             if memory.arena_bytes < HUGE_PAGE else f"no (transparent huge pages: {huge_page_mode()})"
         stats = RunStats(memory, counts["kernel"], sum(isinstance(s, Segment) for s in steps),
                          counts["copy"], counts["call"], self.views_removed, huge)
-        return PlannedGraph(self.roots, steps, patches, inputs, params, outputs, stats, arena)
+        planned = PlannedGraph(self.roots, steps, patches, inputs, params, outputs, stats, arena)
+        planned.group_refs = self.group_refs
+        return planned
+
+
+def _repoint(value, whole: torch.Tensor, copy: torch.Tensor):
+    """`value` (nested) with every tensor on `whole`'s storage moved to the same window of
+    `copy`, a contiguous copy of `whole`."""
+    if isinstance(value, torch.Tensor):
+        if not same_storage(value, whole):
+            return value
+        start = value.storage_offset() - whole.storage_offset()
+        return copy.as_strided(tuple(value.shape), tuple(value.stride()), copy.storage_offset() + start)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_repoint(v, whole, copy) for v in value)
+    return value
 
 
 def _leaves(value, path=()):
