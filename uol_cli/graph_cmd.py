@@ -174,6 +174,8 @@ def run_cmd(graph_spec: GraphArg, input_shape: ShapeOpt = None,
         status = "verified" if report["verified"] else "MISMATCH"
         console.print(f"{status} against {report['against']} (max rel. error {report['max_rel_error']:.2e}); "
                       f"total {report['total_ms']:.2f} ms")
+        if report.get("mismatch"):
+            console.print(f"  {report['mismatch']['message']}", soft_wrap=True)
         for key, label in (("eager", "torch eager"), ("compile", "torch.compile")):
             if report[f"torch_{key}_ms"] is not None:
                 console.print(f"  vs {label} {report[f'torch_{key}_ms']:.2f} ms: "

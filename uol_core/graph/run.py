@@ -11,15 +11,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-from uol_core.graph.format import TORCH_DTYPES, Graph, GraphError
+from uol_core.graph.format import TORCH_DTYPES, Graph
 from uol_core.graph.fusion import FusionPlan, Group, plan_fusion
+from uol_core.graph.inplace import leaves, may_write, privatise, same_storage, written
 from uol_core.graph.planned import PlannedGraph
 from uol_core.graph.record import plan_run
 from uol_core.graph.route import Route, route
 from uol_core.graph.siblings import merge_sibling_gemms, param_value
+from uol_core.graph.verify import (
+    TOLERANCE,
+    VerificationError,
+    check,
+    expected_outputs,
+    locate,
+    output_errors,
+)
 from uol_core.graph.view_fold import fold_views
-
-TOLERANCE = 1e-3  # max |error| relative to the largest reference value (f32, sums of ~1e3 terms)
 
 
 def make_inputs(graph: Graph, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -65,24 +72,55 @@ class CompiledGraph:
 
     A call runs the memory-planned replay (planned.py) built on the first call at each input
     shape; with `timings` (per-group seconds) or `planned=False` it runs group by group, each
-    group allocating its outputs, as the reference path for per-group rows."""
+    group allocating its outputs, as the reference path for per-group rows. With `verify` (the
+    default) the first call at each input shape checks its outputs (verify.py) and raises
+    VerificationError, naming the first group that differs, instead of returning them; so
+    does every later call at that shape."""
 
     plan: FusionPlan
     routes: dict[str, Route] = field(default_factory=dict)
     planned: bool = True
     runners: dict[tuple, PlannedGraph] = field(default_factory=dict, repr=False)
+    source: Graph | None = None  # the graph as given (before the plan's rewrites)
+    verify: bool = True
+    checked: dict[tuple, float | VerificationError] = field(default_factory=dict, repr=False)
+    reference: CompiledGraph | None = field(default=None, repr=False)
+    written: dict[str, list[int]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.source is None:
+            self.source = self.plan.graph
+
+    def writes_of(self, node, args, kwargs) -> list[int]:
+        """Which tensors (positions in `inplace.leaves((args, kwargs))`) torch node `node`
+        writes in place; looked up once per node (see inplace.py)."""
+        if node.label == "view":
+            return []
+        if node.name not in self.written:
+            self.written[node.name] = written(node.fn, args, kwargs) \
+                if may_write(node) or getattr(node.fn, "_schema", None) is None else []
+        return self.written[node.name]
 
     def steps(self) -> list[tuple[Group, Callable[[dict], None]]]:
-        """One callable per group that reads and writes the tensor environment."""
+        """One callable per group that reads and writes the tensor environment. A torch node
+        that writes in place into a graph input or parameter gets a private copy first."""
         graph = self.plan.graph
+        own = set(graph.inputs) | set(graph.params)
         out: list[tuple[Group, Callable[[dict], None]]] = []
         for group in self.plan.groups:
             if group.kind == "torch":
                 node = graph.node(group.nodes[0])
 
                 def step(env, node=node):
-                    env[node.writes()[0]] = node.fn(*_resolve(node.args, env),
-                                                    **_resolve(node.kwargs, env))
+                    args, kwargs = _resolve(node.args, env), _resolve(node.kwargs, env)
+                    targets = list(leaves((args, kwargs)))
+                    for k in self.writes_of(node, args, kwargs):
+                        if any(isinstance(env.get(n), torch.Tensor) and same_storage(env[n], targets[k])
+                               for n in own):
+                            privatise(env, targets[k])
+                            args, kwargs = _resolve(node.args, env), _resolve(node.kwargs, env)
+                            targets = list(leaves((args, kwargs)))
+                    env[node.writes()[0]] = node.fn(*args, **kwargs)
             else:
                 r = self.routes[group.name]
 
@@ -93,22 +131,20 @@ class CompiledGraph:
             out.append((group, step))
         return out
 
+    def shape_key(self, env: dict[str, torch.Tensor]) -> tuple:
+        return tuple((n, tuple(env[n].shape), env[n].dtype) for n in self.plan.graph.inputs)
+
     def runner(self, env: dict[str, torch.Tensor]) -> PlannedGraph:
         """The planned replay for the shapes of `env`, built on first use (and rebuilt when the
         parameter tensors in `env` are not the ones it was built on)."""
-        key = tuple((n, tuple(env[n].shape), env[n].dtype) for n in self.plan.graph.inputs)
+        key = self.shape_key(env)
         runner = self.runners.get(key)
         if runner is None or not runner.binds(env):
             runner = self.runners[key] = plan_run(self, env)
         return runner
 
-    def __call__(self, env: dict[str, torch.Tensor], timings: dict[str, float] | None = None,
-                 out: dict[str, torch.Tensor] | None = None) -> dict:
-        """Run the graph; returns its outputs (written into `out`'s tensors where given).
-        With `timings`, runs group by group and adds each group's seconds to it."""
-        if timings is None and self.planned:
-            with torch.no_grad():
-                return self.runner(env)(env, out)
+    def trace(self, env: dict[str, torch.Tensor], timings: dict[str, float] | None = None) -> dict:
+        """Run group by group; every tensor of the run (inputs, parameters, each group's outputs)."""
         graph = self.plan.graph
         env = {**env, **{name: param_value(graph, self.plan.derived, name, env)
                          for name in graph.params if name not in env}}
@@ -118,10 +154,31 @@ class CompiledGraph:
                 step(env)
                 if timings is not None:
                     timings[group.name] = time.perf_counter() - start
-        result = {name: env[name] for name in self.plan.graph.outputs}
-        for name, tensor in (out or {}).items():
-            tensor.copy_(result[name])
-            result[name] = tensor
+        return env
+
+    def __call__(self, env: dict[str, torch.Tensor], timings: dict[str, float] | None = None,
+                 out: dict[str, torch.Tensor] | None = None) -> dict:
+        """Run the graph; returns its outputs (written into `out`'s tensors where given).
+        With `timings`, runs group by group and adds each group's seconds to it."""
+        key = self.shape_key(env) if self.verify else None
+        failed = self.checked.get(key)
+        if isinstance(failed, VerificationError):
+            raise failed
+        if timings is None and self.planned:
+            with torch.no_grad():
+                result = self.runner(env)(env, out)
+        else:
+            values = self.trace(env, timings)
+            result = {name: values[name] for name in self.plan.graph.outputs}
+            for name, tensor in (out or {}).items():
+                tensor.copy_(result[name])
+                result[name] = tensor
+        if self.verify and key not in self.checked:
+            try:
+                self.checked[key] = check(self, env, result)
+            except VerificationError as err:
+                self.checked[key] = err
+                raise
         return result
 
 
@@ -147,23 +204,14 @@ def compile_graph(graph: Graph, backend: str = "c", target: str = "host", fuse: 
     """Plan the graph (`plan_graph`) and build a kernel for every ODL group (reference
     evaluator where none emits); `fuse=False` keeps every node as it is."""
     plan = plan_graph(graph, backend, target, fuse)
-    graph = plan.graph
-    routes = {g.name: route(g.op, g.sizes(graph), backend, target)
+    routes = {g.name: route(g.op, g.sizes(plan.graph), backend, target)
               for g in plan.groups if g.kind == "odl"}
-    return CompiledGraph(plan, routes)
+    return CompiledGraph(plan, routes, source=graph)
 
 
 def max_error(outputs: dict, expected: dict) -> float:
     """Largest |difference| over all outputs, relative to the largest expected magnitude."""
-    worst = 0.0
-    for name, ref in expected.items():
-        got = outputs[name]
-        if tuple(got.shape) != tuple(ref.shape):
-            raise GraphError(f"output {name} has shape {tuple(got.shape)}, expected {tuple(ref.shape)}")
-        ref64, got64 = ref.double(), got.double()
-        scale = max(ref64.abs().max().item(), 1e-12)
-        worst = max(worst, (got64 - ref64).abs().max().item() / scale)
-    return worst
+    return max(output_errors(outputs, expected).values(), default=0.0)
 
 
 def interleaved_times(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
@@ -218,20 +266,19 @@ def run_graph(graph: Graph, backend: str = "c", target: str = "host", repeat: in
     file has no module: its report gives no whole-graph speedup. Per-group rows compare each
     group with the same nodes run one by one in the reference evaluator (`reference_ms`)."""
     compiled = compile_graph(graph, backend, target, fuse)
+    compiled.verify = False  # checked below against the same reference, into the report
     reference = compile_graph(graph, "reference", target, fuse=False)  # one node at a time
+    reference.verify = False
+    compiled.reference = reference
     env = make_inputs(graph, seed)
     outputs = compiled(env)
     args = [env[n] for n in graph.inputs]
-    if graph.module is not None:
-        with torch.no_grad():
-            result = graph.module(*args)
-        results = result if isinstance(result, (tuple, list)) else (result,)
-        expected = dict(zip(graph.outputs, results))
-        against = "torch module"
-    else:
-        expected = reference(env)
-        against = "reference evaluator (torch, unfused)"
+    expected, against = expected_outputs(compiled, env)
     error = max_error(outputs, expected)
+    mismatch = None
+    if error > TOLERANCE:  # where it comes from, as a Python caller's first call would say
+        where, detail = locate(compiled, env)
+        mismatch = {"message": where, **detail}
     ours: dict[str, list[float]] = {}
     theirs: dict[str, list[float]] = {}
     for _ in range(repeat):
@@ -292,6 +339,7 @@ def run_graph(graph: Graph, backend: str = "c", target: str = "host", repeat: in
     report = {"graph": graph.name, "backend": backend, "target": target,
               "nodes": len(graph.nodes), "groups": len(compiled.plan.groups),
               "verified": error <= TOLERANCE, "max_rel_error": error, "against": against,
+              "mismatch": mismatch,
               "total_ms": total_ms, "reference_nodes_ms": None, "opaque": opaque,
               "rows": rows, "hotspots": [r["group"] for r in sorted(rows, key=lambda r: -r["ms"])[:3]],
               "fusion": compiled.plan.to_dict()["decisions"],
