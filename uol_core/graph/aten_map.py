@@ -179,14 +179,28 @@ def repeat_interleave_heads(shape: tuple[int, ...], repeats: int) -> tuple[str, 
             f"    Y[b, g, e, t, d] = X[b, g, t, d]\n"), out
 
 
-def attention(q: tuple, k: tuple, scale: float | None, causal: bool) -> str:
-    """Scaled dot-product attention on [B, H, S, D] (causal: query i sees keys j <= i)."""
+def attention(q: tuple, k: tuple, scale: float | None, causal: bool,
+              mask: tuple[int, ...] | None = None) -> str:
+    """Scaled dot-product attention on [B, H, S, D] (causal: query i sees keys j <= i); `mask`,
+    the shape of an additive float mask M that broadcasts to [B, H, S, T], adds M to the scores."""
     scale = 1.0 / math.sqrt(q[-1]) if scale is None else scale
     score = f"sum[d](Q[b, h, i, d] * K[b, h, j, d]) * {scale!r}"
+    mask_in = ""
+    if mask is not None:
+        full = (q[0], q[1], q[2], k[2])
+        if len(mask) > 4:
+            raise Unmapped(f"a mask of rank {len(mask)} (up to 4 broadcasts to the scores)")
+        padded = (1,) * (4 - len(mask)) + tuple(mask)
+        if any(m not in (1, f) for m, f in zip(padded, full)):
+            raise Unmapped(f"a mask of shape {list(mask)} does not broadcast to the scores {list(full)}")
+        reads = [i if m == f and f != 1 else "0" for m, f, i in zip(padded, full, "bhij")][4 - len(mask):]
+        score = f"{score} + M[{', '.join(reads)}]"
+        mask_in = f", M: {shape_text(mask)}"
     if causal:
         score = f"where(j <= i, {score}, -1e30)"
-    return (f"op sdpa{'_causal' if causal else ''}(Q: {shape_text(q)}, K: {shape_text(k)}, "
-            f"V: {shape_text(k)}) -> O: {shape_text(q)}:\n"
+    name = "sdpa" + ("_causal" if causal else "") + ("_masked" if mask is not None else "")
+    return (f"op {name}(Q: {shape_text(q)}, K: {shape_text(k)}, "
+            f"V: {shape_text(k)}{mask_in}) -> O: {shape_text(q)}:\n"
             f"    s[b, h, i, j] = {score}\n"
             "    mx[b, h, i] = max[j](s[b, h, i, j])\n"
             "    p[b, h, i, j] = exp(s[b, h, i, j] - mx[b, h, i])\n"

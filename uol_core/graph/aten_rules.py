@@ -404,16 +404,32 @@ def sdpa(imp: ExportImporter, n: fx.Node) -> None:
     mask, dropout = _arg(n, 3, "attn_mask", None), _arg(n, 4, "dropout_p", 0.0)
     causal, scale = _arg(n, 5, "is_causal", False), _arg(n, 6, "scale", None)
     sq, sk = imp.shape(q), imp.shape(k)
-    if mask is not None:
-        raise Unmapped("an explicit attn_mask (is_causal=True is mapped)")
     if dropout:
         raise Unmapped(f"dropout_p={dropout}")
     if len(sq) != 4 or sk != imp.shape(v) or sq[:2] != sk[:2] or sq[3] != sk[3]:
         raise Unmapped(f"q {list(sq)}, k {list(sk)}: [B, H, S, D] with equal heads is mapped")
     if causal and sq[2] != sk[2]:
         raise Unmapped("causal attention with different query and key lengths")
-    imp.odl(n, A.attention(sq, sk, scale, bool(causal)),
-            {"Q": imp.tensor(q), "K": imp.tensor(k), "V": imp.tensor(v)}, "nd")
+    ins = {"Q": imp.tensor(q), "K": imp.tensor(k), "V": imp.tensor(v)}
+    if mask is not None:
+        ins["M"] = _additive_mask(imp, mask)
+    imp.odl(n, A.attention(sq, sk, scale, bool(causal), imp.shape(mask) if mask is not None else None),
+            ins, "nd")
+
+
+def _additive_mask(imp: ExportImporter, mask: fx.Node) -> str:
+    """The graph tensor of an attention mask as scores to add: a float mask as it is; a bool
+    mask known at import (built from sizes or buffers: causal, padding) as 0 where attention
+    is allowed and -inf where not, which is what torch adds."""
+    value = mask.meta["val"]
+    if mask.name in imp.consts and value.dtype == torch.bool:
+        allowed = imp.consts[mask.name]
+        additive = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
+        return imp.param(f"{mask.name}_additive", additive)
+    if value.dtype != torch.float32:
+        raise Unmapped(f"a {str(value.dtype).replace('torch.', '')} attn_mask computed at run time "
+                       "(a float mask, or a bool mask built from sizes or buffers, is mapped)")
+    return imp.tensor(mask)
 
 
 def cat(imp: ExportImporter, n: fx.Node) -> None:

@@ -40,6 +40,9 @@ VIEW_OPS = {"view", "_unsafe_view", "reshape", "transpose", "permute", "unsqueez
 SHAPE_FACTORIES = {"arange", "full", "zeros", "ones", "eye", "linspace", "scalar_tensor",
                    "zeros_like", "ones_like", "full_like"}
 
+# rules that turn a bool tensor known at import into f32 themselves (a condition, a mask)
+CASTS_CONSTANT_MASKS = {"where", "scaled_dot_product_attention"}
+
 # a functional form's node renamed after the op the module called (signatures name no such node)
 FUNCTIONAL_NAMES = {"_native_batch_norm_legit_no_training": "batch_norm"}
 
@@ -188,8 +191,11 @@ class ExportImporter:
         return False
 
     def reason(self, n: fx.Node) -> str | None:
-        """Why `n` cannot be an ODL op whatever its kind (dtype, dynamic shape), or None."""
-        vals = [n.meta.get("val")] + [a.meta.get("val") for a in n.all_input_nodes]
+        """Why `n` cannot be an ODL op whatever its kind (dtype, dynamic shape), or None. A bool
+        condition or mask known at import is no reason: `where` and attention make it f32."""
+        casts = packet(n.target) in CASTS_CONSTANT_MASKS
+        vals = [n.meta.get("val")] + [a.meta.get("val") for a in n.all_input_nodes
+                                      if not (casts and a.name in self.consts)]
         for v in vals:
             if isinstance(v, torch.Tensor):
                 if any(not isinstance(s, int) for s in v.shape):
