@@ -107,3 +107,24 @@ def test_a_mask_computed_from_the_input_stays_in_torch_with_its_reason():
     assert reasons and all("bool" in r for r in reasons)
     got = compile_graph(graph, "c")({"q": q, "k": k, "v": v, **graph.values})[graph.outputs[0]]
     torch.testing.assert_close(got, LiveMask()(q, k, v))
+
+
+def test_without_functionalisation_the_wrapped_rotary_region_runs_in_torch():
+    # the exported program as traced: the rotary tables are a wrap_with_set_grad_enabled call
+    # on a submodule (get_attr), which stays one torch node
+    from uol_core.graph.export_import import ExportImporter
+    from uol_core.graph.load import validate
+
+    torch.manual_seed(0)
+    module = DecoderBlock().eval()
+    x = torch.randn(1, 6, 32)
+    program = torch.export.export(module, (x,), strict=False)
+    assert any(n.op == "get_attr" for n in program.graph.nodes)
+    graph = ExportImporter(program, "DecoderBlock").run()
+    graph.module = module
+    graph = validate(graph)
+    assert [n.source for n in graph.nodes if n.kind == "torch" and n.label != "view"] == \
+        ["aten.wrap_with_set_grad_enabled"]
+    got = compile_graph(graph, "c")({"x": x, **graph.values})[graph.outputs[0]]
+    with torch.no_grad():
+        torch.testing.assert_close(got, module(x), rtol=1e-4, atol=1e-5)

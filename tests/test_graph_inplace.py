@@ -226,3 +226,24 @@ def test_an_in_place_module_whose_input_is_read_later_stays_in_place_in_the_fx_i
     report = run_graph(graph, "c", repeat=1)
     assert report["verified"], report["mismatch"]
     assert any(n.source == "module:ReLU" for n in graph.nodes if n.kind == "torch")
+
+
+def test_a_program_that_was_not_functionalised_maps_its_in_place_nodes_as_functional_ops():
+    # the fallback when run_decompositions fails: relu_ and add_ whose inputs nobody reads
+    # afterwards compute the same values as relu and add
+    from uol_core.graph.export_import import ExportImporter
+    from uol_core.graph.load import validate
+
+    torch.manual_seed(0)
+    module = _randomised(Residual())
+    x = torch.randn(2, 3, 12, 12)
+    program = torch.export.export(module, (x,), strict=False)
+    assert any(str(n.target).startswith("aten.add_") for n in program.graph.nodes)
+    graph = ExportImporter(program, "Residual").run()
+    graph.module = module
+    graph = validate(graph)
+    assert "relu_ (relu_) mapped as its functional form" in graph.description
+    assert [n.source for n in graph.nodes if n.kind == "torch" and n.label != "view"] == []
+    got = compile_graph(graph, "c")({"x": x, **graph.values})[graph.outputs[0]]
+    with torch.no_grad():
+        torch.testing.assert_close(got, module(x), rtol=1e-4, atol=1e-5)

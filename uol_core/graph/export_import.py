@@ -72,6 +72,7 @@ class ExportImporter:
         self.notes: list[str] = []  # import decisions the graph's description reports
         self.unpacked: set[str] = set()  # fx nodes of a tuple mapped to its item 0 (a batch norm)
         self.functional = False  # the program is functionalised: no node writes another's value
+        self.modules: dict[str, nn.Module] = {}  # get_attr of a submodule: a wrapped region's body
 
     # ------------------------------------------------------------ names and tensors
 
@@ -133,6 +134,8 @@ class ExportImporter:
     def torch_node(self, n: fx.Node, label: str) -> None:
         """Keep `n` as a torch call (a view, or opaque with `label` giving the reason)."""
         def arg(a):
+            if isinstance(a, fx.Node) and a.name in self.modules:
+                return self.modules[a.name]  # passed as it is: the call runs its body
             if isinstance(a, fx.Node):
                 return {"tensor": self.tensor(a, "nd")}
             if isinstance(a, (list, tuple)):
@@ -227,8 +230,12 @@ class ExportImporter:
                              else self.param(r.name, self.consts[r.name]) for r in results]
             elif n.op == "call_function":
                 self.visit(n, RULES)
-            elif n.op == "get_attr":  # a submodule's constant the program reads directly
-                self.consts[n.name] = _attr(self.program.graph_module, str(n.target))
+            elif n.op == "get_attr":  # a constant, or the body of a wrapped region (no_grad)
+                value = _attr(self.program.graph_module, str(n.target))
+                if isinstance(value, torch.Tensor):
+                    self.consts[n.name] = value
+                else:
+                    self.modules[n.name] = value
             else:
                 raise GraphError(f"exported graph node {n.name}: unexpected kind {n.op}")
         return Graph(self.name, self.inputs, self.params, self.nodes, out_names,
@@ -318,15 +325,18 @@ class ExportImporter:
         return True
 
 
-def _attr(module: nn.Module, path: str) -> torch.Tensor:
-    """A `get_attr` target's tensor (a submodule's buffer or a constant), detached."""
+def _attr(module: nn.Module, path: str) -> torch.Tensor | nn.Module:
+    """A `get_attr` target: a tensor (a buffer or constant, detached) or a submodule (the body
+    a higher-order op such as wrap_with_set_grad_enabled runs)."""
     value = module
     for part in path.split("."):
         value = getattr(value, part)
-    if not isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if not isinstance(value, nn.Module):
         raise GraphError(f"exported graph reads attribute {path}, a {type(value).__name__} "
-                         "(a tensor constant is expected)")
-    return value.detach()
+                         "(a tensor or a submodule is expected)")
+    return value
 
 
 def functionalize(program):

@@ -157,7 +157,7 @@ def fold_views(graph: Graph, backend: str = "c", target="host") -> tuple[Graph, 
             continue
         for view in list(dict.fromkeys(node.inputs.values())):
             found = view_chain(current, view, made_by)
-            if found is None:
+            if found is None or current.shapes.get(found[0]) is None:  # an item of a tuple result
                 continue
             base, chain = found
             decision = {"consumer": node.name, "view": view, "base": base,
