@@ -37,6 +37,19 @@ def _root() -> Path:
 # What a trace may use; the interpreter is slow, so CPU time is what usually runs out first.
 TRACE_LIMITS = Limits(cpu_s=int(TRACE_TIMEOUT_S), memory_mb=2048, file_mb=256, processes=64,
                       wall_s=TRACE_TIMEOUT_S + 15)
+# What an ok result of the trace worker must look like (it comes from an untrusted process;
+# the page indexes into it): sandbox_io.check's schema.
+_NAME_OR_NONE = (str, type(None))
+TRACE_RESULT = {"ok": bool, "summary": {
+    "launches": [{"kernel": str, "grid": [int], "recorded": int, "sampled": bool,
+                  "dropped_events": int, "tensors": {"*": {"shape": [int], "dtype": str}}}],
+    "events": int, "bytes_loaded": float, "bytes_stored": float,
+    "findings": [{"kind": str, "kernel": str, "tensor": _NAME_OR_NONE, "line": int,
+                  "source": str, "programs": [[int]], "lanes": int, "offsets": [int],
+                  "numel": int}],
+    "mask_ratios": [{"kernel": str, "kind": str, "line": int, "tensor": _NAME_OR_NONE,
+                     "lanes": int, "masked": int, "source": str, "masked_ratio": float}],
+    "notes": [str]}}
 # Imported before the memory cap and before the sandbox drops root: the runtime's own cost.
 PRELOAD = ("torch", "numpy", "triton", "triton.language", "uol_core.debug", "uol_core.ops",
            "uol_core.backends.triton", "uol_core.runtime.triton_runner")
@@ -50,7 +63,7 @@ def _run_child(request: dict, tid: str, limits: Limits, client: str) -> dict:
         with job_slot(client, "debug trace"):
             res = run_sandboxed("app.services.debug_child", {**request, "out": "trace"}, MARK,
                                 limits=limits, preload=PRELOAD, keep=keep,
-                                env={"TRITON_INTERPRET": "1"},
+                                env={"TRITON_INTERPRET": "1"}, schema=TRACE_RESULT,
                                 timed_out="the trace did not finish within {timeout:.0f} s; the "
                                           "worker was stopped (try fewer programs or smaller "
                                           "shapes)")

@@ -33,16 +33,30 @@ def sample_names() -> list[str]:
     return sorted(p.name for p in SAMPLES.glob("*.json"))
 
 
+def check_source(source: object) -> str:
+    """The kind of a graph source a client sent, once its names are in their closed sets (a
+    sample file of the list, a model of MODELS; never a path); GraphError in one line else.
+    Cheap: the server calls it before it starts a sandbox for the source."""
+    from uol_core.graph import GraphError
+
+    kind = source.get("kind") if isinstance(source, dict) else None
+    name = source.get("name") if isinstance(source, dict) else None
+    if kind == "sample" and name not in sample_names():
+        raise GraphError(f"no sample graph {str(name)[:80]!r}; choose one of {sample_names()}")
+    if kind == "model" and name not in MODELS:
+        raise GraphError(f"no model {str(name)[:80]!r}; choose one of {list(MODELS)}")
+    if kind not in ("sample", "upload", "model"):
+        raise GraphError(f"unknown graph source {str(kind)[:40]!r}")
+    return kind
+
+
 def load_graph_source(source: dict):
     """A validated Graph from {'kind': 'sample'|'upload'|'model', ...}."""
     from uol_core.graph import GraphError, graph_from_dict, load_graph, validate
 
-    kind = source.get("kind")
+    kind = check_source(source)
     if kind == "sample":
-        name = source.get("name", "")
-        if name not in sample_names():
-            raise GraphError(f"no sample graph '{name}'; choose one of {sample_names()}")
-        return load_graph(SAMPLES / name)
+        return load_graph(SAMPLES / source["name"])
     if kind == "upload":
         data = source.get("data")
         if not isinstance(data, dict) or len(data.get("nodes") or []) > MAX_GRAPH_NODES:
@@ -55,8 +69,6 @@ def load_graph_source(source: dict):
         from uol_core.graph.export_import import import_model
         from uol_core.graph.fx_import import load_module
 
-        if source.get("name") not in MODELS:
-            raise GraphError(f"no model '{source.get('name')}'; choose one of {list(MODELS)}")
         spec, shape = MODELS[source["name"]]
         if spec.startswith(ZOO):
             from uol_core.graph.zoo import BENCH, build
@@ -65,7 +77,7 @@ def load_graph_source(source: dict):
             return import_model(module, x, name=source["name"])
         torch.manual_seed(0)
         return import_model(load_module(spec), torch.randn(*shape), name=source["name"])
-    raise GraphError(f"unknown graph source {kind!r}")
+    raise GraphError(f"unknown graph source {kind!r}")  # check_source knows every kind
 
 
 def _rewrites(plan) -> list[dict]:
@@ -116,6 +128,7 @@ def run(source: dict, target: str = "host", timeout: float = RUN_TIMEOUT_S) -> d
     return run_sandboxed("app.services.graph_child", {"source": source, "target": target},
                          MARK, limits=limits, preload=("torch", "uol_core.graph"),
                          confine_files=False, env={"UOL_CACHE_DIR": str(user_cache_root())},
+                         schema={"ok": bool, "report": dict},
                          timed_out="the graph run did not finish within {timeout:.0f} s")
 
 

@@ -121,6 +121,7 @@ def run_sandboxed(target: str, request: dict, mark: str = "", *, limits: Limits 
         out = sandbox_io.pump(proc, json.dumps(request).encode(), channel_read, deadline,
                               session.ready, session.watch)
         session.kill_all()  # always: whatever the run started is stopped with it
+        out.stopped = out.stopped or session.disk_over()  # a quick run between two looks
         sandbox_io.drain(proc, channel_read, out)
         proc.wait()
         result, problem = sandbox_io.accept_result(out.channel, schema)
@@ -171,6 +172,8 @@ def _report(code: int, out: sandbox_io.Outcome, limits: Limits, session: RunSess
         hit = f"CPU time limit of {limits.cpu_s} s reached (RLIMIT_CPU)"
     elif code == -signal.SIGXFSZ:
         hit = f"file size limit of {limits.file_mb} MiB reached (RLIMIT_FSIZE)"
+    elif "No space left on device" in err + text:
+        hit = f"disk quota of {limits.disk_mb} MiB for the private folder reached (tmpfs)"
     elif "MemoryError" in err or "MemoryError" in text or "std::bad_alloc" in err:
         hit = f"memory limit of {limits.memory_mb} MiB reached (RLIMIT_AS)"
     elif "Resource temporarily unavailable" in err or "can't start new thread" in err:

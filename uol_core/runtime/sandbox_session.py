@@ -7,10 +7,12 @@
   other, and the kill can find every process of the run by its uid (setsid does not change it);
 - the process session (`killpg`), which a child can leave with setsid: the last resort;
 - a disk quota on the private folder: a tmpfs of fixed size mounted on it (root; writes past it
-  fail with ENOSPC), else a watcher that sums the folder and stops the run past the quota;
+  fail with ENOSPC), else a watcher that sums the folder while the run goes on and once more
+  after it, and fails the run past the quota;
 - without a cgroup's memory total: a watcher that sums the memfd pages of the run's processes.
 
-Each says in the run's report which of them applied.
+Each says in the run's report which of them applied. UOL_SANDBOX_CGROUP=0 and
+UOL_SANDBOX_TMPFS=0 turn the kernel's totals off, so that the fallbacks can be tested.
 """
 
 from __future__ import annotations
@@ -146,8 +148,8 @@ class RunSession:
         self.processes = processes
         self.cgroup = RunCgroup.create(f"uol-sandbox-{secrets.token_hex(6)}")
         self.run_uid = pick_run_uid() if confine else None
-        self.tmpfs = os.geteuid() == 0 and not sandbox_os.mount_tmpfs(
-            private, disk_mb, MAX_FILES)
+        self.tmpfs = (os.geteuid() == 0 and os.environ.get("UOL_SANDBOX_TMPFS", "1") != "0"
+                      and not sandbox_os.mount_tmpfs(private, disk_mb, MAX_FILES))
         self.pid: int | None = None
         self.limit_lines: tuple[str, str] = ("", "")
 
@@ -174,8 +176,8 @@ class RunSession:
             lines.append(f"stop: every process of the run's own uid {self.run_uid} is killed "
                          f"(setsid children too)")
         else:
-            lines.append(f"stop: the process session only ({why}, not root): a child that "
-                         f"calls setsid can outlive the run")
+            lines.append(f"stop: the process session only (no cgroup: {why}; no uid of its "
+                         f"own for this run): a child that calls setsid can outlive the run")
         lines.append(f"disk: the private folder is a tmpfs of {self.disk_mb} MiB (writes past "
                      f"it fail: no space left on device)" if self.tmpfs else
                      f"disk: the private folder is summed every 0.2 s and the run is stopped "
@@ -190,14 +192,21 @@ class RunSession:
             return processes_of_uid(self.run_uid)
         return processes_of_session(self.pid) if self.pid else []
 
+    def disk_over(self) -> str | None:
+        """Without the tmpfs: is the private folder over its quota (or its number of files)?"""
+        if self.tmpfs:
+            return None
+        used = folder_bytes(self.private)
+        if used is None:
+            return f"file limit of {MAX_FILES} entries in the private folder reached"
+        if used > self.disk_mb << 20:
+            return f"disk quota of {self.disk_mb} MiB for the private folder reached"
+        return None
+
     def watch(self) -> str | None:
         """A reason to stop the run now, from the watchers that stand in for kernel limits."""
-        if not self.tmpfs:
-            used = folder_bytes(self.private)
-            if used is None:
-                return f"file limit of {MAX_FILES} entries in the private folder reached"
-            if used > self.disk_mb << 20:
-                return f"disk quota of {self.disk_mb} MiB for the private folder reached"
+        if over := self.disk_over():
+            return over
         if self.cgroup.memory is None and \
                 memfd_bytes(self.run_processes()) > self.memory_mb << 20:
             return (f"memory limit of {self.memory_mb} MiB reached (memfd pages, counted by "
