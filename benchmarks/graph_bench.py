@@ -84,6 +84,7 @@ def zoo_row(name: str, batch: int, rounds: int, backend: str, with_compile: bool
     start = time.perf_counter()
     graph = export_module(module, x)
     ours = compile_graph(graph, backend, "host")
+    ours.verify = False  # verified below into the row (a mismatch is a row, not an exception)
     build_s = time.perf_counter() - start
     env = make_inputs(graph, 0)
     env[next(iter(graph.inputs))] = x
