@@ -174,6 +174,23 @@ def test_the_owner_bits_apply_to_the_owner(open_dir):
     assert sandbox_reach.first_unreadable([folder], me + 1, [])[1] == folder
 
 
+def test_a_run_its_user_cannot_read_is_refused_in_one_line(open_dir):
+    """As root, an import path closed to other users (mode 0700, so no cover of the folder
+    above helps) means the sandbox's user could not import from it: the run is refused before
+    the request is read, with the reason and the fix, never a ModuleNotFoundError later."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root server switches the sandbox to another user")
+    closed = open_dir / "closed"
+    closed.mkdir()
+    closed.chmod(0o700)
+    limits = Limits(cpu_s=30, memory_mb=512, file_mb=64, processes=16, wall_s=60)
+    res = run_sandboxed("sandbox_payloads", {"do": "forge", "exit": False}, limits=limits,
+                        env={"PYTHONPATH": f"{REPO}:{TESTS}:{closed}"})
+    assert res["ok"] is False
+    assert f"cannot read {closed} ({closed} is mode 0700)" in res["error"]
+    assert "chmod -R o+rX" in res["error"] and "\n" not in res["error"]
+
+
 @needs_triton
 def test_the_library_op_trace_runs_as_the_sandbox_user():
     """The issue's failure: as root with Python under a 0700 home, tracing a library op died on
