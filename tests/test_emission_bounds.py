@@ -296,11 +296,12 @@ def test_a_clients_hostile_compiles_leave_another_clients_compile_answered(studi
     text = answer.read().decode()
     assert answer.status == 200 and "compiled in" in text, text[:500]
     assert took < 1.0, f"client B waited {took:.2f} s behind client A's compiles"
-    assert job_queue.busy_slots(job_queue.COMPILE) == 1  # A's compiles ran one at a time
+    assert job_queue.busy_slots(job_queue.COMPILE) <= 1  # A's compiles run one at a time
 
     for conn in hostile:  # client A leaves: its running compile stops, the waiting ones drop
         conn.close()
-    time.sleep(1.5)
+    # what is not checkpointed (a parse, painting a finished kernel) ends within about 1.5 s
+    time.sleep(2.5)
     cpu, wall = time.process_time(), time.monotonic()
     time.sleep(1.0)
     busy_cpu = (time.process_time() - cpu) / (time.monotonic() - wall)
