@@ -77,7 +77,14 @@ def _run_child(request: dict, tid: str, limits: Limits, client: str) -> dict:
 
 def trace_library_op(op: str, sizes: dict, timeout: float = TRACE_TIMEOUT_S,
                      client: str = LOCAL_CLIENT) -> dict:
-    """Trace a library op's Triton kernel at `sizes`; result has ok, id (trace) or error."""
+    """Trace a library op's Triton kernel at `sizes`; result has ok, id (trace) or error.
+    `op` must name a library operator (a client's value: never a path, never text)."""
+    from uol_core.ops import UnknownOp, library_name
+
+    try:
+        library_name(op)
+    except UnknownOp as exc:
+        return {"ok": False, "error": str(exc)}
     limits = replace(TRACE_LIMITS, cpu_s=int(timeout), wall_s=timeout + 15)
     return _run_child({"kind": "op", "op": op, "sizes": sizes}, uuid.uuid4().hex[:12], limits,
                       client)
