@@ -21,7 +21,7 @@ from app.services.tune_session import RunSession
 from uol_core.backends import get_backend, kernel_backend_names
 
 RUN_TIMEOUT_S = 120.0
-MAX_TUNE_BUDGET = 64  # measurements per tune: a larger budget is cut to this (and said so)
+MAX_TUNE_BUDGET = 64  # measurements per tune: the Studio refuses more; service callers are cut to it
 DEFAULT_TUNE_BUDGET = 6
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
