@@ -96,9 +96,22 @@ def test_a_module_changed_after_import_is_reported_as_the_import_differing():
     module = TwoLayers().eval()
     graph = import_model(module, torch.randn(4, 8))
     module.b.weight = nn.Parameter(module.b.weight.detach() * 2)  # the graph keeps its own copy
-    with pytest.raises(VerificationError, match="every group matches the reference evaluator") as caught:
+    with pytest.raises(VerificationError, match="every value matches the exported program: the "
+                       "module itself now computes otherwise") as caught:
         compile_graph(graph, "c")({"x": torch.randn(4, 8), **graph.values})
     assert caught.value.detail["stage"] == "import"
+
+
+def test_an_op_imported_with_another_meaning_is_traced_to_its_program_node(monkeypatch):
+    from uol_core.graph import aten_rules
+
+    monkeypatch.setitem(aten_rules.RULES, "relu", aten_rules.unary("sigmoid"))  # a wrong rule
+    torch.manual_seed(0)
+    graph = import_model(TwoLayers().eval(), torch.randn(4, 8))
+    with pytest.raises(VerificationError, match=r"the first value off is the exported program's "
+                       r"node relu \(graph tensor relu, off by") as caught:
+        compile_graph(graph, "c")({"x": torch.randn(4, 8), **graph.values})
+    assert caught.value.detail["program_node"] == "relu"
 
 
 def test_a_kernel_that_computes_something_else_is_named():

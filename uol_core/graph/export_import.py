@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import math
 import operator
-import warnings
 
 import torch
 from torch import fx, nn
 
 from uol_core.graph.aten_map import Unmapped
 from uol_core.graph.format import DTYPE_NAMES, Graph, GraphError, Node, TensorSpec
+from uol_core.graph.functional import functionalize
 from uol_core.graph.load import validate
 from uol_core.graph.merge import fresh_name
 from uol_core.odl import OdlError, parse
@@ -42,9 +42,6 @@ SHAPE_FACTORIES = {"arange", "full", "zeros", "ones", "eye", "linspace", "scalar
 
 # rules that turn a bool tensor known at import into f32 themselves (a condition, a mask)
 CASTS_CONSTANT_MASKS = {"where", "scaled_dot_product_attention"}
-
-# a functional form's node renamed after the op the module called (signatures name no such node)
-FUNCTIONAL_NAMES = {"_native_batch_norm_legit_no_training": "batch_norm"}
 
 
 def packet(target) -> str:
@@ -339,28 +336,6 @@ def _attr(module: nn.Module, path: str) -> torch.Tensor | nn.Module:
     return value
 
 
-def functionalize(program):
-    """`program` with in-place and out= forms replaced by functional ones, ops without an ODL
-    rule decomposed to Core ATen (which may map); returns (program, note). A program that
-    cannot be decomposed is kept as exported, with the reason in the note."""
-    from uol_core.graph.aten_rules import RULES
-
-    table = torch.export.default_decompositions()
-    for op in list(table.keys()):
-        if packet(op) in RULES or packet(op) in VIEW_OPS or packet(op) in ("dropout", "feature_dropout"):
-            table.pop(op)  # mapped whole: one ODL op beats its decomposition's several
-    try:
-        with warnings.catch_warnings():  # torch's own deprecations inside its pass, not the user's
-            warnings.simplefilter("ignore", FutureWarning)
-            program = program.run_decompositions(table)
-    except Exception as err:  # the exported program stands; in-place nodes are handled one by one
-        return program, f"not functionalised ({str(err).strip().splitlines()[0][:160]})"
-    for n in program.graph_module.graph.nodes:  # the names users know, in notes and node names
-        if n.op == "call_function" and packet(n.target) in FUNCTIONAL_NAMES and hasattr(n, "_rename"):
-            n._rename(FUNCTIONAL_NAMES[packet(n.target)])
-    return program, ""
-
-
 def _arg(n: fx.Node, pos: int, name: str, default):
     """An ATen argument by position or keyword."""
     if len(n.args) > pos:
@@ -394,7 +369,10 @@ def export_module(module: nn.Module, *example_inputs: torch.Tensor, name: str | 
     if note:
         importer.notes.append(note)
     graph = importer.run()
-    graph.module = module
+    graph.module, graph.program = module, program
+    for fx_name, forms in importer.forms.items():  # in program order: an alias (a dropout,
+        for tensor in forms.values():              # a clone) keeps the name of its source
+            graph.origins.setdefault(tensor, fx_name)
     return validate(graph)
 
 

@@ -82,6 +82,8 @@ class Graph:
     values: dict[str, torch.Tensor] = field(default_factory=dict)  # known parameter values
     shapes: dict[str, TensorSpec | None] = field(default_factory=dict)  # None: not a tensor
     module: Any = None  # the torch module an imported graph came from (the reference)
+    program: Any = None  # the exported program it was imported from (torch.export), if any
+    origins: dict[str, str] = field(default_factory=dict)  # graph tensor -> program node it holds
 
     def node(self, name: str) -> Node:
         """The node called `name`."""

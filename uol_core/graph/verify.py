@@ -123,10 +123,50 @@ def locate(compiled, env: dict[str, torch.Tensor]) -> tuple[str, dict]:
                     "is right (the replay reads or writes memory the plan gave another tensor)"), \
                 {"group": name, "nodes": list(group.nodes), "tensor": tensor, "group_error": err,
                  "stage": "planned runtime"}
+    detail = {"group": None, "nodes": [], "tensor": None, "group_error": None, "stage": "import"}
+    compared, found = first_import_difference(compiled.source, env, stepwise)
+    if found is not None:
+        program_node, tensor, err = found
+        detail.update(program_node=program_node, tensor=tensor, group_error=err)
+        return (f"every group matches the reference evaluator; the first value off is the "
+                f"exported program's node {program_node} (graph tensor {tensor}, off by {err:.2e} "
+                "max rel.): its import computes something other than the module"), detail
+    if compared:
+        return ("every group matches the reference evaluator and every value matches the exported "
+                "program: the module itself now computes otherwise (its weights or code changed "
+                "after the import)"), detail
     return ("every group matches the reference evaluator, run group by group and in the planned "
             "replay: the graph's nodes compute something other than the module (an op imported "
-            "with another meaning)"), {"group": None, "nodes": [], "tensor": None,
-                                       "group_error": None, "stage": "import"}
+            "with another meaning)"), detail
+
+
+def first_import_difference(graph, env: dict[str, torch.Tensor], values: dict
+                            ) -> tuple[bool, tuple[str, str, float] | None]:
+    """The exported program run node by node on the call's inputs, each node's value compared
+    (in program order) with the graph tensor that holds it in `values`: whether it ran, and
+    (program node, graph tensor, relative error) of the first one over TOLERANCE or None."""
+    if graph.program is None or not graph.origins:
+        return False, None
+    held: dict[str, list[str]] = {}
+    for tensor, node in graph.origins.items():
+        held.setdefault(node, []).append(tensor)
+    found: list[tuple[str, str, float]] = []
+
+    class Compare(torch.fx.Interpreter):
+        def run_node(self, n):
+            result = super().run_node(n)
+            for tensor in held.get(n.name, []) if not found else []:
+                ours = values.get(tensor)
+                if isinstance(result, torch.Tensor) and isinstance(ours, torch.Tensor) \
+                        and ours.numel() == result.numel() and result.is_floating_point():
+                    err = relative_error(ours.reshape(result.shape), result)
+                    if err > TOLERANCE:
+                        found.append((n.name, tensor, err))
+            return result
+
+    with torch.no_grad():
+        Compare(graph.program.module()).run(*[env[n].clone() for n in graph.inputs])
+    return True, found[0] if found else None
 
 
 def _written(compiled, group) -> list[str]:
