@@ -64,15 +64,16 @@ def _arguments(extra: list) -> tuple[list, dict[str, torch.Tensor]]:
     return args, params
 
 
-def _graph(name: str, write_input: bool = False) -> tuple[Graph, dict]:
+def _graph(name: str, target: str = "h") -> tuple[Graph, dict]:
     """x -> [kernel: h = 2x - 0.5] -> op_(h) in torch -> [kernel: y = w + h], where w is what
-    the op returns and h the tensor it wrote (torch: both are the written values). With
-    `write_input`, the op writes into the graph input x itself."""
+    the op returns and h the tensor it wrote (torch: both are the written values). With target
+    "x" the op writes the graph input itself, with "q" a parameter."""
     op, extra = CASES[name]
     args, params = _arguments(extra)
     pre = parse("op pre(X: f32[M, N]) -> Y: f32[M, N]:\n    Y[m, n] = X[m, n] * 2.0 - 0.5\n")
     post = parse("op post(A: f32[M, N], B: f32[M, N]) -> Y: f32[M, N]:\n    Y[m, n] = A[m, n] + B[m, n]\n")
-    target = "x" if write_input else "h"
+    if target == "q":
+        params["q"] = torch.rand(SHAPE, generator=torch.Generator().manual_seed(2)) * 2 - 1
     args[0] = {"tensor": target}
     nodes = [Node("pre", "odl", op=pre, source="inline", inputs={"X": "x"}, outputs={"Y": "h"}),
              Node("write", "torch", source=f"aten.{op.__name__}", outputs={"out": "w"}, args=args,
@@ -83,21 +84,21 @@ def _graph(name: str, write_input: bool = False) -> tuple[Graph, dict]:
     return validate(graph), params
 
 
-def _eager(name: str, params: dict, x: torch.Tensor, write_input: bool) -> torch.Tensor:
+def _eager(name: str, params: dict, x: torch.Tensor, target: str) -> torch.Tensor:
     op, extra = CASES[name]
     args, _ = _arguments(extra)
     x = x.clone()
     h = x * 2.0 - 0.5
-    target = x if write_input else h
-    written = op(target, *[params[a["tensor"]] if isinstance(a, dict) else a for a in args[1:]])
-    return written + target
+    written_into = {"h": h, "x": x, "q": params.get("q", h).clone()}[target]
+    written = op(written_into, *[params[a["tensor"]] if isinstance(a, dict) else a for a in args[1:]])
+    return written + written_into
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_every_in_place_op_between_kernels_gives_torch_s_answer(name):
     graph, params = _graph(name)
     x = torch.rand(SHAPE, generator=torch.Generator().manual_seed(0)) * 2 - 1
-    expected = _eager(name, params, x, False)
+    expected = _eager(name, params, x, "h")
     compiled = compile_graph(graph, "c")
     # the write sits between the two kernels: fusing them would move one across it
     assert [g.nodes for g in compiled.plan.groups] == [["pre"], ["write"], ["post"]]
@@ -108,20 +109,22 @@ def test_every_in_place_op_between_kernels_gives_torch_s_answer(name):
             torch.testing.assert_close(got, expected, equal_nan=True, msg=f"{name} planned={planned}")
 
 
+@pytest.mark.parametrize("target", ["x", "q"])
 @pytest.mark.parametrize("name", ["relu_", "add_", "mul_", "hardtanh_", "copy_", "zero_"])
-def test_an_in_place_write_into_an_input_or_parameter_leaves_them_as_they_were(name):
-    graph, params = _graph(name, write_input=True)
+def test_an_in_place_write_into_an_input_or_parameter_leaves_them_as_they_were(name, target):
+    graph, params = _graph(name, target)
     x = torch.rand(SHAPE, generator=torch.Generator().manual_seed(0)) * 2 - 1
     x_before = x.clone()
     weights = {k: v.clone() for k, v in graph.values.items()}
-    expected = _eager(name, params, x, True)
+    expected = _eager(name, params, x, target)
     compiled = compile_graph(graph, "c")
     for planned in (True, False):
         compiled.planned = planned
         for _ in range(2):
-            torch.testing.assert_close(compiled({"x": x, **graph.values})["y"], expected, equal_nan=True)
+            got = compiled({"x": x, **graph.values})["y"]
+            torch.testing.assert_close(got, expected, equal_nan=True, msg=f"planned={planned}")
     assert torch.equal(x, x_before)  # the caller's tensor: the graph wrote a private copy
-    assert all(torch.equal(graph.values[k], v) for k, v in weights.items())
+    assert all(torch.equal(graph.values[k], v) for k, v in weights.items())  # and the weights
 
 
 class Residual(nn.Module):
