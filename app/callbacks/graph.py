@@ -118,6 +118,9 @@ def run_graph(_n, source, target):
                 if rep.get("torch_eager_ms") is not None else
                 f"whole graph {rep['total_ms']:.2f} ms ({rep.get('speed_baseline', '')}); ")
                + f"hotspots: {', '.join(rep['hotspots'])}"),
+        # where a wrong result starts (the first group, replay step or import node that differs)
+        *([html.P(rep["mismatch"]["message"], className="result-bad", id="graph-mismatch")]
+          if rep.get("mismatch") else []),
         *[html.P(f"opaque: {o['node']} ({o['source']}) runs in torch: {o['reason']}",
                  className="graph-opaque") for o in rep.get("opaque", [])]])
     return rep, fig, summary
