@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,3 +54,26 @@ def golden(request) -> Callable[[str, str], None]:
                                           "text: rerun with --update-golden and review the diff")
 
     return check
+
+
+@pytest.fixture(scope="session")
+def live_ide(tmp_path_factory) -> dict:
+    """The IDE served by Werkzeug's threaded server (as `uol serve` runs it) on a free
+    127.0.0.1 port, from a thread of this process: {"base", "port", "token"}. One per test
+    process, shared by every test that needs it: Dash registers page callbacks globally, so a
+    second `create_app` in the same process would serve none of them."""
+    from werkzeug.serving import make_server
+
+    runs = tmp_path_factory.mktemp("ide")
+    os.environ["UOL_IDE_RUNS_DB"] = str(runs / "ide_runs.sqlite")
+    from app.main import create_app
+    from app.security import app_token
+
+    app = create_app(cache_dir=str(runs / "jobs"))
+    server = make_server("127.0.0.1", 0, app.server, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_port
+    yield {"base": f"http://127.0.0.1:{port}", "port": port, "token": app_token(app)}
+    server.shutdown()
+    thread.join(timeout=5)

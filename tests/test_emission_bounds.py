@@ -257,20 +257,9 @@ def _compile_body(odl: str, sizes: str) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def studio(tmp_path_factory):
+def studio(live_ide):
     """The IDE served by Werkzeug's threaded server (as `uol serve` runs it) on loopback."""
-    from werkzeug.serving import make_server
-
-    from app.main import create_app
-    from app.security import app_token
-
-    app = create_app(cache_dir=str(tmp_path_factory.mktemp("jobs")))
-    server = make_server("127.0.0.1", 0, app.server, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_port, app_token(app)
-    server.shutdown()
-    thread.join(timeout=5)
+    return live_ide["port"], live_ide["token"]
 
 
 def _send_compile(port: int, token: str, client: str, odl: str, sizes: str
