@@ -204,15 +204,8 @@ class RunCgroup:
         """Kill every process of the run (setsid or not) and wait until the groups are empty."""
         if self.killer is not None:
             _write(self.killer / "cgroup.kill", "1")
-        for _ in range(200):
-            pids = {int(p) for path in self.dirs
-                    for p in _lines(path / "cgroup.procs") if p.isdigit()}
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)
+        kill_until_gone(lambda: {int(p) for path in self.dirs
+                                 for p in _lines(path / "cgroup.procs") if p.isdigit()})
 
     def remove(self) -> None:
         for path in reversed(self.dirs):
@@ -235,3 +228,16 @@ def _lines(path: Path) -> list[str]:
         return path.read_text().split()
     except OSError:
         return []
+
+
+def kill_until_gone(find, rounds: int = 200) -> None:
+    """SIGKILL every pid `find()` names (never this process) until it names none, or `rounds`
+    tries have passed: a process may fork between a listing and its kill."""
+    for _ in range(rounds):
+        pids = [p for p in find() if p != os.getpid()]
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)

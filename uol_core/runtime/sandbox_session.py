@@ -21,11 +21,10 @@ import contextlib
 import os
 import secrets
 import signal
-import time
 from pathlib import Path
 
 from uol_core.runtime import sandbox_os
-from uol_core.runtime.sandbox_cgroup import RunCgroup
+from uol_core.runtime.sandbox_cgroup import RunCgroup, kill_until_gone
 
 RUN_UID_BASE = 0x7F000000  # per-run uids: far above any account, system or dynamic user
 RUN_UID_SPAN = 1 << 20
@@ -84,17 +83,6 @@ def pick_run_uid() -> int | None:
         if not processes_of_uid(uid):
             return uid
     return None
-
-
-def _kill_until_gone(find, rounds: int = 200) -> None:
-    for _ in range(rounds):
-        pids = [p for p in find() if p != os.getpid()]
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
 
 
 def memfd_bytes(pids: list[int]) -> int:
@@ -225,11 +213,11 @@ class RunSession:
         """Kill every process of the run that the available means can find."""
         self.cgroup.kill()
         if self.run_uid is not None:
-            _kill_until_gone(lambda: processes_of_uid(self.run_uid))
+            kill_until_gone(lambda: processes_of_uid(self.run_uid))
         if self.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
-            _kill_until_gone(lambda: processes_of_session(self.pid), rounds=20)
+            kill_until_gone(lambda: processes_of_session(self.pid), rounds=20)
 
     def close(self) -> None:
         self.cgroup.remove()
