@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# The CPU build of torch first: a bare `torch` would pull a multi-GB CUDA build.
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -e ".[dev,models,bench]"
 	@# System tools some features need: the aarch64 cross compiler and qemu-user (ARM kernels
 	@# verified under emulation), redis-server (remote workers' broker). Installed where apt is
 	@# available to root; elsewhere the tests that need them skip and name the package.
