@@ -9,7 +9,6 @@ path (isolation) is for the tuner and the IDE.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -22,6 +21,11 @@ from uol_core.odl.ir import Op
 from uol_core.odl.shapes import ShapeError, bind_sizes, shape_of
 from uol_core.runtime.native import NativeKernel
 from uol_core.runtime.pages import fresh_output
+
+# the memory budget lives with the peak it bounds (runtime, which imports no api): public here
+# as before, for the IDE, the remote workers and the graph runtime
+from uol_core.runtime.peak_memory import check_memory
+from uol_core.runtime.peak_memory import memory_budget_bytes as memory_budget_bytes
 
 DEFAULT_TUNE_BUDGET = 8
 
@@ -48,26 +52,6 @@ def load_any(op_or_path) -> Op:
             raise FileNotFoundError(f"no ODL file '{text}'")
         return parse(path.read_text(), filename=path.name)
     return load_op(text)
-
-
-def memory_budget_bytes() -> int:
-    """Bytes the tensors of one kernel may use: $UOL_MEM_BUDGET_MB, else a quarter of RAM."""
-    if os.environ.get("UOL_MEM_BUDGET_MB"):
-        return int(float(os.environ["UOL_MEM_BUDGET_MB"]) * 2**20)
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
-
-
-def check_memory(op: Op, sizes: Mapping[str, int]) -> None:
-    """Raise ShapeError when verifying the op (its tensors and the reference evaluator's
-    intermediates) would exceed the memory budget."""
-    from uol_core.runtime.peak_memory import peak_bytes
-
-    total = peak_bytes(op, sizes)
-    budget = memory_budget_bytes()
-    if total > budget:
-        raise ShapeError(f"{op.name} at {dict(sizes)} needs {total / 2**20:.0f} MiB (tensors and "
-                         f"the reference's intermediates), over the budget of "
-                         f"{budget / 2**20:.0f} MiB (set UOL_MEM_BUDGET_MB)")
 
 
 class CompiledKernel:

@@ -11,9 +11,11 @@ it errs on the safe side).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 
 from uol_core.odl.check import stmt_extents
+from uol_core.odl.errors import ShapeError
 from uol_core.odl.ir import Access, Binary, Call, Cast, DType, Expr, Op, Reduce, Scan, Unary, Var
 from uol_core.odl.shapes import shape_of
 
@@ -95,3 +97,21 @@ def peak_bytes(op: Op, sizes: Mapping[str, int]) -> int:
         kept += math.prod(free.values()) * itemsize  # the statement's target stays in the env
         working = max(working, walk.bytes)
     return declared + kept + working
+
+
+def memory_budget_bytes() -> int:
+    """Bytes the tensors of one kernel may use: $UOL_MEM_BUDGET_MB, else a quarter of RAM."""
+    if os.environ.get("UOL_MEM_BUDGET_MB"):
+        return int(float(os.environ["UOL_MEM_BUDGET_MB"]) * 2**20)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
+def check_memory(op: Op, sizes: Mapping[str, int]) -> None:
+    """Raise ShapeError when verifying the op (its tensors and the reference evaluator's
+    intermediates) would exceed the memory budget."""
+    total = peak_bytes(op, sizes)
+    budget = memory_budget_bytes()
+    if total > budget:
+        raise ShapeError(f"{op.name} at {dict(sizes)} needs {total / 2**20:.0f} MiB (tensors and "
+                         f"the reference's intermediates), over the budget of "
+                         f"{budget / 2**20:.0f} MiB (set UOL_MEM_BUDGET_MB)")

@@ -118,9 +118,9 @@ _REFERENCE: dict = {}
 
 def execute_job(job: dict) -> dict:
     """Build the kernel, run it on seeded random inputs, compare with the reference, then time."""
-    from uol_core.api import check_memory
     from uol_core.odl import parse
     from uol_core.runtime.measure import time_call
+    from uol_core.runtime.peak_memory import check_memory
 
     src = KernelSource(**job["source"])
     op = parse(job["op_text"], job["op_file"])
@@ -211,9 +211,9 @@ def execute_race(job: dict) -> dict:
     on the same inputs, each into its own outputs (measure.time_interleaved). The result's
     `results` holds one measurement per kernel, in order; a kernel that fails to build or
     verify gets its failure there and is not timed."""
-    from uol_core.api import check_memory
     from uol_core.odl import parse
     from uol_core.runtime.measure import time_interleaved
+    from uol_core.runtime.peak_memory import check_memory
 
     op = parse(job["op_text"], job["op_file"])
     check_memory(op, job["sizes"])
