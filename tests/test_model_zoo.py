@@ -63,3 +63,23 @@ def test_nanogpt_block_trains_on_uol_kernels_in_lockstep_with_torch():
     torch.testing.assert_close(ours.c_attn.weight.T, reference.c_attn.weight, rtol=1e-4, atol=1e-5)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), reference(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["silu_mlp", "nanogpt_block"])
+def test_imported_model_called_at_another_batch_matches_the_module(name):
+    """torch.export specialises shapes: a call at another batch imports the model again at
+    that batch (once) rather than running reshapes built for the first."""
+    import torch
+
+    from uol_core.graph.run import compile_graph
+
+    module, x = build(name, "small", batch=1)
+    graph = export_module(module, x)
+    compiled = compile_graph(graph, "c")
+    _, wider = build(name, "small", batch=3)
+    (input_name,) = graph.inputs
+    with torch.no_grad():
+        (got,) = compiled({input_name: wider}).values()
+        torch.testing.assert_close(got, module(wider), rtol=1e-4, atol=1e-5)
+        assert compiled.at_shapes({input_name: wider}) is compiled.at_shapes({input_name: wider})
+        assert compiled.at_shapes({input_name: x}) is compiled

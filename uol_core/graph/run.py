@@ -38,6 +38,10 @@ def make_inputs(graph: Graph, seed: int = 0) -> dict[str, torch.Tensor]:
             env[name] = graph.values[name]
             continue
         dtype = TORCH_DTYPES[spec.dtype]
+        if not dtype.is_floating_point and dtype != torch.bool:
+            # integer inputs are ids or positions: 0 and 1 index any axis of two or more
+            env[name] = torch.randint(0, 2, spec.shape, generator=gen, dtype=dtype)
+            continue
         value = torch.randn(spec.shape, generator=gen)
         if name in graph.params:  # keep activations O(1) through deep stacks: scale by fan-in
             low = name.lower()
@@ -86,6 +90,8 @@ class CompiledGraph:
     checked: dict[tuple, float | VerificationError] = field(default_factory=dict, repr=False)
     reference: CompiledGraph | None = field(default=None, repr=False)
     written: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    fuse: bool = True
+    respecialised: dict[tuple, CompiledGraph] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.source is None:
@@ -134,6 +140,27 @@ class CompiledGraph:
     def shape_key(self, env: dict[str, torch.Tensor]) -> tuple:
         return tuple((n, tuple(env[n].shape), env[n].dtype) for n in self.plan.graph.inputs)
 
+    def at_shapes(self, env: dict[str, torch.Tensor]) -> CompiledGraph:
+        """The compiled graph for the input shapes of `env`: this one when they are the shapes
+        it was imported at; for an imported model called at other shapes (another batch or
+        sequence length), the model imported and compiled again at those shapes, once per
+        shape. torch.export specialises every shape, so the imported graph's reshapes and
+        broadcasts hold only at its own; a graph from a file keeps its declared shapes."""
+        graph = self.source
+        declared = {n: spec.shape for n, spec in graph.inputs.items()}
+        given = {n: tuple(env[n].shape) for n in graph.inputs if isinstance(env.get(n), torch.Tensor)}
+        if given == declared or graph.module is None or len(given) != len(declared):
+            return self
+        key = tuple(given.items())
+        if key not in self.respecialised:
+            # import_model lives above run.py (it builds graphs that this module runs)
+            from uol_core.graph.export_import import import_model
+
+            fresh = import_model(graph.module, *(env[n] for n in graph.inputs), name=graph.name)
+            self.respecialised[key] = compile_graph(fresh, self.plan.backend, self.plan.target, self.fuse)
+            self.respecialised[key].verify = self.verify
+        return self.respecialised[key]
+
     def runner(self, env: dict[str, torch.Tensor]) -> PlannedGraph:
         """The planned replay for the shapes of `env`, built on first use (and rebuilt when the
         parameter tensors in `env` are not the ones it was built on)."""
@@ -160,6 +187,9 @@ class CompiledGraph:
                  out: dict[str, torch.Tensor] | None = None) -> dict:
         """Run the graph; returns its outputs (written into `out`'s tensors where given).
         With `timings`, runs group by group and adds each group's seconds to it."""
+        other = self.at_shapes(env)
+        if other is not self:
+            return other(env, timings, out)
         key = self.shape_key(env) if self.verify else None
         failed = self.checked.get(key)
         if isinstance(failed, VerificationError):
@@ -206,7 +236,7 @@ def compile_graph(graph: Graph, backend: str = "c", target: str = "host", fuse: 
     plan = plan_graph(graph, backend, target, fuse)
     routes = {g.name: route(g.op, g.sizes(plan.graph), backend, target)
               for g in plan.groups if g.kind == "odl"}
-    return CompiledGraph(plan, routes, source=graph)
+    return CompiledGraph(plan, routes, source=graph, fuse=fuse)
 
 
 def max_error(outputs: dict, expected: dict) -> float:
