@@ -55,7 +55,7 @@ def _header(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, target, tensors: lis
     w.emit("")
     for name, value in plan.sizes.items():
         w.emit(f"#define {size_id(name)} {value}")
-    batch = " * ".join(size_id(_dim_of(plan, b)) for b in plan.batch) or "1"
+    batch = " * ".join(batch_extent(plan, b) for b in plan.batch) or "1"
     w.emit(f"#define BATCH ({batch})\n#define MDIM {plan.M}\n#define NDIM {plan.N}\n"
            f"#define KDIM {plan.K}")
     w.emit(f"#define MR {cfg.mr}\n#define NR {cfg.nr}\n#define KC {cfg.kc}\n#define MC {cfg.mc}\n"
@@ -71,12 +71,14 @@ def emit_platform_header(w: CodeWriter, plat: Platform, lane: int) -> None:
             w.emit(text)
 
 
-def _dim_of(plan: GemmPlan, index: str) -> str:
-    """The dimension symbol of a batch index (from the output's shape); falls back to the index."""
+def batch_extent(plan: GemmPlan, index: str) -> str:
+    """The C text of a batch index's extent: the size macro of the output's dimension symbol,
+    or the number itself where the shape spells one (an imported op has no symbols; a name
+    made up from the index would be an undeclared macro)."""
     stmt = plan.stmts[0]
     decl = plan.op.tensor(stmt.target)
-    pos = stmt.indices.index(index)
-    return decl.shape[pos].pure_symbol or index
+    symbol = decl.shape[stmt.indices.index(index)].pure_symbol
+    return size_id(symbol) if symbol in plan.sizes else str(plan.extents[index])
 
 
 def _micro_kernel(w: CodeWriter, cfg: TileConfig, target, line: int) -> None:
@@ -256,8 +258,8 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
     w.emit("    for (int64_t bi = 0; bi < BATCH; ++bi) {", line)
     rest = "bi"
     for b in reversed(plan.batch):
-        w.emit(f"        const int64_t {index_id(b)} = {rest} % {size_id(_dim_of(plan, b))};", line)
-        rest = f"({rest} / {size_id(_dim_of(plan, b))})"
+        w.emit(f"        const int64_t {index_id(b)} = {rest} % {batch_extent(plan, b)};", line)
+        rest = f"({rest} / {batch_extent(plan, b)})"
     w.emit(f"        const float *A = {tensor_id(plan.lhs.tensor)} + {a_off};", line)
     w.emit(f"        const float *B = {tensor_id(plan.rhs.tensor)} + {b_off};", line)
     if cfg.par == "jr":

@@ -24,7 +24,7 @@ from uol_core.acg.lower import GemmPlan
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c import GENERATOR_VERSION, MICRO_KERNEL, CodeWriter
 from uol_core.backends.c_frame import open_entry
-from uol_core.backends.c_names import index_id, size_id, tensor_id
+from uol_core.backends.c_names import index_id, tensor_id
 from uol_core.backends.c_platforms import platform
 from uol_core.odl.ir import Access, Affine
 
@@ -124,7 +124,7 @@ def _store_to_c(w: CodeWriter, ops, acc: list[list[str]], lane: int, line: int) 
 
 
 def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], entry: str) -> None:
-    from uol_core.backends.c_gemm import _dim_of, _operand_strides, _store
+    from uol_core.backends.c_gemm import _operand_strides, _store, batch_extent
 
     line = plan.stmts[0].line
     a_off, a_rs, a_cs = _operand_strides(plan, plan.lhs, plan.m, plan.k)
@@ -150,8 +150,8 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
     w.emit("    for (int64_t bi = 0; bi < BATCH; ++bi) {", line)
     rest = "bi"
     for b in reversed(plan.batch):
-        w.emit(f"        const int64_t {index_id(b)} = {rest} % {size_id(_dim_of(plan, b))};", line)
-        rest = f"({rest} / {size_id(_dim_of(plan, b))})"
+        w.emit(f"        const int64_t {index_id(b)} = {rest} % {batch_extent(plan, b)};", line)
+        rest = f"({rest} / {batch_extent(plan, b)})"
     w.emit(f"        const float *A = {tensor_id(plan.lhs.tensor)} + {a_off};\n"
            f"        const float *B = {tensor_id(plan.rhs.tensor)} + {b_off};\n"
            f"        const int64_t ars = {a_rs}, acs = {a_cs}, brs = {b_rs}, bcs = {b_cs};", line)

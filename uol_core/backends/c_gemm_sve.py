@@ -24,10 +24,10 @@ from uol_core.backends.c_gemm import (
     PACK_A,
     _access_c,
     _affine,
-    _dim_of,
     _driver,
     _store,
     _unit_condition,
+    batch_extent,
     line_floats,
 )
 from uol_core.backends.c_names import index_id, size_id
@@ -71,7 +71,7 @@ def _header(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, target) -> None:
     w.emit(plat.include + "\n" + plat.vla_prelude)
     for name, value in plan.sizes.items():
         w.emit(f"#define {size_id(name)} {value}")
-    batch = " * ".join(size_id(_dim_of(plan, b)) for b in plan.batch) or "1"
+    batch = " * ".join(batch_extent(plan, b) for b in plan.batch) or "1"
     w.emit(f"#define BATCH ({batch})\n#define MDIM {plan.M}\n#define NDIM {plan.N}\n"
            f"#define KDIM {plan.K}")
     # NC is a multiple of the target's NR; at another vector length its last panel is short

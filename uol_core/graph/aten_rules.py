@@ -22,6 +22,7 @@ from uol_core.graph.aten_conv import (
     max_pool2d,
 )
 from uol_core.graph.aten_map import Unmapped
+from uol_core.graph.aten_text import TEXT_RULES
 from uol_core.graph.export_import import ExportImporter, _arg
 from uol_core.odl.ir import GELU_FORMS
 from uol_core.ops import op_text
@@ -230,12 +231,6 @@ def _additive_mask(imp: ExportImporter, mask: fx.Node) -> str:
     return imp.tensor(mask)
 
 
-def cat(imp: ExportImporter, n: fx.Node) -> None:
-    parts, dim = list(n.args[0]), _arg(n, 1, "dim", 0)
-    text, _ = A.cat([imp.shape(p) for p in parts], dim)
-    imp.odl(n, text, {f"A{k}": imp.tensor(p) for k, p in enumerate(parts)}, "nd")
-
-
 def repeat_interleave(imp: ExportImporter, n: fx.Node) -> None:
     x, repeats, dim = n.args[0], n.args[1], _arg(n, 2, "dim", None)
     shape = imp.shape(x)
@@ -255,8 +250,8 @@ RULES = {
     "adaptive_avg_pool2d": adaptive_avg_pool2d, "mean": reduction("mean"), "sum": reduction("sum"),
     "amax": reduction("max"), "amin": reduction("min"), "softmax": softmax("softmax"),
     "_softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
-    "_log_softmax": softmax("log_softmax"), "scaled_dot_product_attention": sdpa, "cat": cat,
-    "repeat_interleave": repeat_interleave,
+    "_log_softmax": softmax("log_softmax"), "scaled_dot_product_attention": sdpa,
+    "repeat_interleave": repeat_interleave, **TEXT_RULES,
 }
 
 

@@ -94,7 +94,8 @@ class Graph:
 
 
 TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
-                "f64": torch.float64, "i32": torch.int32, "i8": torch.int8, "bool": torch.bool}
+                "f64": torch.float64, "i64": torch.int64, "i32": torch.int32, "i8": torch.int8,
+                "bool": torch.bool}
 DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
 
 
