@@ -10,6 +10,11 @@ from dash import Input, Output, State, callback, ctx, html, no_update
 from app.figures.studio import empty_figure
 
 
+def _first_line(exc: Exception) -> str:
+    """An error as the status line shows it: one line (an exporter's message can run to pages)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:400]
+
+
 def _figure(structure: dict, report: dict | None, selected: str | None = None):
     import networkx as nx
 
@@ -43,27 +48,39 @@ def upload_graph(contents, filename):
 @callback(Output("graph-source", "data"), Output("graph-structure", "data"),
           Output("graph-report", "data"), Output("graph-status", "children"),
           Input("graph-kind", "value"), Input("graph-sample", "value"),
-          Input("graph-model", "value"), Input("graph-upload-data", "data"))
-def open_graph(kind, sample, model, uploaded):
-    """Load and validate the chosen graph and plan its fusion (no kernel runs here)."""
+          Input("graph-model", "value"), Input("graph-upload-data", "data"),
+          Input("graph-zoo", "value"), Input("graph-zoo-size", "value"),
+          Input("graph-zoo-batch", "value"))
+def open_graph(kind, sample, model, uploaded, zoo, size, batch):
+    """Load and validate the chosen graph and plan its fusion (no kernel runs here); a zoo
+    model is built and imported in the graph worker, never in the server."""
+    from app.services.graph_zoo import open_zoo, zoo_source
     from app.services.graphs import load_graph_source, structure
 
+    zoo_field = ctx.triggered_id in ("graph-zoo", "graph-zoo-size", "graph-zoo-batch")
+    if (kind == "zoo") != zoo_field and ctx.triggered_id not in (None, "graph-kind"):
+        return no_update, no_update, no_update, no_update  # a field of another kind changed
     source = {"kind": kind, "name": sample if kind == "sample" else model}
     if kind == "upload":
         if not uploaded:
             return no_update, no_update, no_update, "upload a graph JSON"
         source = {"kind": "upload", "data": uploaded}
     try:
-        s = structure(load_graph_source(source))
+        if kind == "zoo":
+            source = zoo_source(zoo, size, batch)
+            s = open_zoo(source)
+        else:
+            s = structure(load_graph_source(source))
     except Exception as exc:  # validation errors name node and edge: show them as they are
-        return no_update, None, None, f"✗ {exc}"
+        return no_update, None, None, f"✗ {_first_line(exc)}"
     # how it was imported: torch.export or the fx fallback with export's reason, folded norms
     how = f" · {s['description'][:300]}" if s.get("description") else ""
     groups = len(set(s["groups"].values()))
     steps = (f"{s['kernels']} kernels after fusion" if s.get("kernels") == groups else
              f"{groups} steps after fusion ({s['kernels']} kernels, the rest torch)"
              if s.get("kernels") is not None else f"{groups} groups")
-    return source, s, None, f"{s['name']}: {len(s['nodes'])} nodes, {steps}{how}"
+    opaque = f", {len(s.get('opaque') or [])} opaque" if kind == "zoo" else ""
+    return source, s, None, f"{s['name']}: {len(s['nodes'])} nodes{opaque}, {steps}{how}"
 
 
 @callback(Output("graph-view", "figure"), Output("graph-fusion", "children"),
@@ -79,14 +96,27 @@ def draw(structure, report):
     return fig, html.Ul(items) if items else "no fusion candidates"
 
 
+@callback(Output("graph-opaque-panel", "children"), Input("graph-structure", "data"))
+def list_opaque(structure):
+    """The import's opaque nodes (node, aten op, reason), or that there are none."""
+    from app.callbacks.graph_views import opaque_panel
+
+    if not structure:
+        return "open a graph to see which of its nodes stay in torch"
+    return opaque_panel(structure.get("opaque"))
+
+
 @callback(Output("graph-report", "data", allow_duplicate=True), Output("graph-times", "figure"),
-          Output("graph-summary", "children"),
+          Output("graph-summary", "children"), Output("graph-peers-view", "children"),
           Input("graph-run-button", "n_clicks"), State("graph-source", "data"),
-          State("current-target", "data"),
+          State("current-target", "data"), State("graph-peers", "value"),
           running=[(Output("graph-run-button", "disabled"), True, False)],
           prevent_initial_call=True)
-def run_graph(_n, source, target):
-    """Compile, run, verify and time every group in the worker, against torch eager."""
+def run_graph(_n, source, target, peers):
+    """Compile, run, verify and time every group in the worker, against torch eager; a zoo
+    model with the peers ticked also beside torch.compile, ONNX Runtime and OpenVINO."""
+    from app.callbacks.graph_views import peers_view
+    from app.services.graph_zoo import run_zoo
     from app.services.graphs import check_source, run
     from app.services.system import activity
     from profilers.figures.graphs import node_time_bars
@@ -94,17 +124,21 @@ def run_graph(_n, source, target):
     from uol_core.hfl import HflError, target_name
 
     if not source:
-        return no_update, empty_figure("open a graph first"), ""
+        return no_update, empty_figure("open a graph first"), "", no_update
     try:  # names from their closed sets, before the sandbox starts
-        check_source(source)
+        kind = check_source(source)
         target_name(target or "host")
     except (GraphError, HflError) as exc:
-        return no_update, empty_figure("run refused"), html.Div(f"✗ {exc}", className="result-bad")
+        return (no_update, empty_figure("run refused"),
+                html.Div(f"✗ {exc}", className="result-bad"), no_update)
     with activity("graph run"):
-        res = run(source, target or "host")
+        if kind == "zoo":
+            res = run_zoo(source, target or "host", peers=isinstance(peers, list) and "peers" in peers)
+        else:
+            res = run(source, target or "host")
     if not res.get("ok"):
-        return no_update, empty_figure("run failed"), html.Div(f"✗ {res.get('error')}",
-                                                               className="result-bad")
+        return (no_update, empty_figure("run failed"),
+                html.Div(f"✗ {res.get('error')}", className="result-bad"), no_update)
     rep = res["report"]
     fig = node_time_bars(rep["rows"])
     fig.update_layout(width=None)
@@ -121,9 +155,9 @@ def run_graph(_n, source, target):
         # where a wrong result starts (the first group, replay step or import node that differs)
         *([html.P(rep["mismatch"]["message"], className="result-bad", id="graph-mismatch")]
           if rep.get("mismatch") else []),
-        *[html.P(f"opaque: {o['node']} ({o['source']}) runs in torch: {o['reason']}",
-                 className="graph-opaque") for o in rep.get("opaque", [])]])
-    return rep, fig, summary
+        html.P(f"{len(rep.get('opaque', []))} opaque nodes ran in torch (listed below)"
+               if rep.get("opaque") else "every node ran in UOL kernels", className="muted")])
+    return rep, fig, summary, peers_view(rep.get("peers"))
 
 
 @callback(Output("graph-nav", "href"), Output("graph-node-info", "children"),

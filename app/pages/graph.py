@@ -14,7 +14,9 @@ DEFAULT_SAMPLE = "mlp.json"
 
 
 def layout(**_query) -> html.Div:
-    """Source picker and Run; the graph (click a node: Studio) | per-group time vs eager, fusion."""
+    """Source picker and Run; the graph (click a node: Studio) | per-group time vs eager, fusion;
+    the opaque nodes with their reasons | the run beside the deployment runtimes."""
+    from app.services.graph_zoo import BATCHES, SIZES, zoo_options
     from app.services.graphs import MODELS, sample_names
 
     field = lambda label, comp: html.Div([html.Label(label), comp])  # noqa: E731
@@ -23,6 +25,7 @@ def layout(**_query) -> html.Div:
         field("Open", dcc.RadioItems(id="graph-kind", value="sample", inline=True, options=[
             {"label": " sample graph", "value": "sample"},
             {"label": " traced torch model", "value": "model"},
+            {"label": " zoo model", "value": "zoo"},
             {"label": " uploaded JSON", "value": "upload"}])),
         field("Sample", dcc.Dropdown(id="graph-sample", options=samples, clearable=False,
                                      value=DEFAULT_SAMPLE if DEFAULT_SAMPLE in samples
@@ -35,11 +38,26 @@ def layout(**_query) -> html.Div:
         html.Button("Run whole graph (vs torch eager)", id="graph-run-button"),
         dcc.Loading(html.Span(id="graph-status", className="muted"), delay_show=200),
     ], className="toolbar")
+    zoo = zoo_options()
+    # the zoo's own row: a model by name (both zoos), its batch and size, and the peers
+    zoo_bar = html.Div([
+        field("Zoo model (hand-built blocks and transformers models)", dcc.Dropdown(
+            id="graph-zoo", options=zoo, clearable=False, className="dropdown graph-zoo-dropdown",
+            value=next((o["value"] for o in zoo if not o["disabled"]), None))),
+        field("Batch", dcc.RadioItems(id="graph-zoo-batch", value=BATCHES[0], inline=True,
+                                      options=[{"label": f" {b}", "value": b} for b in BATCHES])),
+        field("Size", dcc.RadioItems(id="graph-zoo-size", value="small", inline=True,
+                                     options=[{"label": f" {k}", "value": k, "title": v}
+                                              for k, v in SIZES.items()])),
+        field("Run", dcc.Checklist(id="graph-peers", value=[], inline=True, options=[
+            {"label": " compare with deployment runtimes (torch eager, torch.compile, "
+                      "ONNX Runtime, OpenVINO)", "value": "peers"}])),
+    ], className="toolbar graph-zoo-bar")
     return html.Div([
         dcc.Store(id="graph-source"), dcc.Store(id="graph-upload-data"),
         dcc.Store(id="graph-structure"), dcc.Store(id="graph-report"),
         dcc.Location(id="graph-nav", refresh="callback-nav"),
-        toolbar,
+        toolbar, zoo_bar,
         html.Div([
             html.Div([
                 html.P("Colour and size: measured time of the node's kernel (after Run). Dashed "
@@ -55,5 +73,14 @@ def layout(**_query) -> html.Div:
                 html.Div(id="graph-summary"),
                 html.H3("Fusion decisions"), html.Div(id="graph-fusion", className="muted"),
             ], className="panel"),
+        ], className="two-col"),
+        html.Div([
+            html.Div([html.H3("Opaque nodes (left in torch)"),
+                      html.Div(id="graph-opaque-panel", className="muted")], className="panel"),
+            html.Div([html.H3("Beside the deployment runtimes"),
+                      html.Div("Tick 'compare with deployment runtimes' and run a zoo model: "
+                               "each runtime is verified against torch eager and timed with "
+                               "ours, calls alternated in one run.", id="graph-peers-view",
+                               className="muted")], className="panel"),
         ], className="two-col"),
     ])

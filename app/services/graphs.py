@@ -1,4 +1,5 @@
-"""Graph service: open a sample, an uploaded JSON or a traced example model; plan, draw data, run."""
+"""Graph service: open a sample, an uploaded JSON, a traced example model or a zoo model; plan,
+draw data, run."""
 
 from __future__ import annotations
 
@@ -9,20 +10,14 @@ MAX_GRAPH_JSON = 256 * 1024
 MAX_GRAPH_NODES = 200  # more nodes than this would make the drawing unreadable anyway
 RUN_TIMEOUT_S = 240.0
 GRAPH_MEMORY_MB = 4096  # address space a graph run may add to the interpreter's own
-ZOO = "zoo:"  # a MODELS spec naming a model of the library's zoo (uol_core/graph/zoo.py)
 
 
 def _models() -> dict[str, tuple[str, list[int]]]:
-    """Traced torch models: only the library's examples and its model zoo, at batch 1 and the
-    zoo's benchmark sizes (no user code runs in the server). name -> (spec, input shape)."""
-    from uol_core.graph.zoo import BENCH
-    from uol_core.graph.zoo import MODELS as ZOO_MODELS
-
-    examples = {"MLP": ("uol_core.graph.examples:MLP", [8, 256]),
-                "ResNetBasicBlock": ("uol_core.graph.examples:ResNetBasicBlock", [1, 16, 16, 16]),
-                "TransformerBlock": ("uol_core.graph.examples:TransformerBlock", [1, 32, 512])}
-    return {**examples, **{name: (ZOO + name, list(shape(1, BENCH)))
-                           for name, (_, shape) in ZOO_MODELS.items()}}
+    """Traced torch models: only the library's examples (no user code runs in the server); the
+    model zoos are the "zoo" kind (app/services/graph_zoo.py). name -> (spec, input shape)."""
+    return {"MLP": ("uol_core.graph.examples:MLP", [8, 256]),
+            "ResNetBasicBlock": ("uol_core.graph.examples:ResNetBasicBlock", [1, 16, 16, 16]),
+            "TransformerBlock": ("uol_core.graph.examples:TransformerBlock", [1, 32, 512])}
 
 
 MODELS = _models()
@@ -35,9 +30,10 @@ def sample_names() -> list[str]:
 
 def check_source(source: object) -> str:
     """The kind of a graph source a client sent, once its names are in their closed sets (a
-    sample file of the list, a model of MODELS; never a path); GraphError in one line else.
-    Cheap: the server calls it before it starts a sandbox for the source."""
+    sample file of the list, a model of MODELS or of the zoos; never a path); GraphError in one
+    line else. Cheap: the server calls it before it starts a sandbox for the source."""
     from uol_core.graph import GraphError
+    from uol_core.graph.named import check_zoo_request
 
     kind = source.get("kind") if isinstance(source, dict) else None
     name = source.get("name") if isinstance(source, dict) else None
@@ -45,13 +41,16 @@ def check_source(source: object) -> str:
         raise GraphError(f"no sample graph {str(name)[:80]!r}; choose one of {sample_names()}")
     if kind == "model" and name not in MODELS:
         raise GraphError(f"no model {str(name)[:80]!r}; choose one of {list(MODELS)}")
-    if kind not in ("sample", "upload", "model"):
+    if kind == "zoo":
+        check_zoo_request(name, source.get("size"), source.get("batch"))
+    if kind not in ("sample", "upload", "model", "zoo"):
         raise GraphError(f"unknown graph source {str(kind)[:40]!r}")
     return kind
 
 
 def load_graph_source(source: dict):
-    """A validated Graph from {'kind': 'sample'|'upload'|'model', ...}."""
+    """A validated Graph from {'kind': 'sample'|'upload'|'model'|'zoo', ...}. A zoo model is
+    built and exported here: call it in the graph worker (graph_zoo.open_zoo), not the server."""
     from uol_core.graph import GraphError, graph_from_dict, load_graph, validate
 
     kind = check_source(source)
@@ -70,13 +69,12 @@ def load_graph_source(source: dict):
         from uol_core.graph.fx_import import load_module
 
         spec, shape = MODELS[source["name"]]
-        if spec.startswith(ZOO):
-            from uol_core.graph.zoo import BENCH, build
-
-            module, x = build(spec[len(ZOO):], BENCH, 1)  # seeded weights and input
-            return import_model(module, x, name=source["name"])
         torch.manual_seed(0)
         return import_model(load_module(spec), torch.randn(*shape), name=source["name"])
+    if kind == "zoo":
+        from uol_core.graph.named import import_zoo_model
+
+        return import_zoo_model(source["name"], source["size"], source["batch"])[0]
     raise GraphError(f"unknown graph source {kind!r}")  # check_source knows every kind
 
 
@@ -96,7 +94,9 @@ def structure(graph) -> dict:
     the graph as it runs: the plan the run builds (`plan_graph`: sibling GEMMs merged, views
     folded into their readers, then fusion), so the kernels drawn are the kernels timed."""
     from uol_core.graph import plan_graph, to_networkx
+    from uol_core.graph.named import opaque_nodes
 
+    opaque = opaque_nodes(graph)  # the import's, with their reasons, before any rewrite
     try:
         plan = plan_graph(graph, "c", "host")
         graph = plan.graph
@@ -114,7 +114,7 @@ def structure(graph) -> dict:
                                                             if node.label.startswith("opaque") else ""))
     return {"name": graph.name, "nodes": list(g.nodes), "edges": [list(e) for e in g.edges],
             "labels": labels, "groups": groups, "decisions": decisions, "kernels": kernels,
-            "description": graph.description}
+            "description": graph.description, "opaque": opaque}
 
 
 def run(source: dict, target: str = "host", timeout: float = RUN_TIMEOUT_S) -> dict:
@@ -132,21 +132,35 @@ def run(source: dict, target: str = "host", timeout: float = RUN_TIMEOUT_S) -> d
                          timed_out="the graph run did not finish within {timeout:.0f} s")
 
 
-def open_in_studio(source: dict, node_name: str) -> int:
-    """Record the node's operator at its graph shapes as a history entry; /run/<id> opens it."""
-    from app.services import history
+def node_operator(graph, node_name: str) -> dict:
+    """The operator of one node of the graph as drawn (its plan) at its graph shapes:
+    {"odl", "sizes", "op", "graph"}; ValueError for a node that runs in torch."""
     from uol_core.graph import plan_graph
     from uol_core.odl.printer import format_op
     from uol_core.odl.shapes import bind_sizes
     from uol_core.ops import list_ops, op_text
 
-    graph = plan_graph(load_graph_source(source), "c", "host").graph  # the graph as drawn
+    graph = plan_graph(graph, "c", "host").graph  # the graph as drawn
     node = graph.node(node_name)
     if node.kind != "odl" or node.op is None:
         raise ValueError(f"node {node_name} runs in torch ({node.source}): no operator to open")
     odl = op_text(node.source) if node.source in list_ops() else format_op(node.op)
     sizes = bind_sizes(node.op, {k: graph.shapes[v].shape for k, v in node.inputs.items()})
-    return history.record("graph-node", {"odl": odl, "backend": "c", "target": "host",
-                                         "sizes": sizes, "config": {}, "op": node.op.name},
-                          {"ok": True, "op": node.op.name,
-                           "note": f"node {node_name} of graph {graph.name}"})
+    return {"odl": odl, "sizes": sizes, "op": node.op.name, "graph": graph.name}
+
+
+def open_in_studio(source: dict, node_name: str) -> int:
+    """Record the node's operator at its graph shapes as a history entry; /run/<id> opens it.
+    A zoo model's node is looked up in the graph worker (the server exports no model)."""
+    from app.services import history
+
+    if check_source(source) == "zoo":
+        from app.services.graph_zoo import zoo_node
+
+        found = zoo_node(source, node_name)
+    else:
+        found = node_operator(load_graph_source(source), node_name)
+    return history.record("graph-node", {"odl": found["odl"], "backend": "c", "target": "host",
+                                         "sizes": found["sizes"], "config": {}, "op": found["op"]},
+                          {"ok": True, "op": found["op"],
+                           "note": f"node {node_name} of graph {found['graph']}"})

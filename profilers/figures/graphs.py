@@ -109,3 +109,26 @@ def node_time_bars(rows: Sequence[Mapping],
     if values and max(values) > 30 * min(values):  # a kernel 300x under the reference: both bars seen
         fig.update_yaxes(type="log", title="ms (log)")
     return fig
+
+
+PEER_LABELS = {"uol": "UOL", "eager": "torch eager", "compile": "torch.compile",
+               "onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
+
+
+def peer_bars(rows: Sequence[Mapping], baseline: str = "eager",
+              title: str = "ms per call beside the deployment runtimes") -> go.Figure:
+    """Horizontal bars: each contender's median ms (UOL first, in the accent colour), the
+    baseline named in its label; a contender without a time (not available, wrong result) is
+    left out here and keeps its row with the reason in the table beside the chart."""
+    timed = [r for r in rows if r.get("ms")]
+    names = [PEER_LABELS.get(r["contender"], r["contender"])
+             + (" (baseline)" if r["contender"] == baseline else "") for r in timed]
+    colours = [PALETTE[0] if r["contender"] == "uol" else "#9aa3b2" for r in timed]
+    fig = go.Figure(go.Bar(
+        y=names, x=[r["ms"] for r in timed], orientation="h", marker_color=colours,
+        text=[f"{r['ms']:.2f} ms" for r in timed], textposition="auto",
+        hovertemplate="%{y}: %{x:.3f} ms<extra></extra>"))
+    fig.update_layout(title=title, template="plotly_white", width=WIDTH,
+                      height=90 + 42 * max(1, len(timed)), xaxis_title="ms (median, calls alternated)",
+                      margin=dict(l=150, r=20, t=50, b=50), yaxis=dict(autorange="reversed"))
+    return fig
