@@ -14,16 +14,18 @@ $(STAMP): pyproject.toml
 	# The CPU build of torch first: a bare `torch` would pull a multi-GB CUDA build.
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[dev,models,bench]"
-	@# System tools some features need: the aarch64 cross compiler and qemu-user (ARM kernels
-	@# verified under emulation), redis-server (remote workers' broker). Installed where apt is
-	@# available to root; elsewhere the tests that need them skip and name the package.
-	@missing=""; for t in aarch64-linux-gnu-gcc qemu-aarch64 redis-server; do \
+	@# System tools some features need: chromium (the IDE's browser tests), valgrind (callgrind
+	@# hotspots), the aarch64 cross compiler and qemu-user (ARM kernels verified under
+	@# emulation), redis-server (remote workers' broker). Installed where apt is available to
+	@# root (or through sudo); elsewhere the tests that need them skip and name the package.
+	@missing=""; for t in chromium valgrind aarch64-linux-gnu-gcc qemu-aarch64 redis-server; do \
 		command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
-		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-			apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
-				qemu-user redis-server >/dev/null; \
-		else echo "note: missing$$missing (apt: gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user redis-server)"; fi; \
+		sudo=""; [ "$$(id -u)" = "0" ] || { sudo -n true 2>/dev/null && sudo="sudo -n"; } || true; \
+		if command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = "0" ] || [ -n "$$sudo" ]; }; then \
+			$$sudo apt-get update -qq && $$sudo apt-get install -y -qq chromium valgrind \
+				gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user redis-server >/dev/null; \
+		else echo "note: missing$$missing (apt: chromium valgrind gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user redis-server)"; fi; \
 	fi
 	touch $(STAMP)
 
@@ -40,9 +42,9 @@ test: install lint
 # The whole suite, never -x: one failure must not hide the others. --durations names the
 # slowest tests so they stay in check.
 	@status=0; \
-	$(VENV)/bin/python -m pytest tests -q -p no:cacheprovider --durations=15 || status=1; \
+	$(VENV)/bin/python -m pytest tests -p no:cacheprovider --durations=15 || status=1; \
 	if ls ui_tests/test_*.py >/dev/null 2>&1; then \
-		$(VENV)/bin/python -m pytest ui_tests -q -p no:cacheprovider --durations=5 || status=1; fi; \
+		$(VENV)/bin/python -m pytest ui_tests -p no:cacheprovider --durations=5 || status=1; fi; \
 	exit $$status
 
 # ARM kernels cross-built and verified under qemu-aarch64 for the whole library, and every case of

@@ -160,12 +160,17 @@ if __name__ == "__main__":
     main()
 
 
-def _selfcheck_worker(rank: int, world: int, port: int, out: str) -> None:
+def _selfcheck_worker(rank: int, world: int, store: str, out: str) -> None:
+    from datetime import timedelta
+
     from torch import nn
 
     from hcf_sim.compression import comm_hook, make_codec
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    # A file store in the run's private folder: no port to lose between choosing and binding it,
+    # and a rendezvous that waits out a busy host (the gloo pairs themselves still use TCP).
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=300))
     try:
         x = torch.arange(1000, dtype=torch.float32) * (rank + 1)
         ref = x.clone()
@@ -188,6 +193,7 @@ def _selfcheck_worker(rank: int, world: int, port: int, out: str) -> None:
                "int8_wire_bytes": codec.wire_bytes, "fp32_ring_bytes": codec.raw_bytes}
         if rank == 0:
             Path(out).write_text(json.dumps(res))
+        dist.barrier()  # neither rank tears gloo down while the other still has a pair open
     finally:
         dist.destroy_process_group()
 
@@ -196,14 +202,16 @@ def selfcheck(world: int = 2) -> dict:
     """On `world` gloo processes: our ring all-reduce equals gloo's, and the int8 DDP hook averages gradients."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "check.json")
-        for attempt in range(2):
+        for attempt in range(3):
             try:
-                mp.start_processes(_selfcheck_worker, args=(world, free_port(), out), nprocs=world,
+                store = os.path.join(d, f"store-{attempt}")  # a fresh rendezvous per attempt
+                mp.start_processes(_selfcheck_worker, args=(world, store, out), nprocs=world,
                                    start_method="spawn")
                 break
             except mp.ProcessExitedException:
-                # gloo aborts a rank whose rendezvous port was taken between free_port() and
-                # bind, or that timed out connecting on a busy host: once more on a new port
-                if attempt:
+                # a rank that gloo aborted (a connect timed out on a very busy host): again,
+                # after a pause that lets the load pass, at most three times in all
+                if attempt == 2:
                     raise
+                time.sleep(1.0 + attempt)
         return json.loads(Path(out).read_text())
