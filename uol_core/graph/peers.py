@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import warnings
 from collections.abc import Callable, Iterable
@@ -87,6 +88,9 @@ def _onnx_bytes(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[by
     (torch.export based, the default in torch >= 2.9) first; the TorchScript exporter where it
     fails, since some library models still trace but do not export."""
     errors = []
+    log = logging.getLogger("torch.onnx")
+    level = log.level
+    log.setLevel(logging.ERROR)  # the exporter logs a warning per optional op it skips
     for dynamo in (True, False):
         try:
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
@@ -100,6 +104,8 @@ def _onnx_bytes(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[by
                 return buffer.getvalue(), "TorchScript exporter"
         except Exception as err:  # (exporters raise anything; try the other)
             errors.append(f"{'dynamo' if dynamo else 'torchscript'}: {_first_line(err)}")
+        finally:
+            log.setLevel(level)
     raise RuntimeError("torch.onnx.export failed (" + "; ".join(errors) + ")")
 
 
@@ -127,14 +133,39 @@ def _onnxruntime(module: nn.Module, inputs: tuple[torch.Tensor, ...], threads: i
                 f"{threads} intra-op threads, {exporter}")
 
 
+def _openvino_summary(err: BaseException) -> str:
+    """OpenVINO's conversion error in one line: its "Summary" (which operations failed), not
+    the first line, which only names the C++ check that fired."""
+    lines = [ln.strip("- ").strip() for ln in str(err).splitlines()]
+    if "Summary:" in lines:
+        return "; ".join(ln for ln in lines[lines.index("Summary:") + 1:] if ln)[:300]
+    return _first_line(err)
+
+
+def _openvino_model(ov, module: nn.Module, inputs: tuple[torch.Tensor, ...]):
+    """The module as an OpenVINO model: `convert_model` of the module (TorchScript tracing,
+    OpenVINO's documented path) first; where that fails, of its `torch.export` program (the
+    TorchFX frontend), which converts models whose traced graph keeps ops it lacks."""
+    errors = []
+    for how in ("traced", "torch.export"):
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                warnings.simplefilter("ignore")  # tracing warnings on every data-dependent branch
+                if how == "traced":
+                    example = inputs if len(inputs) > 1 else inputs[0]
+                    return ov.convert_model(module, example_input=example), "traced"
+                return ov.convert_model(torch.export.export(module, inputs)), "from torch.export"
+        except Exception as err:  # (any frontend failure: try the other, then report both)
+            errors.append(f"{how}: {_openvino_summary(err)}")
+    raise RuntimeError("openvino.convert_model failed (" + " | ".join(errors) + ")")
+
+
 def _openvino(module: nn.Module, inputs: tuple[torch.Tensor, ...], threads: int) -> Peer:
     try:
         import openvino as ov
     except ImportError:
         return Peer("openvino", None, f"openvino {MISSING}")
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")  # tracing warnings on every data-dependent branch
-        model = ov.convert_model(module, example_input=inputs if len(inputs) > 1 else inputs[0])
+    model, frontend = _openvino_model(ov, module, inputs)
     core = ov.Core()
     # f32: without the hint OpenVINO runs bf16 on hosts that have it, a different contest
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32",
@@ -148,7 +179,7 @@ def _openvino(module: nn.Module, inputs: tuple[torch.Tensor, ...], threads: int)
         result = request.infer(feed, share_inputs=True, share_outputs=False)
         return _tensor(result[output])
     return Peer("openvino", call, f"openvino {ov.get_version().split('-')[0]}, CPU, f32, "
-                f"{threads} threads")
+                f"{threads} threads, {frontend}")
 
 
 BUILDERS: dict[str, Callable[[nn.Module, tuple[torch.Tensor, ...], int], Peer]] = {
