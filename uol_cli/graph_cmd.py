@@ -31,15 +31,27 @@ def _shape(text: str) -> tuple[int, ...]:
         raise ValueError(f"bad --input-shape '{text}': write sizes like 1,512,512") from None
 
 
-def _load(spec: str, input_shapes: list[str] | None, importer: str = "auto"):
-    """A graph from a JSON file, or by importing `module:Class` (torch.export, torch.fx as the
-    fallback) on random inputs of the given shapes."""
+def _load_zoo(spec: str, size: str, batch: int, importer: str = "auto"):
+    """`zoo:<name>`: a model of either zoo (the hand-built blocks, the transformers models) by
+    name, imported at its size and batch: (graph, module, example inputs)."""
+    from uol_core.graph.named import PREFIX, import_zoo_model
+
+    return import_zoo_model(spec.removeprefix(PREFIX), size, batch, method=importer)
+
+
+def _load(spec: str, input_shapes: list[str] | None, importer: str = "auto", size: str = "bench",
+          batch: int = 1):
+    """A graph from a JSON file, a zoo model (`zoo:<name>`), or by importing `module:Class`
+    (torch.export, torch.fx as the fallback) on random inputs of the given shapes."""
     import torch
 
     from uol_core.graph import load_graph
     from uol_core.graph.export_import import import_model
     from uol_core.graph.fx_import import load_module
+    from uol_core.graph.named import PREFIX
 
+    if spec.startswith(PREFIX):
+        return _load_zoo(spec, size, batch, importer)[0]
     if spec.endswith(".json") or Path(spec).is_file():
         return load_graph(spec)
     if not input_shapes:
@@ -60,6 +72,17 @@ def _print_opaque(graph) -> None:
                       soft_wrap=True)
 
 
+def _print_peers(peers: dict) -> None:
+    table = Table("contender", "ms", "theirs / ours", "verified, or why not timed",
+                  title=f"beside the deployment runtimes (median of {peers['rounds']} alternated "
+                        f"rounds, {peers['threads']} threads; baseline {peers['baseline']})")
+    for r in peers["rows"]:
+        table.add_row(r["contender"], f"{r['ms']:.3f}" if r["ms"] else "-",
+                      f"{r['speedup']:.2f}x" if r["speedup"] else "-",
+                      ("yes: " if r["verified"] else "no: ") + (r["note"] or ""))
+    console.print(table)
+
+
 def _describe(graph) -> list[dict]:
     rows = []
     for node in graph.nodes:
@@ -72,7 +95,10 @@ def _describe(graph) -> list[dict]:
     return rows
 
 
-GraphArg = Annotated[str, typer.Argument(help="graph JSON file, or module:Class with --input-shape")]
+GraphArg = Annotated[str, typer.Argument(help="graph JSON file, zoo:<name> (a model of the zoos: "
+                                         "see `uol graph zoo`), or module:Class with --input-shape")]
+SizeOpt = Annotated[str, typer.Option("--size", help="a zoo model's size: small (tests) or bench")]
+BatchOpt = Annotated[int, typer.Option("--batch", help="a zoo model's batch: 1 or 8")]
 ImporterOpt = Annotated[str, typer.Option("--importer", help="auto (torch.export, then torch.fx), "
                                           "export or fx")]
 ShapeOpt = Annotated[list[str] | None, typer.Option("--input-shape", help="input shape, e.g. 1,512,512 "
@@ -82,13 +108,14 @@ ShapeOpt = Annotated[list[str] | None, typer.Option("--input-shape", help="input
 @app.command("show")
 @graph_errors
 def show(graph_spec: GraphArg, input_shape: ShapeOpt = None, importer: ImporterOpt = "auto",
+         size: SizeOpt = "bench", batch: BatchOpt = 1,
          backend: Annotated[str, typer.Option(help="backend the fusion plan is for")] = "c",
          as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Nodes, tensor shapes and the fusion plan with the reason for every decision: the graph
     as it runs (sibling GEMMs merged, views folded into their readers)."""
     from uol_core.graph import plan_graph
 
-    plan = plan_graph(_load(graph_spec, input_shape, importer), backend)
+    plan = plan_graph(_load(graph_spec, input_shape, importer, size, batch), backend)
     graph = plan.graph
     if as_json:
         print_json({"graph": graph.name, "description": graph.description, "nodes": _describe(graph),
@@ -116,15 +143,19 @@ def show(graph_spec: GraphArg, input_shape: ShapeOpt = None, importer: ImporterO
 
 @app.command("import")
 @graph_errors
-def import_cmd(module: Annotated[str, typer.Argument(help="module:Class (built with no arguments)")],
+def import_cmd(module: Annotated[str, typer.Argument(help="module:Class (built with no arguments), "
+                                                    "or zoo:<name>")],
                input_shape: ShapeOpt = None, importer: ImporterOpt = "auto",
+               size: SizeOpt = "bench", batch: BatchOpt = 1,
                output: Annotated[Path | None, typer.Option("-o", "--output", help="write graph JSON here")] = None,
                as_json: Annotated[bool, typer.Option("--json", help="print the graph JSON")] = False) -> None:
     """Import a torch module (torch.export, torch.fx as the fallback) and map its ops to ODL
     operators; every node left in torch is listed with the reason."""
     from uol_core.graph import graph_to_dict
+    from uol_core.graph.named import PREFIX
 
-    graph = _load(module, input_shape or None, importer) if input_shape else None
+    graph = (_load(module, input_shape or None, importer, size, batch)
+             if input_shape or module.startswith(PREFIX) else None)
     if graph is None:
         raise ValueError("give --input-shape for every input of the module, e.g. --input-shape 1,512,512")
     data = graph_to_dict(graph)
@@ -144,6 +175,23 @@ def import_cmd(module: Annotated[str, typer.Argument(help="module:Class (built w
         console.print(f"wrote {output} (parameter values are not stored: a run of the file uses random weights)")
 
 
+@app.command("zoo")
+def zoo_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """The models `zoo:<name>` names: the hand-built blocks and the transformers models (built
+    from configs with random weights; the [models] extra), and why one cannot be built here."""
+    from uol_core.graph.named import BATCHES, SIZES, zoo_models
+
+    rows = [{"name": m.name, "label": m.label, "library": m.library,
+             "unavailable": m.unavailable()} for m in zoo_models().values()]
+    if as_json:
+        print_json({"models": rows, "sizes": list(SIZES), "batches": list(BATCHES)})
+        return
+    table = Table("name", "model", "library", "here", title="zoo models (uol graph run zoo:<name>)")
+    for r in rows:
+        table.add_row(r["name"], r["label"], r["library"], r["unavailable"] or "yes")
+    console.print(table)
+
+
 @app.command("run")
 @graph_errors
 def run_cmd(graph_spec: GraphArg, input_shape: ShapeOpt = None,
@@ -153,15 +201,31 @@ def run_cmd(graph_spec: GraphArg, input_shape: ShapeOpt = None,
             no_fuse: Annotated[bool, typer.Option("--no-fuse", help="one group per node")] = False,
             compare_compile: Annotated[bool, typer.Option("--compile", help="also time torch.compile "
                                                           "of the module")] = False,
-            importer: ImporterOpt = "auto",
+            importer: ImporterOpt = "auto", size: SizeOpt = "bench", batch: BatchOpt = 1,
+            peers: Annotated[bool, typer.Option("--peers", help="a zoo model: also time torch "
+                                                "eager, torch.compile, ONNX Runtime and OpenVINO, "
+                                                "each verified, calls alternated")] = False,
             as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Compile every group, run end to end, verify, and time the whole graph against the torch
-    module it came from (eager; torch.compile with --compile)."""
+    module it came from (eager; torch.compile with --compile; the deployment runtimes with
+    --peers)."""
     from uol_core.graph import run_graph
+    from uol_core.graph.named import PREFIX
 
-    graph = _load(graph_spec, input_shape, importer)
+    module = inputs = None
+    if graph_spec.startswith(PREFIX):
+        graph, module, inputs = _load_zoo(graph_spec, size, batch, importer)
+    else:
+        graph = _load(graph_spec, input_shape, importer)
+    if peers and module is None:
+        raise ValueError("--peers needs a zoo model (zoo:<name>): the runtimes are given the module")
     report = run_graph(graph, backend, target, repeat=max(1, repeat), fuse=not no_fuse,
                        compare_compile=compare_compile)
+    if peers:
+        from uol_core.graph.peer_run import time_with_peers
+
+        report["peers"] = time_with_peers(graph, module, inputs, rounds=max(1, repeat),
+                                          backend=backend, target=target)
     if as_json:
         print_json(report)
     else:
@@ -193,5 +257,7 @@ def run_cmd(graph_spec: GraphArg, input_shape: ShapeOpt = None,
                       f"{rt['page_faults_per_call']:.1f}; huge pages {rt['huge_pages']}")
         for line in rt["plan"][:4]:
             console.print(f"  {line}", soft_wrap=True)
+        if report.get("peers"):
+            _print_peers(report["peers"])
     if not report["verified"]:
         raise typer.Exit(1)
