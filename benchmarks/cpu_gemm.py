@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from cpu_gemm_bf16 import bf16_lines, bf16_rows, probe_peaks  # noqa: E402
 from docs_section import replace_section  # noqa: E402
 
-from uol_core.acg.tuner import TuningSession  # noqa: E402
+from uol_core.acg.session import open_session  # noqa: E402
 from uol_core.api import compile as uol_compile  # noqa: E402
 from uol_core.backends.base import KernelSource  # noqa: E402
 from uol_core.hfl import load_target  # noqa: E402
@@ -165,7 +165,7 @@ def _variant_line(report: dict, key: str, lead: str, config_key: str | None = No
 
 
 def tuned_kernel(op, sizes, target, db, budget):
-    session = TuningSession(op, sizes, target, db=db, min_seconds=0.2)
+    session = open_session(op, sizes, target, db=db, min_seconds=0.2)
     try:
         result = session.tune(budget=budget)
         top1 = session.ranked()[0][0]
@@ -249,7 +249,7 @@ def tuner_efficiency(target, threads, exhaustive_limit: int) -> dict:
     # A fresh database: rows of earlier runs (other load, other code) must not stand in for
     # this run's measurements.
     db = TuningDB(Path(tempfile.mkdtemp(prefix="uol-tuner-eff-")) / "tuning.sqlite")
-    session = TuningSession(op, sizes, target, db=db, min_seconds=0.1)
+    session = open_session(op, sizes, target, db=db, min_seconds=0.1)
     try:
         ranked = [c for c, _ in session.ranked()
                   if c.threads == threads and c.ku == 4 and c.pf == 0]
@@ -260,7 +260,7 @@ def tuner_efficiency(target, threads, exhaustive_limit: int) -> dict:
             results[cfg] = session.measure(cfg).result.get("gflops") or 0.0
         # The maximum of 300 noisy measurements is biased upwards: measure the five best
         # again (a second fresh database) and let each count as the mean of its two runs.
-        recheck = TuningSession(op, sizes, target, min_seconds=0.1, db=TuningDB(
+        recheck = open_session(op, sizes, target, min_seconds=0.1, db=TuningDB(
             Path(tempfile.mkdtemp(prefix="uol-tuner-recheck-")) / "tuning.sqlite"))
         try:
             for cfg in sorted(results, key=results.get, reverse=True)[:5]:
@@ -272,7 +272,7 @@ def tuner_efficiency(target, threads, exhaustive_limit: int) -> dict:
         top1 = results[ranked[0]]
         # A fresh tuning run over the same database: configs the exhaustive run measured are
         # answered from it (same numbers), any other config is measured now.
-        live = TuningSession(op, sizes, target, db=db, min_seconds=0.1)
+        live = open_session(op, sizes, target, db=db, min_seconds=0.1)
         try:
             run = live.tune(budget=10)
         finally:

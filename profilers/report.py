@@ -166,7 +166,7 @@ def roof_point(label: str, flops: float, nbytes: float, seconds: float | None, t
 def _history(op, sizes: dict, target, notes: list) -> list[dict]:
     """Rows of the tuning database for this op, sizes and target (oldest first)."""
     try:
-        from uol_core.acg.tuner import open_session
+        from uol_core.acg.session import open_session
 
         session = open_session(op, sizes, target)  # the GEMM or the pattern tuner's records
         try:

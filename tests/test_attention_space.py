@@ -10,7 +10,7 @@ import torch
 import uol_core
 from uol_core import load_op
 from uol_core.acg.fixtures import fixed_target, runnable_target
-from uol_core.acg.pattern_tuner import PatternTuningSession
+from uol_core.acg.session import open_session
 from uol_core.acg.space_patterns import build_pattern_space, choose_pattern_config
 from uol_core.backends.c_route import emit_any
 from uol_core.odl.grad import derive_grad
@@ -80,7 +80,7 @@ def test_a_chosen_block_pair_compiles_and_matches_torch():
 def test_tuning_attention_measures_block_pairs(tmp_path):
     db = TuningDB(tmp_path / "tune.sqlite")
     sizes = {"B": 1, "NH": 2, "S": 64, "T": 64, "D": 32}
-    session = PatternTuningSession(load_op("attention_batched"), sizes, db=db, min_seconds=0.02)
+    session = open_session(load_op("attention_batched"), sizes, db=db, min_seconds=0.02)
     try:
         result = session.tune(budget=2)
     finally:

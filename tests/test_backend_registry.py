@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -136,23 +137,41 @@ def test_ide_knobs_render_pattern_spaces_and_scope_isa_rules():
     assert "<= 32" in reasons and "<= 16" not in reasons
 
 
-def test_tuning_keys_name_the_backend_hash_and_the_template(tmp_path):
-    from uol_core.acg.pattern_tuner import PatternTuningSession
-    from uol_core.acg.tuner import tuning_key
-    from uol_core.backends import c_conv, c_rows
-    from uol_core.backends.c import GENERATOR_VERSION
+def test_tuning_keys_name_the_backend_hash_and_read_the_older_keys(tmp_path, monkeypatch):
+    """A session's key names the backend's generator hash (every file its emitters import and
+    its compile flags), found without emitting a kernel; rows under the key's older spelling
+    (the hash of fewer files, then the template's name) are read as its own."""
+    from uol_core.acg.session import open_session
+    from uol_core.backends import c, c_conv, c_rows
+    from uol_core.backends.c_backend import GENERATOR_FILES
     from uol_core.runtime.tuningdb import TuningDB
 
     db = TuningDB(str(tmp_path / "tuning.sqlite"))
-    c_hash = get_backend("c").hash()
+    backend = get_backend("c")
+    c_hash = backend.hash()
+    emitted = []
+    monkeypatch.setattr(c, "emit", lambda *args: emitted.append(args))
     keys = {}
-    for name, sizes in (("softmax", {"R": 8, "C": 16}),
+    for name, sizes in (("softmax", {"R": 8, "C": 16}), ("matmul", {"M": 8, "N": 8, "K": 8}),
                         ("conv2d", {"N": 1, "C": 2, "H": 6, "W": 6, "K": 2, "R": 3, "S": 3})):
-        session = PatternTuningSession(load_op(name), sizes, "avx2-desktop", db=db, replay=True)
-        keys[name] = session.key.generator
+        session = open_session(load_op(name), sizes, "avx2-desktop", db=db, replay=True)
+        keys[name] = session.key
         session.close()
-    assert keys["softmax"] == f"{c_hash}/{c_rows.GENERATOR}"
-    assert keys["conv2d"] == f"{c_hash}/{c_conv.GENERATOR}"
-    gemm = tuning_key(load_op("matmul"), {"M": 8, "N": 8, "K": 8}, get_backend("c").plan(
-        load_op("matmul"), {"M": 8, "N": 8, "K": 8}, "avx2-desktop").target)
-    assert gemm.generator == f"{c_hash}/{GENERATOR_VERSION}"
+    assert not emitted  # the key is the plan and the hash: no kernel emitted to learn it
+    assert {k.generator for k in keys.values()} == {c_hash}
+    (older,) = backend.older_generators()
+    assert keys["softmax"].older == (older,)
+    db.record(keys["softmax"], "threads=1", {"status": "ok", "gflops": 2.0, "median_s": 1.0})
+    legacy = replace(keys["softmax"], generator=f"{older}{c_rows.GENERATOR}", older=())
+    db.record(legacy, "threads=2", {"status": "ok", "gflops": 3.0, "median_s": 1.0})
+    other = replace(keys["conv2d"], generator=f"{older}{c_conv.GENERATOR}", older=())
+    db.record(other, "threads=2", {"status": "ok", "gflops": 5.0, "median_s": 1.0})
+    assert [r["config"] for r in db.rows(keys["softmax"])] == ["threads=1", "threads=2"]
+    assert db.best(keys["softmax"])["config"] == "threads=2"
+    assert db.rows(keys["conv2d"])[0]["gflops"] == 5.0
+    assert db.rows(replace(keys["softmax"], older=())) == db.rows(keys["softmax"])[:1]
+    # the hash covers the platform files and the shared plans, not only the templates
+    root = ROOT / "uol_core"
+    hashed = {p.relative_to(root).as_posix() for pattern in GENERATOR_FILES
+              for p in root.glob(pattern)}
+    assert {"backends/c_platforms/avx2.py", "acg/lower.py", "backends/c_rows.py"} <= hashed

@@ -5,7 +5,7 @@ import torch
 import uol_core
 from uol_core import load_op
 from uol_core.acg import tuner
-from uol_core.acg.pattern_tuner import PatternTuningSession, parse_pattern_key
+from uol_core.acg.session import open_session
 from uol_core.runtime.tuningdb import TuningDB
 
 SIZES = {"R": 64, "C": 96}
@@ -15,7 +15,7 @@ def test_tune_softmax_records_every_measurement_and_replays(tmp_path, monkeypatc
     # every verified config races, however far a noisy first measurement put it from the best
     monkeypatch.setattr(tuner, "CONFIRM_WITHIN", 1.0)
     db = TuningDB(tmp_path / "tune.sqlite")
-    session = PatternTuningSession(load_op("softmax"), SIZES, db=db, min_seconds=0.02)
+    session = open_session(load_op("softmax"), SIZES, db=db, min_seconds=0.02)
     try:
         result = session.tune(budget=3)
     finally:
@@ -29,11 +29,11 @@ def test_tune_softmax_records_every_measurement_and_replays(tmp_path, monkeypatc
     assert all(r["status"] == "ok" and r["gflops"] > 0 for r in raced)
     assert db.best(session.key)["config"] == result.best.key()
     assert all(t.result["status"] == "ok" for t in result.trials)  # verified before timing
-    replay = PatternTuningSession(load_op("softmax"), SIZES, db=db, replay=True)
+    replay = open_session(load_op("softmax"), SIZES, db=db, replay=True)
     again = replay.tune(budget=3)
     assert [t.config.key() for t in again.trials] == [t.config.key() for t in result.trials]
     assert all(t.from_db for t in again.trials)
-    assert parse_pattern_key(result.best.key()) == result.best
+    assert replay.model.parse(result.best.key()) == result.best
 
 
 def test_compile_tuned_uses_the_pattern_tuner(tmp_path, monkeypatch):

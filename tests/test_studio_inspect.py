@@ -171,17 +171,17 @@ def test_tune_summary_states_the_speedup_over_the_measured_default():
 
 
 def test_the_tuner_measures_the_untuned_default_first():
-    from app.callbacks.studio_run import DefaultFirst, _untuned_default
+    from app.callbacks.studio_run import _untuned_default
     from app.services.kernels import default_sizes
     from uol_core import parse
+    from uol_core.acg.session import open_session
     from uol_core.acg.space_core import as_mapping
-    from uol_core.acg.tuner import open_session
 
     odl = op_text("softmax")
     state = {"odl": odl, "backend": "c", "target": "host", "sizes": default_sizes(odl)}
     default = _untuned_default(state)
     session = open_session(parse(odl), state["sizes"], "host", replay=True)
-    # put the default last in the model's order: DefaultFirst must still measure it first
+    # put the default last in the model's order: put_first must still measure it first
     ranked = session.ranked()
     # (a Studio-only knob, softmax's stream, is not in the tuner's configs: it matches its
     # default by absence)
@@ -189,9 +189,8 @@ def test_the_tuner_measures_the_untuned_default_first():
         return all(as_mapping(cfg).get(k, v) == v for k, v in default.items())
     session._ranked = [p for p in ranked if not is_default(p[0])] + \
         [p for p in ranked if is_default(p[0])]
-    first = DefaultFirst(session, default)
-    assert first.found and is_default(first.ranked()[0][0])
-    assert len(first.ranked()) == len(ranked)
+    assert session.put_first(default) and is_default(session.ranked()[0][0])
+    assert len(session.ranked()) == len(ranked)
 
 
 def _upload(obj) -> str:

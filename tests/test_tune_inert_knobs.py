@@ -12,7 +12,7 @@ if not torch.cuda.is_available():
 
 from app.services.kernels import inert_knobs
 from app.services.knobs import space_for
-from app.services.tune_session import RunSession
+from app.services.tune_runs import queued_session, tune_queued
 from uol_core.ops import load_op
 
 SOFTMAX = load_op("softmax").source
@@ -30,8 +30,7 @@ def test_a_row_kernels_block_is_inert_and_held_while_num_warps_is_searched():
         measured.append(cfg)
         return {"ok": True, "median_s": 1e-3 * (1 + abs(int(cfg["num_warps"]) - 8))}
 
-    session = RunSession(space, None, 6, run, inert=inert)
-    session.tune()
+    tune_queued(queued_session(space, None, 6, run, inert=inert))
     assert measured and {c["BLOCK"] for c in measured} == {start["BLOCK"]}
     assert len({int(c["num_warps"]) for c in measured}) > 1
     assert len({tuple(sorted(c.items())) for c in measured}) == len(measured)  # no repeats

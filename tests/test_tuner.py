@@ -14,7 +14,9 @@ import pytest
 from uol_core.acg import tuner
 from uol_core.acg.config import TileConfig
 from uol_core.acg.fixtures import runnable_target
-from uol_core.acg.tuner import Trial, TuneResult, TuningSession
+from uol_core.acg.session import open_session
+from uol_core.acg.tuner import Trial, TuneResult
+from uol_core.acg.tuning_models import GemmModel
 from uol_core.backends.c import emit
 from uol_core.ops import load_op, op_text
 from uol_core.runtime.tuningdb import TuningDB
@@ -64,7 +66,7 @@ def test_build_error_is_a_result_too():
 def test_tune_records_every_measurement_and_replays(tmp_path):
     db = TuningDB(tmp_path / "t.sqlite")
     op = load_op("matmul")
-    session = TuningSession(op, SIZES, TARGET, db=db, min_seconds=0.0)
+    session = open_session(op, SIZES, TARGET, db=db, min_seconds=0.0)
     try:
         result = session.tune(budget=4, top=2)
     finally:
@@ -75,7 +77,7 @@ def test_tune_records_every_measurement_and_replays(tmp_path):
     assert len(rows) - len(raced) == result.measurements == 4
     assert len(raced) == len(result.confirmation)
     assert {r["status"] for r in rows} <= {"ok", "mismatch", "crash", "timeout", "build_error"}
-    replay = TuningSession(op, SIZES, TARGET, db=db, replay=True)
+    replay = open_session(op, SIZES, TARGET, db=db, replay=True)
     again = replay.tune(budget=4, top=2)
     assert [t.config for t in again.trials] == [t.config for t in result.trials]
     assert all(t.from_db for t in again.trials) and len(db.rows(session.key)) == len(rows)
@@ -89,7 +91,7 @@ def test_the_finalists_are_timed_in_turn_and_the_race_settles_the_pick(tmp_path,
     # neighbours and leave none within CONFIRM_WITHIN (test_finalists_... covers that filter)
     monkeypatch.setattr(tuner, "CONFIRM_WITHIN", 1.0)
     db = TuningDB(tmp_path / "t.sqlite")
-    session = TuningSession(load_op("matmul"), SIZES, TARGET, db=db, min_seconds=0.0)
+    session = open_session(load_op("matmul"), SIZES, TARGET, db=db, min_seconds=0.0)
     try:
         result = session.tune(budget=4, top=3)
     finally:
@@ -142,7 +144,7 @@ def test_interleaved_timing_tells_a_slower_call_apart():
 
 def test_failures_are_never_retried(tmp_path):
     db = TuningDB(tmp_path / "t.sqlite")
-    session = TuningSession(load_op("matmul"), SIZES, TARGET, db=db)
+    session = open_session(load_op("matmul"), SIZES, TARGET, db=db)
     cfg = session.ranked()[0][0]
     db.record(session.key, cfg.key(), {"status": "crash", "reason": "planted"})
     trial = session.measure(cfg)
@@ -153,11 +155,11 @@ KILLED_TUNER = """
 import sys
 from uol_core.acg.fixtures import runnable_target
 from uol_core.acg import tuner
-from uol_core.acg.tuner import Trial, TuneResult, TuningSession
+from uol_core.acg.session import open_session
 from uol_core.ops import load_op
 from uol_core.runtime.tuningdb import TuningDB
-s = TuningSession(load_op("matmul"), {"M": 40, "N": 40, "K": 40}, runnable_target(),
-                  db=TuningDB(sys.argv[1]), min_seconds=0.3)
+s = open_session(load_op("matmul"), {"M": 40, "N": 40, "K": 40}, runnable_target(),
+                 db=TuningDB(sys.argv[1]), min_seconds=0.3)
 s.tune(budget=1000, top=1000, patience=1000)
 """
 
@@ -259,7 +261,7 @@ def test_first_measurements_spread_over_register_tiles():
             return [(c, 100.0 - i) for i, c in enumerate(self.configs)]
 
     session = Ranked()
-    session.family = TuningSession.family
+    session.family = GemmModel.family
     first = _first_per_family(session, 3)
     assert [(c.mr, c.nr, c.kc) for c in first] == [(8, 32, 256), (12, 32, 256), (6, 64, 128)]
     # fewer families than asked for: the rest in the model's order

@@ -11,7 +11,8 @@ import threading
 import time
 
 from uol_core.acg.fixtures import runnable_target
-from uol_core.acg.tuner import TuningSession, tuning_key
+from uol_core.acg.session import open_session
+from uol_core.acg.tuner import tuning_key
 from uol_core.ops import load_op
 from uol_core.runtime.tuningdb import DISAGREE_RATIO, TuningDB
 from uol_core.runtime.tuninglease import TuningLease
@@ -77,8 +78,8 @@ def test_two_tuners_on_one_key_never_measure_a_config_twice(tmp_path):
 
     def tune(name: str) -> None:
         try:
-            session = TuningSession(load_op("matmul"), SIZES, TARGET, db=TuningDB(path),
-                                    min_seconds=0.0)
+            session = open_session(load_op("matmul"), SIZES, TARGET, db=TuningDB(path),
+                                   min_seconds=0.0)
             started.wait()
             try:
                 results[name] = session.tune(budget=3, top=3)
@@ -113,8 +114,8 @@ def test_a_second_tuner_that_cannot_wait_says_who_holds_the_key(tmp_path):
     path = tmp_path / "t.sqlite"
     holder = TuningLease(TuningDB(path), _key(), ttl_s=60)
     assert holder.try_acquire()
-    session = TuningSession(load_op("matmul"), SIZES, TARGET, db=TuningDB(path),
-                            lease_wait_s=0.3)
+    session = open_session(load_op("matmul"), SIZES, TARGET, db=TuningDB(path),
+                           lease_wait_s=0.3)
     try:
         result = session.tune(budget=2)
     finally:

@@ -245,7 +245,7 @@ def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
 
 def _session(op, sizes, target, backend, db, replay):
     """The backend's tuning session (C: GEMM or pattern tuner; others: their own space)."""
-    from uol_core.acg.tuner import open_session
+    from uol_core.acg.session import open_session
 
     try:
         return open_session(op, sizes, target, backend, db=db, replay=replay)

@@ -110,7 +110,7 @@ class CompiledKernel:
     def explain(self, measured: dict | None = None):
         """Why this kernel looks as it does (binding constraints, roofline, HFL facts, picture)."""
         from uol_core.acg.explain import explain
-        from uol_core.acg.tuner import recorded
+        from uol_core.acg.session import recorded
         cfg, src, _, space, model = self._current()
         if model is None:
             from uol_core.acg.space_patterns import PatternSpace, explain_pattern
@@ -205,7 +205,7 @@ def tune(op_or_path, shapes: Mapping, target="host", budget: int = 12,
     """Tune an op's kernel at `shapes` on `backend` (C: the GEMM tuner for contractions it
     lowers, the pattern tuner for the rest; Triton: its own space, verified and, on a GPU,
     timed); every measurement lands in the tuning database."""
-    from uol_core.acg.tuner import open_session
+    from uol_core.acg.session import open_session
 
     op = load_any(op_or_path)
     session = open_session(op, bind_sizes(op, dict(shapes)), target, backend, db=db,

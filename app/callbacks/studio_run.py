@@ -134,40 +134,6 @@ def _untuned_default(state: dict) -> dict:
                           tuple(sorted(bound.items()))).default)
 
 
-class DefaultFirst:
-    """An ACG tuning session whose search measures the untuned default config first, so the
-    speedup it reports is against a measured baseline (the model's ranking follows)."""
-
-    def __init__(self, session, default: dict) -> None:
-        from uol_core.acg.space_core import as_mapping
-
-        self.session = session
-        ranked = session.ranked()
-        match = [pair for pair in ranked
-                 if all(as_mapping(pair[0]).get(k, v) == v for k, v in default.items())]
-        self.found = bool(match)  # False: the default is not in the tuner's space
-        self.order = match[:1] + [p for p in ranked if not match or p[0].key() != match[0][0].key()]
-
-    def ranked(self) -> list:
-        return self.order
-
-    def __getattr__(self, name: str):  # measure, neighbours, db, key, ...: the session's
-        return getattr(self.session, name)
-
-    def tune(self, budget: int, progress):
-        """The shared search over this order (top 4, patience 4, as the session's own tune)."""
-        from uol_core.acg.tuner import search
-
-        model = getattr(self.session, "model", None)
-
-        def learn(trials: list) -> None:  # as TuningSession.tune: correct the model
-            model.calibrate([(t.config, t.gflops) for t in trials if t.gflops])
-
-        return search(self, budget, None, 4, 4, progress,
-                      after_top=learn if model is not None and hasattr(model, "calibrate")
-                      else None)
-
-
 @callback(Output("tune-status", "children"), Output("tune-plot", "figure"),
           Output("tune-best", "data"), Output("tune-apply", "disabled"),
           Input("tune-button", "n_clicks"),
@@ -230,21 +196,23 @@ def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> d
     if getattr(get_backend(state["backend"], state["target"]), "worker_jobs", False):
         from app.services.runner import QueuedWorker
         from uol_core import parse
-        from uol_core.acg.tuner import open_session
+        from uol_core.acg.session import open_session
         from uol_core.odl.shapes import bind_sizes
 
         op = parse(state["odl"])
         session = open_session(op, bind_sizes(op, state["sizes"]), state["target"],
                                worker=QueuedWorker(client, target=state["target"]))
         try:
+            # the untuned default is measured first: the speedup is against a measured baseline
+            found = session.put_first(_untuned_default(state))
+
             def on_trial(trial, n: int) -> None:
                 trail.append({"i": n, "config": trial.config.to_dict(), "key": trial.config.key(),
                               "gflops": trial.gflops or 0.0, "ok": bool(trial.gflops),
-                              "baseline": n == 1 and first.found})
+                              "baseline": n == 1 and found})
                 report(n, budget)
 
-            first = DefaultFirst(session, _untuned_default(state))
-            result = first.tune(budget, on_trial)
+            result = session.tune(budget, None, top=4, patience=4, progress=on_trial)
         finally:
             session.close()
         if result.best is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from app.services import history
 from app.services.job_queue import LOCAL_CLIENT, JobRefused, job_slot, only_one
 from app.services.run_child import MARK
-from app.services.tune_session import RunSession
+from app.services.tune_runs import queued_session, tune_queued
 from uol_core.backends import get_backend, kernel_backend_names
 
 RUN_TIMEOUT_S = 120.0
@@ -223,12 +223,14 @@ def tune_measurements(odl: str, backend: str, target: str, sizes: dict, budget: 
     space = space_for(odl, backend, target, tuple(sorted(bound.items())))
     from app.services.kernels import inert_knobs
 
-    session = RunSession(space, base, capped_budget(budget),
-                         lambda cfg: run_kernel(odl, backend, target, bound, cfg, kind="tune",
-                                                client=client), stop, progress,
-                         inert=inert_knobs(odl, backend, target, bound, space.resolve(base or {})))
-    stopped = session.tune()  # the shared search: spread over the space, then neighbours
-    return {"best": session.best, "trail": session.trail, "budget": session.budget,
+    session = queued_session(space, base, capped_budget(budget),
+                             lambda cfg: run_kernel(odl, backend, target, bound, cfg,
+                                                    kind="tune", client=client), stop, progress,
+                             inert=inert_knobs(odl, backend, target, bound,
+                                               space.resolve(base or {})))
+    stopped = tune_queued(session)  # the shared search: spread over the space, then neighbours
+    runs = session.runner
+    return {"best": runs.best, "trail": runs.trail, "budget": runs.budget,
             "cap": MAX_TUNE_BUDGET, "stopped": stopped}
 
 

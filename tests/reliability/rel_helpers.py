@@ -185,24 +185,25 @@ sys.path.insert(0, sys.argv[4])
 
 def main():
     db_path, budget, target = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    import uol_core.acg.tuner as tuner
+    import uol_core.backends.c as c_entry
     from test_faults import plant
+    from uol_core.acg.session import open_session
     from uol_core import parse
     from uol_core.ops import op_text
     from uol_core.runtime.tuningdb import TuningDB
 
     built = []
 
-    def emit(op, cfg, tgt, sizes, real_emit=tuner.emit):
+    def emit(op, cfg, tgt, sizes, real_emit=c_entry.emit):
         src = real_emit(op, cfg, tgt, sizes)
         built.append(cfg.key())
         # the first config each run builds, then every other one, gives wrong results: a run
         # killed after its first row has left a failed row, whatever the model ranks first
         return plant(src, "wrong") if len(built) % 2 == 1 else src
 
-    tuner.emit = emit
-    session = tuner.TuningSession(parse(op_text("matmul")), {"M": 16, "N": 16, "K": 16}, target,
-                                  db=TuningDB(db_path), min_seconds=0.01)
+    c_entry.emit = emit  # the C runner emits through the entry (read when the session opens)
+    session = open_session(parse(op_text("matmul")), {"M": 16, "N": 16, "K": 16}, target,
+                           db=TuningDB(db_path), min_seconds=0.01)
     def show(trial, n):
         print(json.dumps({"n": n, "config": trial.config.key(), "from_db": trial.from_db,
                           "status": trial.result.get("status")}), flush=True)

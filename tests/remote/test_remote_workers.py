@@ -23,7 +23,7 @@ SMALL = {"R": 8, "C": 8}
 
 
 def _session(target: str, coordinator, db_path, sizes=SIZES, min_seconds: float = 0.05):
-    from uol_core.acg.tuner import open_session
+    from uol_core.acg.session import open_session
     from uol_core.runtime.tuningdb import TuningDB
 
     return open_session(load_op(OP), sizes, target, db=TuningDB(db_path),

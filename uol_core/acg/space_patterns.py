@@ -180,6 +180,9 @@ def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> f
     return seconds + chunk_penalty + (0 if cfg["vec"] == 0 else 1e-9)
 
 
+TUNED_BUDGET = 6  # measurements for config='tuned' when nothing is recorded yet
+
+
 def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
                           request: Mapping | str | None = None) -> tuple[dict, PatternSpace]:
     """The model's best legal config with the user's overrides on top ('chunk=4,vec=8' or a dict;
@@ -194,9 +197,11 @@ def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
                                              preference(c))) \
         if space.configs else _defaults()
     if request == "tuned":
-        from uol_core.acg.pattern_tuner import tuned_pattern_config
+        # the session imports this module (the pattern model's roofline): asked for here
+        from uol_core.acg.session import tuned
 
-        return tuned_pattern_config(op, sizes, target) or best, space
+        found = tuned(op, sizes, target, "c", TUNED_BUDGET)
+        return (dict(found) if found is not None else None) or best, space
     if isinstance(request, str):
         request = parse_key(request)
     cfg = {**best, **dict(request or {})}

@@ -1,5 +1,6 @@
-"""The tuner: rank every legal config with the cost model, measure the top few in the worker,
-then local search around the best until gains flatten or the budget runs out.
+"""The search every tuning session shares (acg/session.py): measure the model's top few, then
+local search around the best until gains flatten or the budget runs out, then a confirmation
+round that times the finalists in turn; and the database key of a tuning record.
 
 Every measurement (and every failure) is written to the tuning database at once; a failure
 is never retried; `replay=True` answers only from the database (to compare strategies offline).
@@ -12,19 +13,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from uol_core.acg.config import TileConfig, parse_config, resolve_target
-from uol_core.acg.cost_model import CostModel
-from uol_core.acg.lower import GemmPlan, lower_contraction
-from uol_core.acg.space import Space, build_space
-from uol_core.backends.c import GENERATOR_VERSION, emit
-from uol_core.odl.printer import format_op
 from uol_core.runtime.build import compiler_version
-from uol_core.runtime.tuningdb import TuningDB, TuningKey, op_hash, target_fingerprint
+from uol_core.runtime.tuningdb import TuningKey, op_hash, target_fingerprint
 from uol_core.runtime.tuninglease import LEASE_WAIT_S, TuningLease
-from uol_core.runtime.worker import Worker, make_job, make_race
 
-SEARCH_VARS = ("mr", "nr", "kc", "mc", "ku", "pf", "par", "threads", "isa", "path")
 LEASE_MIN_TTL_S = 60.0  # a key's lease outlives twice the worker's timeout, at least this
 # The confirmation round: measured one at a time, configs are ordered by the machine's mood
 # as much as by their speed (on a shared 2-core host one 512^3 tune measured its first four
@@ -41,7 +35,7 @@ CONFIRM_ROUNDS = 5
 class Trial:
     """One config tried: the model's prediction and rank, and what the worker (or DB) said."""
 
-    config: TileConfig
+    config: Any  # a Config, or the GEMM's TileConfig
     predicted_gflops: float
     model_rank: int
     result: dict
@@ -56,7 +50,7 @@ class Trial:
 class TuneResult:
     """Outcome of a tuning run: the best config and every trial, in order."""
 
-    best: TileConfig | None
+    best: Any
     best_gflops: float
     trials: list[Trial] = field(default_factory=list)
     stopped: str = ""
@@ -69,156 +63,20 @@ class TuneResult:
         return len(self.trials)
 
 
-class TuningSession:
-    """Tuning state for one op at bound sizes on one target."""
-
-    def __init__(self, op, sizes: dict, target="host", db: TuningDB | None = None,
-                 worker: Worker | None = None, replay: bool = False, seed: int = 0,
-                 min_seconds: float = 0.15, timeout_s: float = 120.0,
-                 lease_wait_s: float = LEASE_WAIT_S):
-        self.op, self.sizes = op, dict(sizes)
-        self.target = resolve_target(target)
-        self.lease_wait_s = lease_wait_s  # how long tune() waits for another tuner on this key
-        self.plan: GemmPlan = lower_contraction(op, self.sizes)
-        self.space: Space = build_space(self.plan, self.target)
-        self.model = CostModel(self.plan, self.target)
-        self.db = db or TuningDB()
-        self.worker = worker
-        self.own_worker = worker is None
-        self.replay, self.seed, self.min_seconds = replay, seed, min_seconds
-        self.timeout_s = timeout_s
-        self.key = tuning_key(op, self.sizes, self.target)
-        if not replay:  # learn the per-target correction from what is already measured
-            prior = [(parse_config(r["config"], TileConfig()), r["gflops"])
-                     for r in self.db.rows(self.key) if r["status"] == "ok" and r["gflops"]]
-            if prior:
-                self.model.calibrate(prior)
-        self._ranked = self.model.rank(self.space.configs)
-        self._rank = {c: i + 1 for i, (c, _) in enumerate(self._ranked)}
-        self._legal = {_shape_key(c): c for c in self.space.configs}
-
-    def ranked(self) -> list[tuple[TileConfig, float]]:
-        return self._ranked
-
-    def model_rank(self, cfg: TileConfig) -> int | None:
-        return self._rank.get(cfg)
-
-    def measure(self, cfg: TileConfig) -> Trial:
-        """The result of `cfg`: from the database if known (failures included), else measured."""
-        predicted = self.model.estimate(cfg).gflops
-        row = self.db.lookup(self.key, cfg.key())
-        if row is not None:
-            return Trial(cfg, predicted, self._rank.get(cfg, 0), row, from_db=True)
-        if self.replay:
-            return Trial(cfg, predicted, self._rank.get(cfg, 0),
-                         {"status": "missing", "reason": "not in the database (replay mode)"},
-                         from_db=True)
-        if self.worker is None:
-            self.worker = Worker(self.timeout_s)
-        src = emit(self.op, cfg, self.target, self.sizes)
-        text = self.op.source or format_op(self.op)
-        job = make_job(src, text, f"{self.op.name}.odl", self.sizes, seed=self.seed,
-                       min_seconds=self.min_seconds)
-        result = self.worker.run(job, self.timeout_s)
-        result["predicted_gflops"] = predicted
-        result["model_rank"] = self._rank.get(cfg, 0)
-        self.db.record(self.key, cfg.key(), result)  # at once: a killed tuner loses nothing
-        return Trial(cfg, predicted, self._rank.get(cfg, 0), result)
-
-    @staticmethod
-    def family(cfg: TileConfig) -> tuple:
-        """What the first measurements spread over: the register tile and its path."""
-        return cfg.isa, cfg.mr, cfg.nr, cfg.path
-
-    def neighbours(self, cfg: TileConfig) -> list[TileConfig]:
-        """Legal configs one domain step away in one variable, best predicted first."""
-        found = []
-        for var in SEARCH_VARS:
-            domain = self.space.domains.get(var, [])
-            if getattr(cfg, var) not in domain:
-                continue
-            i = domain.index(getattr(cfg, var))
-            for j in (i - 1, i + 1):
-                if 0 <= j < len(domain):
-                    other = self._legal.get(_shape_key(cfg.replace(**{var: domain[j]})))
-                    if other is not None:
-                        found.append(other)
-        found.sort(key=lambda c: self._rank.get(c, 1 << 30))
-        return found
-
-    def tune(self, budget: int | None = 12, seconds: float | None = None, top: int = 4,
-             patience: int = 4, progress: Callable[[Trial, int], None] | None = None
-             ) -> TuneResult:
-        """The model's best config of each of its top `top` register tiles, then local search
-        around the best; stops on budget or flat gains."""
-        def learn(trials: list[Trial]) -> None:  # correct the model with what was measured
-            self.model.calibrate([(t.config, t.gflops) for t in trials if t.gflops])
-
-        return search(self, budget, seconds, top, patience, progress, after_top=learn)
-
-    def confirm(self, out: TuneResult) -> None:
-        """The confirmation round (`confirm_round`) over this session's GEMM configs."""
-        confirm_round(self, out, lambda cfg: emit(self.op, cfg, self.target, self.sizes),
-                      lambda text: parse_config(text, TileConfig()))
-
-    def close(self) -> None:
-        if self.own_worker and self.worker is not None:
-            self.worker.close()
-
-
-def generator_id(template: str = GENERATOR_VERSION, backend: str = "c") -> str:
-    """The generator part of a tuning key: the backend's own hash and the template version
-    (a change to either invalidates the records it wrote, as Triton's cache key does)."""
+def tuning_key(op: Any, sizes: dict, target: Any, backend: str = "c") -> TuningKey:
+    """The database key of an op at sizes on a target, with this compiler and the backend's
+    declared generator hash (every file its emitters import, and its compile flags; see
+    `Backend.hash`). Rows written under an older spelling of the same generator (the hash of
+    fewer files and the template's name) are read as the key's own (`TuningKey.older`)."""
+    # the registry loads the backend modules on first use, and they import acg
     from uol_core.backends import get_backend
 
-    return f"{get_backend(backend).hash()}/{template}"
-
-
-def tuning_key(op, sizes: dict, target, generator: str | None = None) -> TuningKey:
-    """The database key of an op at sizes on a target, with this compiler and `generator`
-    (`generator_id()`; default: the C GEMM template's)."""
+    chosen = get_backend(backend, target)
+    older = getattr(chosen, "older_generators", None)
     return TuningKey(op_hash(op), op.name, json.dumps(dict(sizes), sort_keys=True),
                      ",".join(sorted({d.dtype.value for d in op.inputs + op.outputs})),
-                     target_fingerprint(target), compiler_version(),
-                     generator or generator_id())
-
-
-def open_session(op, sizes: dict, target="host", backend: str = "c", **options):
-    """The tuning session of a kernel: for C the GEMM tuner for contractions it lowers and the
-    pattern tuner for every other op; for any other kernel backend a session over its own
-    space (same search, same database)."""
-    from uol_core.acg.lower import UnsupportedOp
-    from uol_core.acg.pattern_tuner import PatternTuningSession
-    from uol_core.backends import get_backend, kernel_backend_names
-
-    chosen = get_backend(backend, resolve_target(target))
-    if chosen.name not in kernel_backend_names():
-        raise ValueError(f"the {chosen.name} backend evaluates the IR and has no knobs to tune")
-    if chosen.lang != "c":
-        from uol_core.acg.backend_session import BackendSession
-
-        return BackendSession(op, sizes, target, chosen.name, **options)
-    try:
-        return TuningSession(op, sizes, target, **options)
-    except UnsupportedOp:
-        return PatternTuningSession(op, sizes, target, **options)
-
-
-def recorded(op, sizes: dict, target, cfg: TileConfig, db: TuningDB | None = None):
-    """The recorded result of `cfg` and its rank among the verified measurements (1 = fastest)."""
-    db = db or TuningDB()
-    rows = db.rows(tuning_key(op, sizes, resolve_target(target)))
-    ok = sorted((r for r in rows if r["status"] == "ok" and r["gflops"]),
-                key=lambda r: -r["gflops"])
-    for rank, row in enumerate(ok, 1):
-        if row["config"] == cfg.key():
-            return row, rank
-    return None, None
-
-
-def _shape_key(cfg: TileConfig) -> tuple:
-    return (cfg.isa, cfg.mr, cfg.nr, cfg.kc, cfg.mc, cfg.ku, cfg.pf, cfg.par, cfg.threads,
-            cfg.path)
+                     target_fingerprint(target), compiler_version(), chosen.hash(),
+                     tuple(older()) if older else ())
 
 
 def search(session, budget: int | None, seconds: float | None, top: int, patience: int,
@@ -233,7 +91,7 @@ def search(session, budget: int | None, seconds: float | None, top: int, patienc
     A measuring session (`db`, `key`, not `replay`) first takes the key's lease: a second
     tuner on the same key waits (`lease_wait_s`, default LEASE_WAIT_S) and then finds the
     first one's measurements in the database instead of timing them again beside it."""
-    if getattr(session, "replay", True):
+    if getattr(session, "replay", True) or getattr(session, "db", None) is None:
         return _search(session, budget, seconds, top, patience, progress, after_top, None)
     ttl = max(LEASE_MIN_TTL_S, 2 * float(getattr(session, "timeout_s", LEASE_MIN_TTL_S)))
     with TuningLease(session.db, session.key, ttl) as lease:
@@ -247,27 +105,22 @@ def search(session, budget: int | None, seconds: float | None, top: int, patienc
                        lease.renew)
 
 
-def confirm_round(session, out: TuneResult, source: Callable, parse: Callable) -> None:
-    """Time the finalists of `out` in turn (CONFIRM_*) in the session's worker, record each
-    as a row of one race, and make the race's winner `out.best`. Rows of a race outrank every
-    row recorded before it (TuningDB.best); a tune that measured nothing new takes the
-    database's best. `source(cfg)` emits a config's kernel, `parse(text)` reads a config key;
-    a session with `flops` (every pattern's work) rates the race by it."""
+def confirm_round(session, out: TuneResult) -> None:
+    """Time the finalists of `out` in turn (CONFIRM_*) with the session's runner (`race`),
+    record each as a row of one race, and make the race's winner `out.best`. Rows of a race
+    outrank every row recorded before it (TuningDB.best); a tune that measured nothing new
+    takes the database's best (read back by the session's model). A session with `flops` (a
+    pattern's own work) rates the race by it."""
     if all(t.from_db for t in out.trials):  # measured before: its race (if any) settled it
         row = session.db.best(session.key)
         if row is not None:
-            out.best, out.best_gflops = parse(row["config"]), row["gflops"]
+            out.best, out.best_gflops = session.model.parse(row["config"]), row["gflops"]
         return
     finalists = _finalists(session, out)
     if len(finalists) < 2:
         return
-    if session.worker is None:
-        session.worker = Worker(session.timeout_s)
-    op = session.op
-    job = make_race([source(t.config) for t in finalists], op.source or format_op(op),
-                    f"{op.name}.odl", session.sizes, seed=session.seed,
-                    seconds=CONFIRM_SECONDS_PER_FINALIST * len(finalists), rounds=CONFIRM_ROUNDS)
-    result = session.worker.run(job, session.timeout_s)
+    result = session.runner.race([t.config for t in finalists],
+                                 CONFIRM_SECONDS_PER_FINALIST * len(finalists), CONFIRM_ROUNDS)
     if result.get("status") != "ok":
         out.confirmation = [{"status": result.get("status"), "reason": result.get("reason")}]
         return

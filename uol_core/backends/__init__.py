@@ -8,7 +8,13 @@ Every caller (the API, the CLI, runtime dispatch, graph routing, the tuner, the 
     choose(plan, request) -> Choice          the model's config with a request on top
     emit(plan, config) -> KernelSource       kernel text with its line map to ODL
     load(source, plan) -> Kernel             something that runs on named torch tensors
-    hash() -> str                            identity of the generator (tuning keys, caches)
+    hash() -> str                            identity of the generator (tuning keys, caches):
+                                             every file its emitters import + compile flags
+    tuning_model(plan, space) -> TuningModel how a tuning session ranks the space
+    tuning_runner(plan, **options) -> runner how a tuning session measures a config
+
+A tuning session (acg/session.py) is the same for every backend: it asks the row for the last
+two and keys its records by the plan and `hash()`, without emitting a kernel.
 
 Adding a backend is one module plus one row in `_FACTORIES`. "auto" resolves by target: a GPU
 target gets Triton, any other the C backend. Modules are imported when a backend is first
@@ -79,12 +85,30 @@ class Backend(Protocol):
 
     def hash(self) -> str: ...
 
+    def tuning_model(self, plan: Plan, space: Any) -> Any: ...
+
+    def tuning_runner(self, plan: Plan, **options: Any) -> Any: ...
+
+
+@cache
+def generator_hash(patterns: tuple[str, ...], flags: str = "") -> str:
+    """A short digest of the uol_core files matching `patterns` (paths from the package root,
+    '**' for any depth) and of the compile flags: a generator's identity, as Triton keys its
+    cache by its source and environment (any template, platform, plan or flag edit changes
+    it). Read once per process: the modules that run are the ones imported at start."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted({p for pattern in patterns for p in root.glob(pattern)}):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    digest.update(flags.encode())
+    return digest.hexdigest()[:12]
+
 
 @cache
 def source_hash(*patterns: str) -> str:
-    """A short digest of this package's modules matching `patterns` (a generator's identity,
-    as Triton keys its cache by its own source: any template edit changes it). Read once per
-    process: the modules that run are the ones imported at start."""
+    """A short digest of this package's modules matching `patterns`: the generator identity
+    tuning records were keyed by before `generator_hash` (their key's older spelling)."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for path in sorted({p for pattern in patterns for p in here.glob(pattern)}):

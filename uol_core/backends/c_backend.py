@@ -6,10 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from uol_core.backends import Choice, Plan, source_hash
+from uol_core.backends import Choice, Plan, generator_hash, source_hash
 from uol_core.backends.base import KernelSource
 
 DEFAULT_TUNE_BUDGET = 8
+# What the C kernels are generated from (paths from uol_core/): the entry, the templates, the
+# platform files, the shared plans and the lowering and fusion they read; `hash()` adds the
+# compile flags. The rooms a template family may move into are named already.
+GENERATOR_FILES = ("backends/c.py", "backends/c_*.py", "backends/c/**/*.py",
+                   "backends/c_platforms/*.py", "backends/base.py", "backends/emit_limits.py",
+                   "acg/plans/*.py", "acg/lower.py", "acg/fusion.py", "plans/**/*.py")
 
 
 class CBackend:
@@ -122,7 +128,46 @@ class CBackend:
         return NativeKernel(build(source), source.entry, source.meta["args"], shapes)
 
     def hash(self) -> str:
-        return "c-" + source_hash("c.py", "c_*.py", "base.py")
+        """The generator's identity: GENERATOR_FILES and the compile flags (runtime.build)."""
+        from uol_core.runtime import build  # the flags only: the adapter may import the runtime
+
+        flags = repr((build.CC, build.BASE_FLAGS, build.ISA_FLAGS, build.TARGET_FLAGS,
+                      build.CROSS_BASE_FLAGS))
+        return "c-" + generator_hash(GENERATOR_FILES, flags)
+
+    def older_generators(self) -> tuple[str, ...]:
+        """The generator's key before `hash` named every file and flag: the hash of the entry
+        and the templates, then the template's name ('c-<hash>/uol-c-rows-1')."""
+        return ("c-" + source_hash("c.py", "c_*.py", "base.py") + "/",)
+
+    def tuning_model(self, plan: Plan, space: Any):
+        """GEMMs: the tile cost model; every other pattern: its roofline."""
+        # acg's models load when a tune asks: importing the registry row stays cheap
+        from uol_core.acg.tuning_models import GemmModel, PatternModel
+
+        if plan.kind == "gemm":
+            return GemmModel(plan.detail, plan.target)
+        return PatternModel(plan.op, plan.sizes, plan.target)
+
+    def tuning_runner(self, plan: Plan, worker: Any = None, seed: int = 0,
+                      min_seconds: float = 0.15, timeout_s: float = 120.0):
+        """Kernels built, verified and timed in the worker (`worker`: the isolated process by
+        default, or a queued or remote one); a pattern's GFLOP/s counts its own work."""
+        # the runner and the worker load when a tune asks: importing the row stays cheap
+        from uol_core.acg.runners import WorkerRunner
+        from uol_core.backends.c import emit
+        from uol_core.odl.cost import op_cost
+
+        if plan.kind == "gemm":
+            def source(cfg):  # the GEMM's TileConfig, emitted as such (no cross-build wrapper)
+                return emit(plan.op, cfg, plan.target, plan.sizes)
+            flops = None  # the worker rates a GEMM itself
+        else:
+            def source(cfg):
+                return emit(plan.op, dict(cfg), plan.target, plan.sizes)
+            flops = op_cost(plan.op, plan.sizes).flops
+        return WorkerRunner(source, plan.op, plan.sizes, worker, seed, min_seconds, timeout_s,
+                            flops)
 
 
 def _choose_tile(plan: Plan, request: Any) -> Choice:
@@ -167,14 +212,6 @@ def _choose_tile(plan: Plan, request: Any) -> Choice:
 
 def tuned_tile(op: Any, sizes: Mapping[str, int], target: Any):
     """The best recorded GEMM config, tuning with a small budget when none is recorded."""
-    from uol_core.acg.config import TileConfig, parse_config
-    from uol_core.acg.tuner import TuningSession
+    from uol_core.acg.session import tuned  # the session module imports this package's registry
 
-    session = TuningSession(op, dict(sizes), target)
-    try:
-        row = session.db.best(session.key)
-        if row is None:
-            return session.tune(budget=DEFAULT_TUNE_BUDGET).best
-        return parse_config(row["config"], TileConfig())
-    finally:
-        session.close()
+    return tuned(op, sizes, target, "c", DEFAULT_TUNE_BUDGET)

@@ -6,10 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from uol_core.backends import Choice, Plan, source_hash
+from uol_core.backends import Choice, Plan, generator_hash, source_hash
 from uol_core.backends.base import KernelSource, into_given
 
 EXTRA_KNOBS = ("force_generic", "MAX_BLOCK_C")  # accepted by the emitter beyond its defaults
+# What the Triton kernels are generated from (paths from uol_core/): its templates and the
+# shared plans; Triton compiles them itself (its own cache key holds its flags)
+GENERATOR_FILES = ("backends/triton*.py", "backends/triton/**/*.py", "backends/base.py",
+                   "acg/plans/*.py", "plans/**/*.py")
 
 
 class TritonKernel:
@@ -100,7 +104,30 @@ class TritonBackend:
         return TritonKernel(source, plan.op)
 
     def hash(self) -> str:
-        return "triton-" + source_hash("triton*.py", "base.py")
+        return "triton-" + generator_hash(GENERATOR_FILES)
+
+    def older_generators(self) -> tuple[str, ...]:
+        """The key's generator before `hash` named the plans: templates only, then 'triton'."""
+        return ("triton-" + source_hash("triton*.py", "base.py") + "/",)
+
+    def tuning_model(self, plan: Plan, space: Any):
+        """The model's pick (`choose`) first, then the space in its order; no predictions."""
+        # acg's models load when a tune asks: importing the registry row stays cheap
+        from uol_core.acg.space_core import as_mapping
+        from uol_core.acg.tuning_models import PickFirst
+        from uol_core.odl.cost import op_cost
+
+        return PickFirst(as_mapping(self.choose(plan).config), space.domains,
+                         op_cost(plan.op, plan.sizes).flops)
+
+    def tuning_runner(self, plan: Plan, seed: int = 0, **_worker_options: Any):
+        """Kernels emitted, loaded, verified and benchmarked in this process (a worker, a
+        minimum time or a timeout of the C runner's do not apply)."""
+        # the runner loads when a tune asks: importing the registry row stays cheap
+        from uol_core.acg.runners import InProcessRunner
+        from uol_core.odl.cost import op_cost
+
+        return InProcessRunner(self, plan, seed, op_cost(plan.op, plan.sizes).flops)
 
 
 def gpu_space_of(plan: Plan):

@@ -150,20 +150,13 @@ def case_key(case: GuideCase):
     """(tuning key, config text) of a case's kernel: the key and config string the tuners
     write, so the guide's measurements and the tuners' rows are one history."""
     from uol_core.acg.config import resolve_target
-    from uol_core.acg.tuner import generator_id, tuning_key
-    from uol_core.backends import get_backend
+    from uol_core.acg.tuner import tuning_key
     from uol_core.ops import load_op
 
     target = resolve_target(case.target)
     op = load_op(case.op)
-    backend = get_backend(case.backend, target)
-    if case.pattern == "gemm" or not getattr(backend, "worker_jobs", False):
-        generator = generator_id(backend=backend.name)
-    else:  # other C kernels name their own template
-        source = backend.emit(backend.plan(op, case.sizes, target), case.config)
-        generator = generator_id(str(source.meta.get("generator", "")))
     config = ",".join(f"{k}={v}" for k, v in case.config.items())
-    return tuning_key(op, case.sizes, target, generator), config
+    return tuning_key(op, case.sizes, target, case.backend), config
 
 
 def record_case(case: GuideCase, result: dict) -> None:

@@ -61,6 +61,18 @@ class TuningKey:
     target: str  # target fingerprint
     compiler: str
     generator: str
+    # older spellings of the same generator, each a prefix ('c-<hash>/'): rows written under
+    # one are read as this key's own (a new key form never loses a record); rows are written
+    # under `generator` only
+    older: tuple[str, ...] = ()
+
+    def generator_clause(self) -> tuple[str, tuple]:
+        """The SQL test of a row's generator against this key, with its parameters."""
+        tests = ["generator=?"] + ["substr(generator, 1, ?)=?"] * len(self.older)
+        params: list = [self.generator]
+        for prefix in self.older:
+            params += [len(prefix), prefix]
+        return "(" + " OR ".join(tests) + ")", tuple(params)
 
     def lease_id(self) -> str:
         """One text naming the key (the lease table's primary key)."""
@@ -157,19 +169,20 @@ class TuningDB:
 
     def config_rows(self, key: TuningKey, config: str) -> list[dict]:
         """Every row of one config under `key`, oldest first."""
+        generator, params = key.generator_clause()
         cur = self.conn.execute(
             "SELECT * FROM measurements WHERE op_hash=? AND shapes=? AND dtypes=? AND target=? "
-            "AND compiler=? AND generator=? AND config=? ORDER BY id",
-            (key.op_hash, key.shapes, key.dtypes, key.target, key.compiler, key.generator,
-             config))
+            f"AND compiler=? AND {generator} AND config=? ORDER BY id",
+            (key.op_hash, key.shapes, key.dtypes, key.target, key.compiler, *params, config))
         return [dict(r) for r in cur.fetchall()]
 
     def rows(self, key: TuningKey) -> list[dict]:
         """Every row for `key`, oldest first."""
+        generator, params = key.generator_clause()
         cur = self.conn.execute(
             "SELECT * FROM measurements WHERE op_hash=? AND shapes=? AND dtypes=? AND target=? "
-            "AND compiler=? AND generator=? ORDER BY id",
-            (key.op_hash, key.shapes, key.dtypes, key.target, key.compiler, key.generator))
+            f"AND compiler=? AND {generator} ORDER BY id",
+            (key.op_hash, key.shapes, key.dtypes, key.target, key.compiler, *params))
         return [dict(r) for r in cur.fetchall()]
 
     def lookup(self, key: TuningKey, config: str) -> dict | None:

@@ -1,0 +1,147 @@
+"""The rankings a tuning session follows: each orders a space's legal configs, predicts a config's
+GFLOP/s, and reads a config back from its database key. The backend picks one per plan
+(`Backend.tuning_model`); the session (acg/session.py) is the same for all of them.
+
+- `GemmModel`: the C GEMM's analytical cost model, corrected by measurements, families by
+  register tile (the first measurements spread over tiles);
+- `PatternModel`: the roofline of the C pattern kernels (rows, maps, stencils, scans, fused);
+- `PickFirst`: a backend's own pick, then its space in order, no predictions (Triton);
+- `Spread`: a given start, then configs spread evenly over the space (the Studio's tune of a
+  backend whose runs it queues itself).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from uol_core.acg.config import TileConfig, parse_config
+from uol_core.acg.cost_model import CostModel
+from uol_core.acg.space_core import Config, as_mapping, parse_key
+from uol_core.acg.space_patterns import pattern_config, predict_seconds
+from uol_core.odl.cost import op_cost
+
+
+class TuningModel:
+    """The space's own order and no predictions; the base every ranking refines.
+
+    `defaults`: the search's budget, top and patience when a caller gives none; `flops`: the
+    op's work, to rate a kernel the runner does not rate (0: the runner's own GFLOP/s);
+    `ranks`: whether the order is a ranking (a config's `model_rank`, neighbours sorted by it);
+    `learns`: whether measurements correct the model after the first ones."""
+
+    defaults: tuple[int, int, int] = (8, 3, 3)
+    flops: float = 0.0
+    ranks: bool = True
+    learns: bool = False
+
+    def rank(self, configs: list) -> list[tuple[Any, float]]:
+        """Configs in the order to try them, each with its predicted GFLOP/s."""
+        return [(c, 0.0) for c in configs]
+
+    def estimate(self, cfg: Any) -> float:
+        """Predicted GFLOP/s of one config (0: no prediction)."""
+        return 0.0
+
+    def learn(self, measured: list[tuple[Any, float]]) -> None:
+        """Correct the model with (config, measured GFLOP/s) pairs; most models learn nothing."""
+
+    def parse(self, text: str) -> Any:
+        """A config from its database key."""
+        return parse_key(text)
+
+    def identity(self, cfg: Any) -> Hashable:
+        """What tells two configs apart in the space (derived knobs left out)."""
+        return cfg.key()
+
+    family = None  # or a function config -> what the first measurements spread over
+
+
+class GemmModel(TuningModel):
+    """The GEMM cost model (acg/cost_model.py): rank, predict, calibrate by register tile."""
+
+    defaults = (12, 4, 4)
+    learns = True
+
+    def __init__(self, plan: Any, target: Any) -> None:
+        self.cost = CostModel(plan, target)
+
+    def rank(self, configs: list) -> list[tuple[Any, float]]:
+        return self.cost.rank(configs)
+
+    def estimate(self, cfg: Any) -> float:
+        return self.cost.estimate(cfg).gflops
+
+    def learn(self, measured: list[tuple[Any, float]]) -> None:
+        self.cost.calibrate(measured)
+
+    def parse(self, text: str) -> Any:
+        return parse_config(text, TileConfig())
+
+    def identity(self, cfg: Any) -> Hashable:
+        # nc is derived from kc, nr, par and threads (space.block_nc): a step in one searched
+        # knob lands on the legal config whatever nc it carried
+        return (cfg.isa, cfg.mr, cfg.nr, cfg.kc, cfg.mc, cfg.ku, cfg.pf, cfg.par, cfg.threads,
+                cfg.path)
+
+    @staticmethod
+    def family(cfg: Any) -> tuple:
+        """What the first measurements spread over: the register tile and its path."""
+        return cfg.isa, cfg.mr, cfg.nr, cfg.path
+
+
+class PatternModel(TuningModel):
+    """The pattern kernels' roofline (acg/space_patterns.predict_seconds), in GFLOP/s of the
+    op's own work (the worker counts GEMM FLOPs only)."""
+
+    def __init__(self, op: Any, sizes: Mapping[str, int], target: Any) -> None:
+        self.op, self.sizes, self.target = op, dict(sizes), target
+        self.flops = op_cost(op, self.sizes).flops
+
+    def rank(self, configs: list) -> list[tuple[Any, float]]:
+        return sorted(((c, self.estimate(c)) for c in configs), key=lambda pair: -pair[1])
+
+    def estimate(self, cfg: Any) -> float:
+        return self.flops / predict_seconds(self.op, self.sizes, self.target, cfg) / 1e9
+
+    def parse(self, text: str) -> Any:
+        return pattern_config(parse_key(text))
+
+
+class PickFirst(TuningModel):
+    """A backend's model pick first, then its space in its own order (best predicted first
+    where the backend ranks it); no predictions. `flops` rates what the runner times."""
+
+    def __init__(self, pick: Mapping[str, Any], knobs: Mapping[str, list],
+                 flops: float = 0.0) -> None:
+        # the model's pick, as the space's knobs (the emitter's other defaults are not knobs)
+        self.pick = Config({k: v for k, v in as_mapping(pick).items() if k in knobs})
+        self.flops = flops
+
+    def rank(self, configs: list) -> list[tuple[Any, float]]:
+        unique = {c.key(): c for c in (self.pick, *configs)}
+        return [(c, 0.0) for c in unique.values()]
+
+
+class Spread(TuningModel):
+    """A start config, then legal configs evenly spaced over the space (`budget` of them in all);
+    not a ranking: neighbours keep the space's order."""
+
+    ranks = False
+
+    def __init__(self, start: Config, budget: int) -> None:
+        self.start, self.budget = start, budget
+
+    def rank(self, configs: list) -> list[tuple[Any, float]]:
+        step = max(1, len(configs) // max(self.budget - 1, 1))
+        unique = {identity(p): p for p in [self.start, *configs[::step]]}
+        return [(c, 0.0) for c in unique.values()]
+
+    def identity(self, cfg: Any) -> Hashable:
+        return identity(cfg)
+
+
+def identity(cfg: Any) -> str:
+    """A config's identity whatever the order of its knobs."""
+    return json.dumps(dict(as_mapping(cfg)), sort_keys=True)
