@@ -25,6 +25,7 @@ SECRET = "CANARY-5b1e9d-SECRET"
 NAME_FIELDS = {
     ("op-select", "value"), ("debug-op", "value"), ("profile-op", "value"),
     ("graph-sample", "value"), ("graph-model", "value"), ("graph-source", "data"),
+    ("graph-zoo", "value"),
     ("graph-upload-data", "data"), ("ktrain-model", "value"), ("ktrain-run", "data"),
     ("train-run", "data"), ("target-select", "value"), ("current-target", "data"),
     ("hardware-roof-select", "value"), ("guide-targets", "value"), ("guide-families", "value"),
@@ -190,6 +191,8 @@ def test_every_callback_input_is_classified(ide):
                         ("train-straggler", "value"), ("train-schedule", "value"),
                         ("ktrain-steps", "value"), ("guide-measure-limit", "value"),
                         ("guide-bound", "value"), ("graph-kind", "value"),
+                        ("graph-zoo-size", "value"), ("graph-zoo-batch", "value"),
+                        ("graph-peers", "value"),
                         ("flame-search", "value"), ("flame-source", "value"),
                         ("flame-view", "value"), ("hardware-roof-dtype", "value"),
                         ("filter-backend", "value"), ("filter-ok", "value"),
