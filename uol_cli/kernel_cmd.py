@@ -109,20 +109,56 @@ def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
               "gflops": result.get("gflops"),
               "ms": result["median_s"] * 1e3 if result.get("median_s") else None,
               "iqr_ms": result["iqr_s"] * 1e3 if result.get("iqr_s") is not None else None}
+    report.update(_rates(op, sizes, k, result.get("median_s")))
     if as_json:
         print_json(report)
     else:
         line = f"{op.name}: {report['status']}" + (f" [{report['isa']}]" if report["isa"] else "")
         if report["max_abs_err"] is not None:
             line += f", max abs err {report['max_abs_err']:.3g}"
-        if report["gflops"]:
-            line += f", {report['ms']:.3f} ms (IQR {report['iqr_ms']:.3f}), " \
-                    f"{report['gflops']:.1f} GFLOP/s"
+        if report["ms"]:
+            line += f", {report['ms']:.3f} ms (IQR {report['iqr_ms']:.3f}), " + _rate_text(report)
         print(line + (f" ({report['reason']})" if report["reason"] else ""))
         if report["predicted"]:
             print(f"  {report['predicted']['label']}: {report['predicted']['ms']:.4g} ms")
     if not ok:
         raise typer.Exit(1)
+
+
+def _rates(op, sizes: dict, k, median_s: float | None) -> dict:
+    """GFLOP/s and GB/s of a measured run (the op's work and compulsory traffic over the
+    median), with the roof that bounds the op on the kernel's target (its HFL facts) and the
+    fraction of it reached: a memory-bound op (softmax, layernorm) is judged by GB/s against
+    the memory roof, a compute-bound one by GFLOP/s against the compute roof."""
+    if not median_s:
+        return {}
+    from uol_core.hfl.roofline import roofline
+    from uol_core.odl.cost import op_cost
+
+    cost = op_cost(op, sizes)
+    rates = {"gflops": cost.flops / median_s / 1e9, "gbps": cost.bytes / median_s / 1e9}
+    try:
+        roof = roofline(cost.flops, cost.bytes, k.target)
+    except Exception:  # a target without the facts (no fp32 peak, no bandwidth): rates only
+        return rates
+    if roof.bound == "memory":
+        return {**rates, "bound": "memory", "roof_gbps": roof.bandwidth_gbps,
+                "fraction_of_roof": rates["gbps"] / roof.bandwidth_gbps}
+    return {**rates, "bound": "compute", "roof_gflops": roof.attainable_gflops,
+            "fraction_of_roof": rates["gflops"] / roof.attainable_gflops}
+
+
+def _rate_text(report: dict) -> str:
+    """'8.1 GB/s, 12% of the 68 GB/s memory roof' or '95.2 GFLOP/s, 71% of the 134 GFLOP/s
+    compute roof': the rate that matters for the op's bound first."""
+    if report.get("bound") == "memory":
+        return (f"{report['gbps']:.1f} GB/s, {100 * report['fraction_of_roof']:.0f}% of the "
+                f"{report['roof_gbps']:.0f} GB/s memory roof ({report['gflops']:.2f} GFLOP/s)")
+    text = f"{report['gflops']:.1f} GFLOP/s"
+    if report.get("bound") == "compute":
+        text += (f", {100 * report['fraction_of_roof']:.0f}% of the "
+                 f"{report['roof_gflops']:.0f} GFLOP/s compute roof")
+    return text
 
 
 def _isa(k, cfg) -> str | None:
