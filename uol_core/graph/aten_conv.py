@@ -1,5 +1,6 @@
 """Mapping rules of the convolution family: batch norm (folded into the conv before it where
-it can be), conv2d and its patchify form, transposed conv, max and global average pooling."""
+it can be), conv2d and its patchify form (a zero pad before it folded into its padding),
+transposed conv, max and global average pooling."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def _only_first_item_read(n: fx.Node) -> bool:
     return all(u.target is operator.getitem and u.args[1] == 0 for u in n.users)
 
 
-def _view(imp: ExportImporter, src: str, method: str, args: list, shape: tuple[int, ...]) -> str:
+def view(imp: ExportImporter, src: str, method: str, args: list, shape: tuple[int, ...]) -> str:
     """A torch view node `src.method(args)` (zero-copy where the layout allows)."""
     from uol_core.graph.format import Node, TensorSpec
 
@@ -100,7 +101,7 @@ def patchify(imp: ExportImporter, n: fx.Node, x: fx.Node, weight: fx.Node, bias)
     backend's best kernel, while a direct conv of a 16x16 kernel has little reuse to block."""
     stride = A.pair(_arg(n, 3, "stride", 1), "stride")
     kernel = tuple(imp.shape(weight)[2:])
-    if (stride != kernel or A.pair(_arg(n, 4, "padding", 0), "padding") != (0, 0)
+    if (stride != kernel or conv_padding(n, kernel) != (0, 0, 0, 0)
             or A.pair(_arg(n, 5, "dilation", 1), "dilation") != (1, 1) or _arg(n, 6, "groups", 1) != 1
             or kernel == (1, 1)):
         return False
@@ -109,11 +110,11 @@ def patchify(imp: ExportImporter, n: fx.Node, x: fx.Node, weight: fx.Node, bias)
     if height % kh or width % kw:
         return False
     ho, wo = height // kh, width // kw
-    grid = _view(imp, imp.tensor(x), "reshape", [batch, channels, ho, kh, wo, kw],
-                 (batch, channels, ho, kh, wo, kw))
-    moved = _view(imp, grid, "permute", [0, 2, 4, 1, 3, 5], (batch, ho, wo, channels, kh, kw))
-    patches = _view(imp, moved, "reshape", [batch * ho * wo, channels * kh * kw],
-                    (batch * ho * wo, channels * kh * kw))
+    grid = view(imp, imp.tensor(x), "reshape", [batch, channels, ho, kh, wo, kw],
+                (batch, channels, ho, kh, wo, kw))
+    moved = view(imp, grid, "permute", [0, 2, 4, 1, 3, 5], (batch, ho, wo, channels, kh, kw))
+    patches = view(imp, moved, "reshape", [batch * ho * wo, channels * kh * kw],
+                   (batch * ho * wo, channels * kh * kw))
     w = imp.param(f"{weight.name}_patches", constant(imp, weight, "weight").reshape(cout, -1).t())
     if bias is None:
         imp.odl(n, op_text("matmul"), {"A": patches, "B": w}, "flat", "matmul",
@@ -122,9 +123,41 @@ def patchify(imp: ExportImporter, n: fx.Node, x: fx.Node, weight: fx.Node, bias)
         imp.odl(n, op_text("linear_bias"), {"X": patches, "W": w,
                                             "b": imp.param(bias.name, constant(imp, bias, "bias"))},
                 "flat", "linear_bias", reshape_to=(batch, ho, wo, cout))
-    imp.forms[n.name] = {"nd": _view(imp, imp.forms[n.name]["nd"], "permute", [0, 3, 1, 2],
-                                     (batch, cout, ho, wo))}
+    imp.forms[n.name] = {"nd": view(imp, imp.forms[n.name]["nd"], "permute", [0, 3, 1, 2],
+                                    (batch, cout, ho, wo))}
     return True
+
+
+def conv_padding(n: fx.Node, kernel: tuple[int, int]) -> tuple[int, int, int, int]:
+    """A conv's zero padding as (top, bottom, left, right); 'valid' is none, 'same' (stride 1)
+    pads d * (k - 1) per axis, the odd one at the end, as torch does."""
+    padding, dilation = _arg(n, 4, "padding", 0), A.pair(_arg(n, 5, "dilation", 1), "dilation")
+    if padding == "valid":
+        return 0, 0, 0, 0
+    if padding == "same":
+        (th, tw) = (d * (k - 1) for d, k in zip(dilation, kernel))
+        return th // 2, th - th // 2, tw // 2, tw - tw // 2
+    ph, pw = A.pair(padding, "padding")
+    return ph, ph, pw, pw
+
+
+def _folded_pad(imp: ExportImporter, x: fx.Node) -> tuple[int, int, int, int] | None:
+    """The sides of a zero `constant_pad_nd` of H and W that only this conv reads, or None:
+    such a pad (TF "SAME" padding, written before each conv) is the conv's own padding, which
+    saves a copy of the activations per conv."""
+    if x.op != "call_function" or packet(x.target) != "constant_pad_nd" or len(x.users) != 1:
+        return None
+    pads = list(x.args[1])
+    if _arg(x, 2, "value", 0) != 0 or len(pads) > 4 or any(p < 0 for p in pads) or not any(pads):
+        return None
+    left, right, top, bottom = [*pads, 0, 0, 0, 0][:4]
+    return top, bottom, left, right
+
+
+def _drop_producer(imp: ExportImporter, x: fx.Node) -> None:
+    """Remove the node that computes `x` (a pad folded into its only reader)."""
+    tensor = imp.forms.pop(x.name)["nd"]
+    imp.nodes[:] = [node for node in imp.nodes if tensor not in node.outputs.values()]
 
 
 def conv2d(imp: ExportImporter, n: fx.Node) -> None:
@@ -132,22 +165,33 @@ def conv2d(imp: ExportImporter, n: fx.Node) -> None:
     bias = _arg(n, 2, "bias", None)
     if len(imp.shape(x)) != 4:
         raise Unmapped("an unbatched (3-D) input")
-    if weight.name in imp.consts and patchify(imp, n, x, weight, bias):
-        return
+    kernel = tuple(imp.shape(weight)[2:])
+    padding = conv_padding(n, kernel)
+    pad = _folded_pad(imp, x)
+    if pad is not None:
+        padding = tuple(p + q for p, q in zip(padding, pad))
+        x_in = x.args[0]
+    else:
+        x_in = x
+        if weight.name in imp.consts and patchify(imp, n, x, weight, bias):
+            return
     filt, shift = constant(imp, weight, "weight"), constant(imp, bias, "bias")
     bn = _foldable_batch_norm(imp, n)
     if bn is not None:  # conv then norm is one conv: W * scale, b * scale + shift (per channel)
         scale, bn_shift = _bn_scale_shift(imp, bn)
         filt = filt * scale.reshape(-1, *[1] * (filt.dim() - 1))
         shift = bn_shift if shift is None else shift * scale + bn_shift
-    text, _ = A.conv2d(imp.shape(x), imp.shape(weight), shift is not None, _arg(n, 3, "stride", 1),
-                       _arg(n, 4, "padding", 0), _arg(n, 5, "dilation", 1), _arg(n, 6, "groups", 1))
+    text, _ = A.conv2d(imp.shape(x_in), imp.shape(weight), shift is not None, _arg(n, 3, "stride", 1),
+                       padding, _arg(n, 5, "dilation", 1), _arg(n, 6, "groups", 1))
     folded = f"_{bn.name}" if bn is not None else ""
-    ins = {"X": imp.tensor(x), "F": imp.param(weight.name + folded, filt)}
+    ins = {"X": imp.tensor(x_in), "F": imp.param(weight.name + folded, filt)}
     if shift is not None:
         base = bias.name if bias is not None else f"{weight.name}_bias"
         ins["b"] = imp.param(base + folded, shift)
     imp.odl(n, text, ins, "nd")
+    if pad is not None:
+        _drop_producer(imp, x)
+        imp.notes.append(f"{x.name} folded into {n.name}")
     if bn is not None:
         imp.absorbed[bn.name] = n.name
         imp.notes.append(f"{bn.name} folded into {n.name}")

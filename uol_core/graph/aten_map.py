@@ -80,11 +80,18 @@ def pair(value, name: str) -> tuple[int, int]:
 
 
 def conv2d(x: tuple, w: tuple, bias: bool, stride, padding, dilation, groups: int) -> tuple[str, tuple]:
-    """Conv2d (NCHW) with stride, zero padding, dilation; groups 1 or depthwise."""
+    """Conv2d (NCHW) with stride, zero padding, dilation; groups 1 or depthwise. `padding` is
+    torch's (one or two sides) or (top, bottom, left, right): a zero pad folded into the conv
+    (TF "SAME" padding of a stride-2 conv puts the extra row and column at the end)."""
     n, c, h, wd = x
     k, cg, r, s = w
-    (sh, sw), (ph, pw), (dh, dw) = pair(stride, "stride"), pair(padding, "padding"), pair(dilation, "dilation")
-    ho, wo = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1, (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
+    (sh, sw), (dh, dw) = pair(stride, "stride"), pair(dilation, "dilation")
+    if isinstance(padding, (list, tuple)) and len(padding) == 4:
+        ph, pb, pw, pr = padding
+    else:
+        (ph, pw) = pair(padding, "padding")
+        pb, pr = ph, pw
+    ho, wo = (h + ph + pb - dh * (r - 1) - 1) // sh + 1, (wd + pw + pr - dw * (s - 1) - 1) // sw + 1
     depthwise = groups == c == k and cg == 1
     if groups != 1 and not depthwise:
         raise Unmapped(f"grouped convolution ({groups} groups, {cg} channels each) has no ODL mapping; "
@@ -92,7 +99,7 @@ def conv2d(x: tuple, w: tuple, bias: bool, stride, padding, dilation, groups: in
     chan = "k" if depthwise else "c"
     hi, wi = _affine(sh, "h", dh, "r", -ph), _affine(sw, "w", dw, "s", -pw)
     read = f"X[n, {chan}, {hi}, {wi}]"
-    if ph or pw:
+    if ph or pw or pb or pr:
         read = f"pad({read}, 0)"
     weight = "F[k, 0, r, s]" if depthwise else "F[k, c, r, s]"
     over = "r, s" if depthwise else "c, r, s"

@@ -23,6 +23,7 @@ from uol_core.graph.aten_conv import (
 )
 from uol_core.graph.aten_map import Unmapped
 from uol_core.graph.aten_text import TEXT_RULES
+from uol_core.graph.aten_vision import VISION_RULES
 from uol_core.graph.export_import import ExportImporter, _arg
 from uol_core.odl.ir import GELU_FORMS
 from uol_core.ops import op_text
@@ -251,7 +252,7 @@ RULES = {
     "amax": reduction("max"), "amin": reduction("min"), "softmax": softmax("softmax"),
     "_softmax": softmax("softmax"), "log_softmax": softmax("log_softmax"),
     "_log_softmax": softmax("log_softmax"), "scaled_dot_product_attention": sdpa,
-    "repeat_interleave": repeat_interleave, **TEXT_RULES,
+    "repeat_interleave": repeat_interleave, **TEXT_RULES, **VISION_RULES,
 }
 
 

@@ -1,0 +1,190 @@
+"""Mapping rules for the ops vision models add to the convolution family: constant padding,
+group and instance norm, and resizing (nearest, bilinear, bicubic upsampling).
+
+Activations (hardswish, hardsigmoid, ReLU6 as hardtanh, SiLU, both GELUs) are elementwise rules
+in aten_rules.py; pixel shuffle arrives as views (reshape, permute) and dropout and stochastic
+depth vanish in eval mode, so none of those needs a rule here.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+from torch import fx
+
+from uol_core.graph import aten_map as A
+from uol_core.graph.aten_common import constant, number_text
+from uol_core.graph.aten_conv import view
+from uol_core.graph.aten_map import Unmapped, shape_text
+from uol_core.graph.export_import import ExportImporter, _arg
+
+
+def constant_pad_nd(imp: ExportImporter, n: fx.Node) -> None:
+    """F.pad(x, pads, value=v): each output element reads x shifted by its axis' leading pad,
+    `v` outside x; a negative pad crops. A zero pad that a conv alone reads is folded into that
+    conv's padding instead (aten_conv.conv2d drops this op again)."""
+    x, pads, value = n.args[0], list(n.args[1]), _arg(n, 2, "value", 0)
+    shape = imp.shape(x)
+    if len(pads) % 2 or len(pads) // 2 > len(shape):
+        raise Unmapped(f"pads {pads} for a rank-{len(shape)} tensor")
+    if not any(pads):  # TF-style padding computes all-zero pads for a 1x1 conv: an identity
+        imp.forms[n.name] = dict(imp.forms[x.name]) if x.name in imp.forms else {"nd": imp.tensor(x)}
+        return
+    if not math.isfinite(float(value)):
+        raise Unmapped(f"fill value {value} (a finite number is mapped)")
+    before = [0] * len(shape)
+    for k in range(len(pads) // 2):  # pads run from the last axis backwards: (left, right, top, ...)
+        before[len(shape) - 1 - k] = pads[2 * k]
+    idx = A.indices(len(shape))
+    read = ", ".join(i if b == 0 else f"{i} - {b}" if b > 0 else f"{i} + {-b}" for i, b in zip(idx, before))
+    read = f"X[{read}]"
+    if any(p > 0 for p in pads):
+        read = f"pad({read}, {number_text(value)})"
+    text = (f"op constant_pad(X: {shape_text(shape)}) -> Y: {shape_text(imp.shape(n))}:\n"
+            f"    Y[{', '.join(idx)}] = {read}\n")
+    imp.odl(n, text, {"X": imp.tensor(x)}, "nd")
+
+
+def _only_output_read(n: fx.Node) -> bool:
+    """Only item 0 (the normalised tensor) of a norm's (out, mean, rstd) is read."""
+    return all(u.target is operator.getitem and u.args[1] == 0 for u in n.users)
+
+
+def _affine(imp: ExportImporter, n: fx.Node, weight, bias, shape: tuple[int, ...],
+            index: str) -> tuple[str, str, dict[str, str]]:
+    """The affine terms of a norm: signature text, the `* W + B` epilogue and the parameters
+    (per channel, reshaped to `shape`); empty where the norm has none."""
+    if weight is None and bias is None:
+        return "", "", {}
+    channels = math.prod(shape)
+    w = constant(imp, weight, "weight") if weight is not None else torch.ones(channels)
+    b = constant(imp, bias, "bias") if bias is not None else torch.zeros(channels)
+    params = {"W": imp.param(f"{n.name}_weight", w.reshape(shape)),
+              "B": imp.param(f"{n.name}_bias", b.reshape(shape))}
+    return (f", W: {shape_text(shape)}, B: {shape_text(shape)}", f" * W[{index}] + B[{index}]", params)
+
+
+def group_norm(imp: ExportImporter, n: fx.Node) -> None:
+    """native_group_norm(x, weight, bias, N, C, HxW, groups, eps) -> (out, mean, rstd): x
+    viewed as [N, G, C/G, HxW] (free: x is contiguous), statistics per (sample, group)."""
+    x, weight, bias = n.args[:3]
+    batch, channels, length, groups, eps = n.args[3:8]
+    if not _only_output_read(n):
+        raise Unmapped("its saved statistics (items 1 and 2) are read")
+    shape = imp.shape(x)
+    per_group = channels // groups
+    grouped = (batch, groups, per_group, length)
+    sig, epilogue, params = _affine(imp, n, weight, bias, (groups, per_group), "g, c")
+    text = (f"op group_norm(X: {shape_text(grouped)}{sig}) -> Y: {shape_text(grouped)}:\n"
+            "    mu[n, g] = mean[c, l](X[n, g, c, l])\n"
+            "    var[n, g] = mean[c, l]((X[n, g, c, l] - mu[n, g]) ** 2)\n"
+            f"    Y[n, g, c, l] = (X[n, g, c, l] - mu[n, g]) * rsqrt(var[n, g] + {float(eps)!r})"
+            f"{epilogue}\n")
+    src = view(imp, imp.tensor(x), "reshape", list(grouped), grouped)
+    imp.unpacked.add(n.name)  # an Unmapped from here on is undone by the importer
+    imp.odl(n, text, {"X": src, **params}, "nd", reshape_to=shape)
+
+
+def batch_statistics_norm(imp: ExportImporter, n: fx.Node) -> None:
+    """_native_batch_norm_legit.no_stats(x, weight, bias, training, momentum, eps): a norm
+    over every axis but the channel axis with the batch's own statistics. Instance norm
+    arrives as this over x viewed as [1, N*C, H, W] (its affine terms repeated per sample)."""
+    if getattr(n.target, "_overloadname", "") != "no_stats":
+        raise Unmapped("batch norm with batch statistics that updates running statistics (training)")
+    x, weight, bias = n.args[:3]
+    eps = _arg(n, 5, "eps", 1e-5)
+    if not _only_output_read(n):
+        raise Unmapped("its saved statistics (items 1 and 2) are read")
+    shape = imp.shape(x)
+    if len(shape) < 2:
+        raise Unmapped("an input without a channel axis")
+    lead, channels = shape[0], shape[1]
+    planes = (lead, channels, math.prod(shape[2:]))
+    sig, epilogue, params = _affine(imp, n, weight, bias, (channels,), "c")
+    text = (f"op batch_stats_norm(X: {shape_text(planes)}{sig}) -> Y: {shape_text(planes)}:\n"
+            "    mu[c] = mean[b, l](X[b, c, l])\n"
+            "    var[c] = mean[b, l]((X[b, c, l] - mu[c]) ** 2)\n"
+            f"    Y[b, c, l] = (X[b, c, l] - mu[c]) * rsqrt(var[c] + {float(eps)!r}){epilogue}\n")
+    src = view(imp, imp.tensor(x), "reshape", list(planes), planes)
+    imp.unpacked.add(n.name)
+    imp.odl(n, text, {"X": src, **params}, "nd", reshape_to=shape)
+
+
+# where each resize op keeps its scale arguments: (position of scale_factors in .vec,
+# position of scales_h in .default); scales_w follows scales_h
+_RESIZE_SCALES = {"upsample_nearest2d": (2, 2), "_upsample_nearest_exact2d": (2, 2),
+                  "upsample_bilinear2d": (3, 3), "upsample_bicubic2d": (3, 3)}
+
+
+def _axis_matrix(n: fx.Node, kind: str, axis: int, size: int, out: int) -> torch.Tensor:
+    """The [out, size] matrix that the resize `n` applies along spatial `axis` (0: H, 1: W),
+    taken from torch's own op on an identity (the other axis at size 1, where every mode is
+    the identity), so rounding, align_corners and the scale arguments are torch's exactly."""
+    vec = getattr(n.target, "_overloadname", "") == "vec"
+    probe_shape = [1, size, 1, 1]
+    probe_shape[2 + axis] = size
+    probe = torch.eye(size).reshape(probe_shape)
+    names = [a.name for a in n.target._schema.arguments]
+    args = list(n.args) + [None] * (len(names) - len(n.args))
+    for key, value in n.kwargs.items():
+        args[names.index(key)] = value
+    one = [1, 1]
+    one[axis] = out
+    scale_at = _RESIZE_SCALES[kind][0 if vec else 1]
+    if vec:
+        scales = args[scale_at]
+        args[1] = one if args[1] is not None else None
+        if scales is not None:
+            args[scale_at] = [float(scales[axis]) if k == axis else 1.0 for k in range(2)]
+    else:
+        args[1] = one
+        args[scale_at:scale_at + 2] = [args[scale_at + axis] if k == axis else None for k in range(2)]
+    result = n.target(probe, *args[1:len(names)]).reshape(size, out)  # [j, i]: input j's weights
+    return result.t().contiguous()  # [out, size]: row i holds the weights output i reads
+
+
+def _repeats(matrix: torch.Tensor) -> int | None:
+    """k when `matrix` repeats each input k times in order (integer-factor nearest), else None."""
+    out, size = matrix.shape
+    if out % size:
+        return None
+    k = out // size
+    expected = torch.eye(size).repeat_interleave(k, dim=0)
+    return k if torch.equal(matrix, expected) else None
+
+
+def resize(imp: ExportImporter, n: fx.Node) -> None:
+    """Nearest, nearest-exact, bilinear and bicubic resizing of NCHW, by any size or scale:
+    separable, so Y = RH X RW^T with the per-axis matrices torch's op applies. Nearest by an
+    integer factor is a broadcast instead (each pixel copied into a k x k block)."""
+    from uol_core.graph.export_import import packet
+
+    x = n.args[0]
+    shape, out = imp.shape(x), imp.shape(n)
+    if len(shape) != 4:
+        raise Unmapped("an input that is not NCHW")
+    (batch, channels, height, width), (oh, ow) = shape, out[2:]
+    kind = packet(n.target)
+    rh, rw = _axis_matrix(n, kind, 0, height, oh), _axis_matrix(n, kind, 1, width, ow)
+    kh, kw = _repeats(rh), _repeats(rw)
+    if kh is not None and kw is not None:
+        blocks = (batch, channels, height, kh, width, kw)
+        text = (f"op upsample_repeat(X: {shape_text(shape)}) -> Y: {shape_text(blocks)}:\n"
+                "    Y[n, c, h, a, w, b] = X[n, c, h, w]\n")
+        imp.odl(n, text, {"X": imp.tensor(x)}, "nd", reshape_to=out)
+        return
+    text = (f"op resize(X: {shape_text(shape)}, RH: {shape_text((oh, height))}, "
+            f"RW: {shape_text((ow, width))}) -> Y: {shape_text(out)}:\n"
+            "    t[n, c, h, j] = sum[w](X[n, c, h, w] * RW[j, w])\n"
+            "    Y[n, c, i, j] = sum[h](RH[i, h] * t[n, c, h, j])\n")
+    imp.odl(n, text, {"X": imp.tensor(x), "RH": imp.param(f"{n.name}_rows", rh),
+                      "RW": imp.param(f"{n.name}_cols", rw)}, "nd")
+
+
+VISION_RULES = {
+    "constant_pad_nd": constant_pad_nd, "native_group_norm": group_norm,
+    "_native_batch_norm_legit": batch_statistics_norm,
+    **{kind: resize for kind in _RESIZE_SCALES},
+}
