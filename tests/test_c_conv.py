@@ -67,7 +67,7 @@ def test_template_is_chosen_for_conv2d_and_maps_lines():
     assert len(src.line_map) == len(src.text.splitlines())
 
 
-def test_declines_depthwise_strided_and_dilated():
+def test_declines_depthwise_and_dilated_takes_strided():
     assert c_conv.conv_plan(load_op("depthwise_conv2d")) is None  # the depthwise plan's
     sizes = {"N": 1, "C": 3, "H": 5, "W": 5, "R": 3, "S": 3}  # 3-wide rows: under half a vector
     kernel = check(load_op("depthwise_conv2d"), sizes)
@@ -77,8 +77,9 @@ def test_declines_depthwise_strided_and_dilated():
                     "    Y[n, k, h, w] = sum[c, r, s](X[n, c, 2 * h + r, w + s] * F[k, c, r, s])\n")
     dilated = parse("op cd(X: f32[N, C, H + 4, W + 4], F: f32[K, C, 3, 3]) -> Y: f32[N, K, H, W]:\n"
                     "    Y[n, k, h, w] = sum[c, r, s](X[n, c, h + 2 * r, w + 2 * s] * F[k, c, r, s])\n")
-    for op in (strided, dilated):
-        assert c_conv.conv_plan(op) is None
+    assert c_conv.conv_plan(dilated) is None
+    plan = c_conv.conv_plan(strided)  # strided windows: the im2col path (tests/test_c_conv_strided.py)
+    assert plan is not None and (plan.stride_y, plan.stride_x) == (2, 1)
     assert c_conv.conv_plan(load_op("matmul")) is None
 
 

@@ -1,20 +1,22 @@
 """C convolution template: implicit GEMM with a register-blocked micro-kernel.
 
-Recognised statement (any index and tensor names; NCHW order; stride 1, no dilation):
-    Y[b, m, y, x] = epi(sum[c, r, s](X[b, c, y + r + o1, x + s + o2] * F[.. m, c, r, s ..]), reads)
+Recognised statement (any index and tensor names; NCHW order; any stride, no dilation):
+    Y[b, m, y, x] = epi(sum[c, r, s](X[b, c, sy * y + r + o1, sx * x + s + o2] * F[.. m, c, r, s ..]),
+                        reads)
 where X may be read through pad(.., v) and `epi` is any map of the sum and tensors indexed by the
 free indices (bias + relu). Per image it is the GEMM Y[m, pixel] = F[m, (c,r,s)] x B[(c,r,s), pixel]:
 F is packed once into MR-row panels. Direct path (c_conv_tiles.py), when output rows fill at least
 half of their vectors: each thread takes (image, block of output rows) work items, copies the
 input rows they read into a padded row buffer and reads B from it as shifted vectors, no im2col.
-Narrow outputs (c_conv_im2col.py): each thread takes blocks of pixels of the whole batch, packs
+Narrow outputs and strided windows (c_conv_im2col.py: the direct path's shifted vector loads
+need unit stride): each thread takes blocks of pixels of the whole batch, packs
 the im2col panel B (KC x NCB, in NR-column micro-panels, pad values filled in while packing) and
 runs the c_gemm micro-kernel, accumulating in a private M x NCB buffer. Both apply the epilogue while the tile
 is stored. A padded X must stay inside its batch and channel axes at the bound sizes (only the
 spatial axes are tested). On a target with a length-agnostic ISA (SVE) the direct path's
-c_conv_sve form runs at every width, its vectors of the length the core reads at run time.
-Anything else (depthwise: the channel is not reduced; strided or dilated
-windows; several statements) returns None and takes the generic path.
+c_conv_sve form runs at every width, its vectors of the length the core reads at run time
+(unit stride only). Anything else (dilated windows, strided depthwise windows, several
+statements) returns None and takes the generic path.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:  # a length-agnostic ISA (SVE): pixels on lanes of a run-time count
-        if plan.depthwise:
+        if plan.depthwise or plan.strided:
             return None
         return c_conv_sve.emit(op, plan, sizes, target, cfg, vla, threads)
     isa = target_isas(target)[0]
@@ -151,10 +153,14 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     kdim, pix = cdim * rdim * sdim, oh * ow
     # a depthwise plan's geometry knobs are derived here, not the user's config (which the
     # kernel records as given: the Studio checks it against the space's legal values)
-    tiles_cfg = depthwise_config(isa, cfg, target, oh, math.ceil(ow / lane)) if plan.depthwise else cfg
-    rows = row_tiles(isa, lane, target, tiles_cfg, {
+    # (a strided one keeps the row-vector micro-kernel: see c_conv_depthwise.py)
+    dw_cfg = {**cfg, "slide": 0} if plan.strided else cfg
+    tiles_cfg = depthwise_config(isa, dw_cfg, target, oh, math.ceil(ow / lane)) if plan.depthwise \
+        else cfg
+    # a strided window takes im2col, depthwise ones excepted (their row buffer deinterleaves it)
+    rows = None if plan.strided and not plan.depthwise else row_tiles(isa, lane, target, tiles_cfg, {
         "cdim": cdim, "oh": oh, "ow": ow, "rdim": rdim, "sdim": sdim, "mdim": mdim, "nb": nb,
-        "threads": threads})
+        "threads": threads, **({"sy": plan.stride_y, "sx": plan.stride_x} if plan.strided else {})})
     if plan.depthwise and rows is None:
         return None  # rows under half a vector: the generic loop nests
     # im2col: the platform file's register tile (MR rows x NV vectors) and NR micro-panels per
@@ -182,7 +188,7 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
            f"{', rows end to end' if rows.flat else ''}"
            f"{f', window sliding down {rows.slide} rows' if rows.slide else ''}); MR={mr} x "
            f"NV={rows.nv} vectors of {lane}" if rows is not None else
-           f"im2col(X); MR={mr} NR={nr} KC={kc} NCB={ncb}")
+           f"im2col(X{_stride_note(plan)}); MR={mr} NR={nr} KC={kc} NCB={ncb}")
     gemm = (f"per image and channel {plan.m} (depthwise): [{plan.y}*{plan.xw}] = "
             f"F[{plan.m}, ({plan.r},{plan.s})] x" if plan.depthwise else
             f"per image: [{plan.m}] x [{plan.y}*{plan.xw}] = F[{plan.m}, ({plan.c},{plan.r},{plan.s})] x"
@@ -218,7 +224,7 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
                   if rows.slide else f"an {mr}x{rows.nv}-vector micro-kernel")
         fusion = (f"conv template, direct{', depthwise' if plan.depthwise else ''}: padded row "
                   f"buffer ({rows.rb} output rows per item{flat}) read by {kernel}; epilogue fused "
-                  "into the store")
+                  "into the store" + _path_reason(plan, True, ow, lane))
     else:
         tile = TileConfig(isa=isa, mr=mr, nr=nr, kc=kc, mc=m_pad, nc=ncb, ku=4, pf=0,
                           par="batch", threads=threads)
@@ -227,12 +233,39 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
         _entry_head(w, op, entry, args, line)
         im2col_driver(w, plan, ys, value, uses, line)
         fusion = (f"conv template: im2col panels (KC={kc} x NCB={ncb} pixels of the batch) into "
-                  f"an {mr}x{nr} micro-kernel; epilogue fused into the store")
+                  f"an {mr}x{nr} micro-kernel; epilogue fused into the store"
+                  + _path_reason(plan, False, ow, lane))
     meta = {"isa": isa, "args": args, "outputs": [d.name for d in op.outputs],
             "threads": threads,
             "generator": GENERATOR, "reduction_length": kdim,
             "flops": 2 * nb * mdim * pix * kdim, "fusion": fusion}
     return w.source(entry, op.name, {**cfg, "threads": threads}, meta)
+
+
+def _stride_note(plan: ConvPlan) -> str:
+    """The header's note of a strided window (nothing at unit stride: those kernels' text is
+    unchanged)."""
+    return f", stride {plan.stride_y}x{plan.stride_x}" if plan.strided else ""
+
+
+def _path_reason(plan: ConvPlan, direct: bool, ow: int, lane: int) -> str:
+    """Why the direct path or im2col, for the explanation: the direct path reads an output
+    vector as one shifted vector load of a buffered input row, so it needs unit stride and
+    rows that fill at least half of their vectors (`row_tiles`)."""
+    vectors = f"{ow}-pixel output rows in {-(-ow // lane)} vector(s) of {lane} lanes"
+    if direct and plan.strided:  # depthwise
+        return (f"; direct path, stride {plan.stride_y}x{plan.stride_x}: each buffered input "
+                f"row split into {plan.stride_x} phases, so tap {plan.s} of an output vector is "
+                f"one shifted load of phase {plan.s} % {plan.stride_x}; {vectors}")
+    if direct:
+        return f"; direct path: unit stride, {vectors} (at least half the lanes busy)"
+    if plan.strided:
+        return (f"; im2col, not the direct path: a stride-{plan.stride_y}x{plan.stride_x} "
+                f"window reads every {plan.stride_x}th input column, so an output vector is "
+                f"no shifted load of an input row; im2col packs any stride (pixel ({plan.y}, "
+                f"{plan.xw}) reads row {plan.stride_y}*{plan.y} + {plan.r}, column "
+                f"{plan.stride_x}*{plan.xw} + {plan.s})")
+    return f"; im2col, not the direct path: {vectors} would leave over half the lanes idle"
 
 
 def _epilogue(op: Op, strides: dict[str, list[int]]) -> tuple[str, set[str]]:

@@ -1,7 +1,7 @@
 """Depthwise convolutions on the conv template's direct path (entry points `depthwise_plan`,
-`depthwise_config`).
+`depthwise_config`, `emit_strided_fill`).
 
-    Y[b, m, y, x] = epi(sum[r, s](X[b, m, y + r + o1, x + s + o2] * F[m, 0, r, s]), reads)
+    Y[b, m, y, x] = epi(sum[r, s](X[b, m, sy * y + r + o1, sx * x + s + o2] * F[m, 0, r, s]), reads)
 
 Each channel is a convolution of one input plane with one filter: the direct path of
 c_conv_tiles.py with one channel reduced (CDIM = 1) and one filter row per tile (MR = 1), work
@@ -9,6 +9,14 @@ items (image, channel, block of output rows). Its micro-kernel keeps NV vectors 
 (the platform file's `conv_depthwise` tile) in registers over the R x S window. The generic loop
 nests accumulated each output row in memory instead: a load and a store per vector and tap, and
 a chain of R x S dependent updates through the store buffer.
+
+A strided window (MobileNet's stride-2 3x3) keeps this path: the row buffer holds each input
+row deinterleaved into SX phases (`emit_strided_fill`), so the SX-apart input columns an output
+vector reads at tap s are consecutive floats of phase s % SX, one shifted vector load as at
+unit stride, and output row y reads buffer rows SY * y + r. im2col would run it as a GEMM of
+one filter row per channel (MR - 1 of MR rows idle); the generic loop nests took 90x torch's
+time. The sliding micro-kernel shares input rows between output rows one row apart, so a
+strided plan keeps the row-vector kernel.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from collections.abc import Mapping
 
 from uol_core.backends.c import CodeWriter
 from uol_core.backends.c_conv_plan import ConvPlan, window, window_product
+from uol_core.backends.c_names import index_id
 from uol_core.backends.c_platforms import platform
 from uol_core.odl.ir import Op
 
@@ -24,8 +33,8 @@ DEPTHWISE_CHANNEL = "dw_c"  # the plan's reduced channel: extent 1, not an index
 
 
 def depthwise_plan(op: Op) -> ConvPlan | None:
-    """The plan of a stride-1 NCHW depthwise convolution (one statement: a window sum of X's
-    own channel times that channel's filter, any epilogue), or None."""
+    """The plan of an NCHW depthwise convolution, any stride (one statement: a window sum of
+    X's own channel times that channel's filter, any epilogue), or None."""
     product = window_product(op)
     if product is None:
         return None
@@ -43,7 +52,7 @@ def depthwise_plan(op: Op) -> ConvPlan | None:
     win = window(x.indices[2], x.indices[3], y, xw)
     if win is None:
         return None
-    (r, off_y), (s, off_x) = win
+    (r, off_y, sy), (s, off_x, sx) = win
     if set(red.indices) != {r, s} or r == s:
         return None
     # F[m, 0, r, s]: each of m, r, s once, every other index the constant 0
@@ -51,7 +60,7 @@ def depthwise_plan(op: Op) -> ConvPlan | None:
     if sorted(names) != sorted([m, r, s]) or any(not i.terms and i.const != 0 for i in f.indices):
         return None
     return ConvPlan(x, f, stmt.target, b, m, y, xw, DEPTHWISE_CHANNEL, r, s, off_y, off_x, red,
-                    depthwise=True)
+                    depthwise=True, stride_y=sy, stride_x=sx)
 
 
 def depthwise_config(isa: str, cfg: Mapping, target, oh: int, vpr: int) -> dict:
@@ -117,3 +126,34 @@ def emit_sliding_kernel(w: CodeWriter, isa: str, rows: int, vpr: int, rdim: int,
         w.emit("    " + " ".join(ops.store.format(f"tile + {(t * vpr + v)} * LANES", c) + ";"
                                  for v, c in enumerate(row)), line)
     w.emit("}\n", line)
+
+
+def emit_strided_fill(w: CodeWriter, plan: ConvPlan, xs: list[int], padv: str, line: int) -> None:
+    """`uol_fill_rows` of a strided plan: input rows SY * y0 + br + OFFY, each deinterleaved
+    into SX phases of WPH floats (phase p's column j: input column SX * j + p + OFFX), the pad
+    value outside the input."""
+    w.emit(f"""\
+/* Row buffer of one work item: input rows SY * y0 + br + ({plan.off_y}) of one channel of one \
+image of {plan.x.tensor} (stride {plan.stride_y}x{plan.stride_x}), as CDIM planes of nrows x WP;
+   each row as SX phases of WPH floats, phase p's column j holding input column SX * j + p + \
+({plan.off_x}), so pixel {index_id(plan.xw)}'s tap {plan.s} is phase {plan.s} % SX, column \
+{index_id(plan.xw)} + {plan.s} / SX; outside the input: {padv}. */
+static void uol_fill_rows(const float *restrict Xb, int64_t y0, int64_t nrows, float *restrict buf)
+{{
+    for (int64_t c = 0; c < CDIM; ++c)
+    for (int64_t br = 0; br < nrows; ++br) {{
+        float *restrict o = buf + c * PLANE + br * WP;
+        const int64_t iy = SY * y0 + br + ({plan.off_y});
+        if (iy < 0 || iy >= IH) {{
+            for (int64_t j = 0; j < WP; ++j) o[j] = {padv};
+            continue;
+        }}
+        const float *restrict row = Xb + c * {xs[1]} + iy * {xs[2]};
+        for (int64_t p = 0; p < SX; ++p)
+        for (int64_t j = 0; j < WPH; ++j) {{
+            const int64_t ix = SX * j + p + ({plan.off_x});
+            o[p * WPH + j] = ix >= 0 && ix < IW ? row[ix] : {padv};
+        }}
+    }}
+}}
+""", line)

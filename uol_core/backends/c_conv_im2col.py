@@ -7,6 +7,10 @@ each image to whole micro-panels: 8 images are 392 pixels in 13 panels of 32 (94
 lanes busy), not 8 x 64 (77%). Each thread packs its block's im2col panel (KC x NCB, pad
 values filled in while packing) and runs the c_gemm micro-kernel, accumulating in a private
 MPAD x NCB buffer; the epilogue runs while the block is stored, image segment by segment.
+A strided window (pixel (y, x) reads input row SY * y + r + o1, column SX * x + s + o2) is
+packed the same way, each segment's input columns SX apart: the panel the micro-kernel reads
+is the same for every stride, and a 1x1 stride-2 window's subsampling is its packing (no
+separate subsampled copy of X).
 """
 
 from __future__ import annotations
@@ -34,11 +38,20 @@ def pixel_block(pixels: int, nr: int, most_panels: int, threads: int) -> int:
 
 
 def pack_im2col(w: CodeWriter, plan: ConvPlan, xs: list[int], padv: str, line: int) -> None:
-    """`uol_pack_im2col`: one micro-panel of the batch's im2col matrix."""
+    """`uol_pack_im2col`: one micro-panel of the batch's im2col matrix. Unit-stride windows
+    keep the text they always had (their kernels are unchanged)."""
     y, x, c, r, s = (index_id(i) for i in (plan.y, plan.xw, plan.c, plan.r, plan.s))
+    sy = f"{plan.stride_y} * " if plan.stride_y != 1 else ""
+    sx = f"{plan.stride_x} * " if plan.stride_x != 1 else ""
+    # the last pixel's column, and pixel t's offset in the row, SX input columns apart
+    last, at = (f"ix0 + (len - 1) * {plan.stride_x} < IW", f"t * {plan.stride_x}") if sx else \
+        ("ix0 + len <= IW", "t")
+    strided = (f" (stride {plan.stride_y}x{plan.stride_x}: pixel ({y}, {x}) reads row "
+               f"{sy}{y} + {r} + ({plan.off_y}), column {sx}{x} + {s} + ({plan.off_x}))"
+               if plan.strided else "")
     w.emit(f"""\
 /* im2col micro-panel: reduction rows [q0, q0 + kc) x pixels [p0, p0 + np) of the batch of \
-{plan.x.tensor} (pixel P: image P / PIX, position P % PIX), as kc x NR;
+{plan.x.tensor}{strided} (pixel P: image P / PIX, position P % PIX), as kc x NR;
    pixels split into output-row segments; reads outside the input take {padv}, columns past np 0. */
 static void uol_pack_im2col(const float *restrict X, int64_t q0, int64_t kc, int64_t p0,
                             int64_t np, float *restrict out)
@@ -57,17 +70,17 @@ static void uol_pack_im2col(const float *restrict X, int64_t q0, int64_t kc, int
         for (int64_t g = 0; g < nseg; ++g) {{
             const float *restrict xc = X + seg_b[g] * {xs[0]} + {c} * {xs[1]};
             const int64_t j0 = seg_j[g], len = seg_j[g + 1] - j0;
-            const int64_t iy = seg_y[g] + {r} + ({plan.off_y});
-            const int64_t ix0 = seg_x[g] + {s} + ({plan.off_x});
+            const int64_t iy = {sy}seg_y[g] + {r} + ({plan.off_y});
+            const int64_t ix0 = {sx}seg_x[g] + {s} + ({plan.off_x});
             if (iy < 0 || iy >= IH) {{
                 for (int64_t t = 0; t < len; ++t) o[j0 + t] = {padv};
-            }} else if (ix0 >= 0 && ix0 + len <= IW) {{
+            }} else if (ix0 >= 0 && {last}) {{
                 const float *restrict row = xc + iy * {xs[2]} + ix0;
-                for (int64_t t = 0; t < len; ++t) o[j0 + t] = row[t];
+                for (int64_t t = 0; t < len; ++t) o[j0 + t] = row[{at}];
             }} else {{
                 const float *restrict row = xc + iy * {xs[2]};
                 for (int64_t t = 0; t < len; ++t) {{
-                    const int64_t ix = ix0 + t;
+                    const int64_t ix = ix0 + {at};
                     o[j0 + t] = ix >= 0 && ix < IW ? row[ix] : {padv};
                 }}
             }}

@@ -1,5 +1,6 @@
 """Recognising a convolution for the C conv template (entry points `conv_plan`, `window_product`,
-`window`): the roles of its tensors and indices and its window offsets, from one ODL statement."""
+`window`): the roles of its tensors and indices, its window offsets and strides, from one ODL
+statement."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from uol_core.odl.patterns import classify
 
 @dataclass(frozen=True)
 class ConvPlan:
-    """Roles of a recognised convolution: tensors, index names and window offsets."""
+    """Roles of a recognised convolution: tensors, index names, window offsets and strides
+    (X's row is `stride_y * y + r + off_y`, its column `stride_x * xw + s + off_x`)."""
 
     x: Access  # the windowed input read
     f: Access  # the filter read
@@ -28,10 +30,17 @@ class ConvPlan:
     off_x: int
     reduce: Reduce
     depthwise: bool = False  # each channel its own plane and filter (c_conv_depthwise.py)
+    stride_y: int = 1
+    stride_x: int = 1
+
+    @property
+    def strided(self) -> bool:
+        return self.stride_y != 1 or self.stride_x != 1
 
 
 def conv_plan(op: Op) -> ConvPlan | None:
-    """The ConvPlan of `op`, or None when it is not a plain NCHW stride-1 convolution."""
+    """The ConvPlan of `op`, or None when it is not a plain NCHW convolution (any stride, no
+    dilation)."""
     product = window_product(op)
     if product is None:
         return None
@@ -57,13 +66,14 @@ def conv_plan(op: Op) -> ConvPlan | None:
     win = window(xy, xx, y, xw)
     if win is None:
         return None
-    (r, off_y), (s, off_x) = win
+    (r, off_y, sy), (s, off_x, sx) = win
     if set(red.indices) != {c, r, s} or len({c, r, s}) != 3:
         return None  # depthwise (channel kept) or an unexpected reduction
     f_names = [i.pure_symbol for i in f.indices]
     if sorted(f_names) != sorted([m, c, r, s]) or len({b, m, y, xw}) != 4:
         return None
-    return ConvPlan(x, f, stmt.target, b, m, y, xw, c, r, s, off_y, off_x, red)
+    return ConvPlan(x, f, stmt.target, b, m, y, xw, c, r, s, off_y, off_x, red,
+                    stride_y=sy, stride_x=sx)
 
 
 def window_product(op: Op) -> tuple[Stmt, Reduce, Binary] | None:
@@ -82,18 +92,20 @@ def window_product(op: Op) -> tuple[Stmt, Reduce, Binary] | None:
     return stmt, reduces[0], body
 
 
-def window(xy: Affine, xx: Affine, y: str, xw: str) -> list[tuple[str, int]] | None:
-    """The window of X's two spatial reads `y + r + off_y`, `xw + s + off_x`: [(r, off_y),
-    (s, off_x)], or None when strided (2 * y) or dilated (2 * r)."""
+def window(xy: Affine, xx: Affine, y: str, xw: str) -> list[tuple[str, int, int]] | None:
+    """The window of X's two spatial reads `sy * y + r + off_y`, `sx * xw + s + off_x`:
+    [(r, off_y, sy), (s, off_x, sx)] with positive strides, or None when dilated (2 * r) or
+    not of that form."""
     win = []
     for form, free in ((xy, y), (xx, xw)):
         coeffs = dict(form.terms)
-        if len(coeffs) != 2 or coeffs.get(free) != 1:
-            return None  # strided output (2 * y) or not this spatial index
+        stride = coeffs.get(free)
+        if len(coeffs) != 2 or not isinstance(stride, int) or stride < 1:
+            return None  # not this spatial index, or a reversed window
         (red_name, coeff), = [(n, k) for n, k in coeffs.items() if n != free]
         if coeff != 1:
             return None  # dilation
-        win.append((red_name, form.const))
+        win.append((red_name, form.const, stride))
     return win
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_conv_depthwise import emit_sliding_kernel
+from uol_core.backends.c_conv_depthwise import emit_sliding_kernel, emit_strided_fill
 from uol_core.backends.c_conv_plan import ConvPlan, makespan
 from uol_core.backends.c_gemm import emit_rank1, emit_tile_store
 from uol_core.backends.c_names import index_id, tensor_id
@@ -45,6 +45,17 @@ class RowTiles:
     # window down them (c_conv_depthwise.emit_sliding_kernel); a block's last tile may run past
     # its rows, so the buffer holds whole tiles of rows (those past the input take the pad value)
     slide: int = 0
+    # a strided (depthwise) window: output row y reads buffer rows SY * y + r; each buffer row
+    # holds SX phases of WPH floats, phase p's column j being input column SX * j + p + OFFX,
+    # so tap s of an output vector is the shifted load at phase s % SX, column x + s / SX
+    # (c_conv_depthwise.emit_strided_fill)
+    sy: int = 1
+    sx: int = 1
+    wph: int = 0
+
+    @property
+    def strided(self) -> bool:
+        return self.sy != 1 or self.sx != 1
 
     @property
     def plane(self) -> int:
@@ -54,7 +65,9 @@ class RowTiles:
         return (f"#define LANES {self.lanes}\n#define NV {self.nv}\n#define VPR {self.vpr}\n"
                 f"#define WP {self.wp}\n#define RB {self.rb}\n#define BR {self.br}\n"
                 f"#define PLANE {self.plane}\n#define NRB {self.nrb}"
-                + (f"\n#define SLIDE {self.slide}" if self.slide else ""))
+                + (f"\n#define SLIDE {self.slide}" if self.slide else "")
+                + (f"\n#define SY {self.sy}\n#define SX {self.sx}\n#define WPH {self.wph}"
+                   if self.strided else ""))
 
 
 def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int]
@@ -66,17 +79,24 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
     least R - 1 (a buffer row is copied for at most two output rows), keeping the buffer within
     a quarter of the L2.
     `mr` and `nv` in the config override the ISA's register tile. Vectors run over the rows end
-    to end (`flat`) where that idles fewer lanes than whole vectors per row."""
+    to end (`flat`) where that idles fewer lanes than whole vectors per row. Strides `sy`, `sx`
+    in `dims` (depthwise only, whole vectors per row): each buffer row holds SX phases of
+    WPH floats, a block RB output rows reads SY * (RB - 1) + R input rows."""
     # the platform file's register tile: MR output channels x NV input vectors (MR * NV
     # accumulators, NV inputs and one broadcast fit the architectural registers)
     mr, nv = platform(isa).tiles["conv_direct"]
     mr, nv = int(cfg.get("mr") or mr), int(cfg.get("nv") or nv)
     cdim, oh, ow, rdim, sdim = (dims[k] for k in ("cdim", "oh", "ow", "rdim", "sdim"))
+    sy, sx = int(dims.get("sy", 1)), int(dims.get("sx", 1))
     vpr = math.ceil(ow / lanes)
     if 2 * ow < vpr * lanes:
         return None
-    flat = ow + sdim - 1 < vpr * lanes and str(cfg.get("flat", 1)) != "0"  # flat=0: to compare
-    wp = ow + sdim - 1 if flat else math.ceil((vpr * lanes + sdim - 1) / lanes) * lanes
+    strided = sy != 1 or sx != 1
+    flat = (ow + sdim - 1 < vpr * lanes and str(cfg.get("flat", 1)) != "0"  # flat=0: to compare
+            and not strided)
+    wph = math.ceil((vpr * lanes + (sdim - 1) // sx) / lanes) * lanes if strided else 0
+    wp = ow + sdim - 1 if flat else sx * wph if strided else \
+        math.ceil((vpr * lanes + sdim - 1) / lanes) * lanes
 
     def vectors(rows: int) -> int:  # output vectors of a block of `rows` rows
         return -(-((rows - 1) * wp + ow) // lanes) if flat else rows * vpr
@@ -89,11 +109,11 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
         lo = min(limit, max(1, rdim - 1))
         rb = min(range(lo, limit + 1),
                  key=lambda r: (_makespan(r, vectors, (mr, nv), wp, lanes, dims), r))
-    slide = int(cfg.get("slide") or 0)
+    slide = 0 if strided else int(cfg.get("slide") or 0)
     covered = math.ceil(rb / slide) * slide if slide else rb  # output rows a block's tiles compute
     # a flat block's last vector reads up to LANES - 1 + S - 1 floats past its rows' ends
-    return RowTiles(lanes, mr, nv, vpr, wp, rb, covered + rdim - 1, math.ceil(oh / rb), flat,
-                    lanes + sdim if flat else 0, slide)
+    return RowTiles(lanes, mr, nv, vpr, wp, rb, sy * (covered - 1) + rdim, math.ceil(oh / rb),
+                    flat, lanes + sdim if flat else 0, slide, sy, sx, wph)
 
 
 def _makespan(rb: int, vectors, tile: tuple[int, int], wp: int, lanes: int,
@@ -108,7 +128,8 @@ def _makespan(rb: int, vectors, tile: tuple[int, int], wp: int, lanes: int,
     fmas = math.ceil(dims.get("mdim", mr) / mr) * mr * nv * cdim * rdim * dims["sdim"]
 
     def cost(rows: int) -> float:
-        return -(-vectors(rows) // nv) * fmas + 2 * cdim * (rows + rdim - 1) * wp / lanes
+        copied = dims.get("sy", 1) * (rows - 1) + rdim  # input rows the block's buffer holds
+        return -(-vectors(rows) // nv) * fmas + 2 * cdim * copied * wp / lanes
 
     items = [cost(min(rb, oh - y0)) for y0 in range(0, oh, rb)] * max(1, int(dims.get("nb", 1)))
     return makespan(items, int(dims.get("threads", 1)))
@@ -117,7 +138,10 @@ def _makespan(rb: int, vectors, tile: tuple[int, int], wp: int, lanes: int,
 def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[int], padv: str,
                 dims: Mapping[str, int], line: int) -> None:
     """The row buffer fill and the micro-kernel (dims: rdim, sdim, iw)."""
-    _fill_rows(w, plan, t, xs, padv, dims, line)
+    if t.strided:
+        emit_strided_fill(w, plan, xs, padv, line)
+    else:
+        _fill_rows(w, plan, t, xs, padv, dims, line)
     if t.slide:
         emit_sliding_kernel(w, isa, t.slide, t.vpr, dims["rdim"], line)
     else:
@@ -141,7 +165,8 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
            f"        uol_pack_filter({tensor_id(plan.f.tensor)}, Ap + panel * MR * KDIM, panel);",
            line)
     nvec = "((rows - 1) * WP + OW + LANES - 1) / LANES" if t.flat else "rows * VPR"
-    fill = "(rows + SLIDE - 1) / SLIDE * SLIDE + RS - 1" if t.slide else "rows + RS - 1"
+    fill = ("(rows + SLIDE - 1) / SLIDE * SLIDE + RS - 1" if t.slide else
+            "SY * (rows - 1) + RS" if t.strided else "rows + RS - 1")
     if plan.depthwise:  # one input plane per channel, read by that channel's filter alone
         w.emit(f"    /* work items: (image {plan.b}, channel {plan.m}, block of RB output rows "
                f"{plan.y}) */\n"
@@ -168,10 +193,17 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
            "            for (int64_t v = 0; v < NV; ++v) {  /* a short last tile repeats its "
            "first vector */\n"
            "                const int64_t u = v0 + (v < nv ? v : 0);\n"
-           f"                o[v] = {'u * LANES' if t.flat else 'u / VPR * WP + u % VPR * LANES'};\n"
+           f"                o[v] = {_vector_at(t)};\n"
            "            }\n"
            "            uol_micro_rows(Ap + panel * MR * KDIM, buf, o, tile);", line)
     _store_tile(w, plan, ys, value, uses_x, t.flat, line)
+
+
+def _vector_at(t: RowTiles) -> str:
+    """Where output vector u of a block starts in its buffer."""
+    if t.flat:
+        return "u * LANES"
+    return f"u / VPR * {'(SY * WP)' if t.strided else 'WP'} + u % VPR * LANES"
 
 
 # How the store walks a tile's vectors: whole vectors of one output row each, or (flat) buffer
@@ -272,7 +304,8 @@ def _micro_rows(w: CodeWriter, t: RowTiles, isa: str, dims: Mapping[str, int], l
            "    for (int64_t r = 0; r < RS; ++r)\n"
            f"#pragma GCC unroll {min(dims['sdim'], 8)}\n"
            "    for (int64_t s = 0; s < SS; ++s) {\n"
-           "        const int64_t q = c * PLANE + r * WP + s;", line)
+           "        const int64_t q = c * PLANE + r * WP + "
+           f"{'s % SX * WPH + s / SX' if t.strided else 's'};", line)
     w.emit(f"        {vec} " + ", ".join(f"x{v} = " + ops.loadu.format(f"b{v} + q")
                                         for v in range(t.nv)) + ";", line)
     # pin the loaded vectors in registers: gcc otherwise folds the load into every FMA that
