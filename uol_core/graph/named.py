@@ -34,9 +34,12 @@ class ZooModel:
     def unavailable(self) -> str | None:
         """Why this model cannot be built here (its library is missing), else None."""
         if self.library == TRANSFORMERS:
-            from uol_core.graph.hf_zoo import available
+            from importlib.util import find_spec
 
-            return available()
+            # found, not imported: a server listing the zoo never loads transformers (seconds,
+            # hundreds of MiB); a broken install is reported by the build, in one line
+            return None if find_spec("transformers") else (
+                "transformers is not installed (pip install -e '.[models]')")
         return None
 
 
