@@ -31,3 +31,19 @@ def test_run_reports_time_and_the_rate_of_its_bound(op, shape, bound):
     assert text.exit_code == 0, text.output
     assert " ms (IQR " in text.output
     assert ("GB/s memory roof" if bound == "memory" else "GFLOP/s compute roof") in text.output
+
+
+def test_run_json_carries_the_confidence_and_the_noise_flag():
+    """`uol run --json`: the sample count, the median's 95% CI and the noisy flag with a reason
+    naming each threshold; the text line says "noisy: ..." when the run is flagged."""
+    result = CliRunner().invoke(app, ["run", "softmax", "--shape", "R=64,C=256", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["n"] >= 3
+    low, high = report["ci_ms"]
+    assert low <= report["ms"] <= high
+    assert isinstance(report["noisy"], bool)
+    assert "IQR/median" in report["noise_reason"]
+    assert report["noise_reason"].startswith("noisy: " if report["noisy"] else "quiet: ")
+    text = CliRunner().invoke(app, ["run", "softmax", "--shape", "R=64,C=256"])
+    assert "95% CI" in text.output

@@ -80,8 +80,10 @@ def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
     import torch
 
     from uol_core.backends import get_backend
+    from uol_core.runtime import stats
     from uol_core.runtime.worker import Worker, make_job
     op, text, name = read_op(file)
+    before = stats.load_snapshot()
     if inputs or not getattr(get_backend(backend, target), "worker_jobs", False):
         given = _load_inputs(inputs) if inputs else None
         sizes = _sizes(op, shape) if shape or given is None else None
@@ -110,6 +112,8 @@ def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
               "ms": result["median_s"] * 1e3 if result.get("median_s") else None,
               "iqr_ms": result["iqr_s"] * 1e3 if result.get("iqr_s") is not None else None}
     report.update(_rates(op, sizes, k, result.get("median_s")))
+    if result.get("median_s"):
+        report.update(_confidence(result, stats.load_during(before)))
     if as_json:
         print_json(report)
     else:
@@ -117,8 +121,11 @@ def run_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
         if report["max_abs_err"] is not None:
             line += f", max abs err {report['max_abs_err']:.3g}"
         if report["ms"]:
-            line += f", {report['ms']:.3f} ms (IQR {report['iqr_ms']:.3f}), " + _rate_text(report)
+            line += (f", {report['ms']:.3f} ms (IQR {report['iqr_ms']:.3f}{_ci_text(report)}), "
+                     + _rate_text(report))
         print(line + (f" ({report['reason']})" if report["reason"] else ""))
+        if report.get("noisy"):
+            print(f"  {report['noise_reason']}")
         if report["predicted"]:
             print(f"  {report['predicted']['label']}: {report['predicted']['ms']:.4g} ms")
     if not ok:
@@ -146,6 +153,26 @@ def _rates(op, sizes: dict, k, median_s: float | None) -> dict:
                 "fraction_of_roof": rates["gbps"] / roof.bandwidth_gbps}
     return {**rates, "bound": "compute", "roof_gflops": roof.attainable_gflops,
             "fraction_of_roof": rates["gflops"] / roof.attainable_gflops}
+
+
+def _confidence(result: dict, load: dict) -> dict:
+    """n, the median's 95% CI in ms, and the noisy flag with its reason (thresholds and values:
+    the spread, the load per core as the run started, the CPU steal during it)."""
+    from uol_core.runtime import stats
+
+    summary = stats.summary(result.get("samples"), median_s=result["median_s"],
+                            iqr_s=result.get("iqr_s"), load=load)
+    ci = [summary["ci_low_s"] * 1e3, summary["ci_high_s"] * 1e3] if "n" in summary else None
+    return {"n": summary.get("n", result.get("repeats")), "ci_ms": ci,
+            "noisy": summary["noisy"], "noise_reason": summary["noise_reason"], "load": load}
+
+
+def _ci_text(report: dict) -> str:
+    """', n=57, 95% CI 0.251-0.262' (empty without a CI)."""
+    if not report.get("ci_ms"):
+        return ""
+    low, high = report["ci_ms"]
+    return f", n={report['n']}, 95% CI {low:.3f}-{high:.3f}"
 
 
 def _rate_text(report: dict) -> str:
@@ -220,8 +247,8 @@ def _run_here(op, k, given: dict, check: bool) -> tuple[dict, dict]:
     elif verdict.ok and not check:
         timing = time_call(lambda: k(**given), min_seconds=0.2)
         flops = meta.get("flops") or op_cost(op, k.sizes).flops
-        result.update(median_s=timing.median_s, iqr_s=timing.iqr_s,
-                      gflops=flops / timing.median_s / 1e9)
+        result.update(median_s=timing.median_s, iqr_s=timing.iqr_s, repeats=timing.repeats,
+                      samples=timing.samples, gflops=flops / timing.median_s / 1e9)
     return result, outs
 
 

@@ -12,6 +12,7 @@ import statistics
 import time
 
 from app.services.child_io import serve_one
+from uol_core.runtime.stats import thin
 
 MARK = "@@RESULT@@"  # what the parent (runner.py) looks for in this process's output
 
@@ -92,7 +93,8 @@ def run(request: dict) -> dict:
            "config": dict(src.config), "sizes": sizes, "op": op.name}
     if times:
         q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
-        out.update(median_s=statistics.median(times), iqr_s=q[2] - q[0], reps=len(times))
+        out.update(median_s=statistics.median(times), iqr_s=q[2] - q[0], reps=len(times),
+                   samples=thin(times))
     return out
 
 

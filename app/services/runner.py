@@ -91,7 +91,7 @@ def _c_worker(request: dict, timeout: float, slot: int) -> dict:
            "tolerance": res.get("atol")}
     if res.get("reason"):
         out["error"] = res["reason"]
-    for key in ("median_s", "iqr_s", "repeats"):
+    for key in ("median_s", "iqr_s", "repeats", "samples"):
         if res.get(key) is not None:
             out[key] = res[key]
     out["source_meta"] = {"entry": asdict(src)["entry"]}
@@ -169,6 +169,9 @@ def run_kernel(odl: str, backend: str, target: str, sizes: dict, config: dict | 
     the result dict carries its history id."""
     request = {"odl": odl, "backend": backend, "target": target, "sizes": sizes,
                "config": config or {}}
+    from uol_core.runtime import stats
+
+    before = stats.load_snapshot()
     try:
         check_request(odl, backend, target, sizes, config)
         with job_slot(client, kind) as slot:
@@ -187,6 +190,10 @@ def run_kernel(odl: str, backend: str, target: str, sizes: dict, config: dict | 
         result = add_rates(result, odl, target)
     except Exception as exc:  # rates are extras: keep the verified result
         result["rates_error"] = f"{type(exc).__name__}: {exc}"
+    if result.get("median_s"):  # n, the CI and the noisy flag with its reason, stored with it
+        result["load"] = stats.load_during(before)
+        result.update(stats.summary(result.get("samples"), median_s=result["median_s"],
+                                    iqr_s=result.get("iqr_s"), load=result["load"]))
     result["id"] = history.record(kind, request, result, kernel_text)
     return result
 

@@ -192,9 +192,12 @@ def _built_and_verified(src: KernelSource, op, inputs: dict, reference: dict):
 
 
 def _timed(timing, flops: float) -> dict:
-    """A timing's fields in a result (GFLOP/s from the kernel's FLOPs where it knows them)."""
+    """A timing's fields in a result (GFLOP/s from the kernel's FLOPs where it knows them);
+    the samples travel too (thinned), so two results can be compared with a confidence."""
+    from uol_core.runtime.stats import thin
+
     return {"median_s": timing.median_s, "iqr_s": timing.iqr_s, "spread": timing.spread,
-            "repeats": timing.repeats,
+            "repeats": timing.repeats, "samples": thin(timing.samples),
             "gflops": flops / timing.median_s / 1e9 if timing.median_s > 0 else None}
 
 
