@@ -128,10 +128,24 @@ def emit_sliding_kernel(w: CodeWriter, isa: str, rows: int, vpr: int, rdim: int,
     w.emit("}\n", line)
 
 
-def emit_strided_fill(w: CodeWriter, plan: ConvPlan, xs: list[int], padv: str, line: int) -> None:
-    """`uol_fill_rows` of a strided plan: input rows SY * y0 + br + OFFY, each deinterleaved
-    into SX phases of WPH floats (phase p's column j: input column SX * j + p + OFFX), the pad
-    value outside the input."""
+def emit_strided_fill(w: CodeWriter, plan: ConvPlan, t, xs: list[int], padv: str, iw: int,
+                      line: int) -> None:
+    """`uol_fill_rows` of a strided plan (`t`: its RowTiles): input rows SY * y0 + br + OFFY,
+    each deinterleaved into SX phases of WPH floats (phase p's column j: input column
+    SX * j + p + OFFX), the pad value outside the input. Each phase's columns inside the
+    input are a constant range, so its copy is a loop of constant stride without a test per
+    float (a test per float cost as much as the convolution's FMAs)."""
+    phases = []
+    for p in range(t.sx):
+        # columns j with 0 <= SX * j + p + OFFX < IW
+        lo = min(t.wph, max(0, -(-(-p - plan.off_x) // t.sx)))
+        hi = max(lo, min(t.wph, -(-(iw - p - plan.off_x) // t.sx)))
+        phases.append(
+            f"        o = buf + c * PLANE + br * WP + {p * t.wph};\n"
+            f"        for (int64_t j = 0; j < {lo}; ++j) o[j] = {padv};\n"
+            f"        for (int64_t j = {lo}; j < {hi}; ++j) o[j] = row[SX * j + ({p + plan.off_x})];\n"
+            f"        for (int64_t j = {hi}; j < WPH; ++j) o[j] = {padv};")
+    body = "\n".join(phases)
     w.emit(f"""\
 /* Row buffer of one work item: input rows SY * y0 + br + ({plan.off_y}) of one channel of one \
 image of {plan.x.tensor} (stride {plan.stride_y}x{plan.stride_x}), as CDIM planes of nrows x WP;
@@ -149,11 +163,7 @@ static void uol_fill_rows(const float *restrict Xb, int64_t y0, int64_t nrows, f
             continue;
         }}
         const float *restrict row = Xb + c * {xs[1]} + iy * {xs[2]};
-        for (int64_t p = 0; p < SX; ++p)
-        for (int64_t j = 0; j < WPH; ++j) {{
-            const int64_t ix = SX * j + p + ({plan.off_x});
-            o[p * WPH + j] = ix >= 0 && ix < IW ? row[ix] : {padv};
-        }}
+{body}
     }}
 }}
 """, line)

@@ -139,7 +139,7 @@ def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[i
                 dims: Mapping[str, int], line: int) -> None:
     """The row buffer fill and the micro-kernel (dims: rdim, sdim, iw)."""
     if t.strided:
-        emit_strided_fill(w, plan, xs, padv, line)
+        emit_strided_fill(w, plan, t, xs, padv, dims["iw"], line)
     else:
         _fill_rows(w, plan, t, xs, padv, dims, line)
     if t.slide:
