@@ -100,15 +100,19 @@ def test_group_norm_and_instance_norm():
     _check(nn.InstanceNorm2d(8), (2, 8, 6, 6), backend="reference")
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"scale_factor": 2, "mode": "nearest"},
-    {"size": (7, 10), "mode": "nearest"},
-    {"scale_factor": 2, "mode": "bilinear", "align_corners": False},
-    {"size": (9, 7), "mode": "bilinear", "align_corners": True},
-    {"scale_factor": 1.5, "mode": "bicubic", "align_corners": False},
+@pytest.mark.parametrize(("kwargs", "op"), [
+    ({"scale_factor": 2, "mode": "nearest"}, "upsample_repeat"),
+    ({"size": (7, 10), "mode": "nearest"}, "resize"),
+    ({"scale_factor": 2, "mode": "bilinear", "align_corners": False}, "resize_stencil"),
+    ({"size": (24, 36), "mode": "bicubic", "align_corners": False}, "resize_stencil"),
+    ({"size": (9, 7), "mode": "bilinear", "align_corners": True}, "resize"),
+    ({"scale_factor": 1.5, "mode": "bicubic", "align_corners": False}, "resize"),
 ])
-def test_interpolate(kwargs):
-    _check(Fn(lambda x: F.interpolate(x, **kwargs)), (2, 3, 5, 6))
+def test_interpolate(kwargs, op):
+    """Integer factors run as a copy (nearest) or a stencil per output phase; other sizes and
+    align_corners=True as the separable matrices torch applies."""
+    graph = _check(Fn(lambda x: F.interpolate(x, **kwargs)), (2, 3, 12, 12))
+    assert [n.op.name for n in graph.nodes if n.kind == "odl"] == [op]
 
 
 def test_pixel_shuffle_and_unshuffle():

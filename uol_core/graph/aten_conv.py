@@ -145,7 +145,8 @@ def _folded_pad(imp: ExportImporter, x: fx.Node) -> tuple[int, int, int, int] | 
     """The sides of a zero `constant_pad_nd` of H and W that only this conv reads, or None:
     such a pad (TF "SAME" padding, written before each conv) is the conv's own padding, which
     saves a copy of the activations per conv."""
-    if x.op != "call_function" or packet(x.target) != "constant_pad_nd" or len(x.users) != 1:
+    if (x.op != "call_function" or packet(x.target) != "constant_pad_nd" or len(x.users) != 1
+            or x.name not in imp.forms):  # a pad folded at import (of a constant) is a parameter
         return None
     pads = list(x.args[1])
     if _arg(x, 2, "value", 0) != 0 or len(pads) > 4 or any(p < 0 for p in pads) or not any(pads):

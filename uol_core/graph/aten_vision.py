@@ -155,10 +155,68 @@ def _repeats(matrix: torch.Tensor) -> int | None:
     return k if torch.equal(matrix, expected) else None
 
 
+MAX_TAPS = 5  # bicubic reads 4 inputs per output, bilinear 2 (3 offsets over a phase's outputs)
+
+
+def _periodic_taps(matrix: torch.Tensor) -> tuple[int, int, torch.Tensor] | None:
+    """(k, first offset, weights [k, taps]) when output k*h + a of `matrix` is
+    sum over t of weights[a, t] * input clamp(h + first + t) exactly (bilinear and bicubic
+    by an integer factor: k phases, each a fixed stencil), else None."""
+    out, size = matrix.shape
+    if out % size or size < 2 * MAX_TAPS:
+        return None
+    k, h0 = out // size, size // 2
+    rows = matrix[k * h0:k * h0 + k]
+    cols = rows.abs().sum(0).nonzero().flatten()
+    first, last = int(cols.min()) - h0, int(cols.max()) - h0
+    if last - first + 1 > MAX_TAPS:
+        return None
+    weights = rows[:, h0 + first:h0 + last + 1].contiguous()
+    rebuilt = torch.zeros_like(matrix)
+    for t in range(last - first + 1):  # the stencil at every h, its reads clamped to the edges
+        src = (torch.arange(size) + first + t).clamp(0, size - 1)
+        for a in range(k):
+            rebuilt[torch.arange(size) * k + a] += torch.nn.functional.one_hot(src, size) * weights[a, t]
+    return (k, first, weights) if torch.allclose(rebuilt, matrix, rtol=0, atol=1e-6) else None
+
+
+def _clamped(read: str, index: str, offset: int, size: int, edge_read: str) -> str:
+    """`read` at `index + offset` with the index clamped to [0, size - 1] (`edge_read` formats
+    the read at a fixed index), as torch clamps a resize's source index."""
+    if offset == 0:
+        return read.format(index)
+    shifted = read.format(f"{index} + {offset}" if offset > 0 else f"{index} - {-offset}")
+    if offset < 0:
+        return f"where({index} >= {-offset}, pad({shifted}, 0), {edge_read.format(0)})"
+    return f"where({index} <= {size - 1 - offset}, pad({shifted}, 0), {edge_read.format(size - 1)})"
+
+
+def _stencil_text(shape: tuple[int, ...], rows: tuple[int, int, torch.Tensor],
+                  cols: tuple[int, int, torch.Tensor]) -> tuple[str, tuple[int, ...]]:
+    """A resize by integer factors as two stencils (rows, then columns), each output phase
+    weighting a few clamped neighbours: a handful of reads per output, where the matrix form
+    reads a whole row and column."""
+    batch, channels, height, width = shape
+    (kh, fh, wh), (kw, fw, ww) = rows, cols
+    out = (batch, channels, height, kh, width, kw)
+    along_h = " + ".join(
+        f"WH[a, {t}] * " + _clamped("X[n, c, {}, w]", "h", fh + t, height, "X[n, c, {}, w]")
+        for t in range(wh.shape[1]))
+    along_w = " + ".join(
+        f"WW[b, {t}] * " + _clamped("t[n, c, h, a, {}]", "w", fw + t, width, "t[n, c, h, a, {}]")
+        for t in range(ww.shape[1]))
+    text = (f"op resize_stencil(X: {shape_text(shape)}, WH: {shape_text(tuple(wh.shape))}, "
+            f"WW: {shape_text(tuple(ww.shape))}) -> Y: {shape_text(out)}:\n"
+            f"    t[n, c, h, a, w] = {along_h}\n"
+            f"    Y[n, c, h, a, w, b] = {along_w}\n")
+    return text, out
+
+
 def resize(imp: ExportImporter, n: fx.Node) -> None:
     """Nearest, nearest-exact, bilinear and bicubic resizing of NCHW, by any size or scale:
     separable, so Y = RH X RW^T with the per-axis matrices torch's op applies. Nearest by an
-    integer factor is a broadcast instead (each pixel copied into a k x k block)."""
+    integer factor is a broadcast instead (each pixel copied into a k x k block), and any mode
+    by integer factors a stencil per output phase (`_periodic_taps`)."""
     from uol_core.graph.export_import import packet
 
     x = n.args[0]
@@ -174,6 +232,12 @@ def resize(imp: ExportImporter, n: fx.Node) -> None:
         text = (f"op upsample_repeat(X: {shape_text(shape)}) -> Y: {shape_text(blocks)}:\n"
                 "    Y[n, c, h, a, w, b] = X[n, c, h, w]\n")
         imp.odl(n, text, {"X": imp.tensor(x)}, "nd", reshape_to=out)
+        return
+    rows, cols = _periodic_taps(rh), _periodic_taps(rw)
+    if rows is not None and cols is not None:
+        text, _ = _stencil_text(shape, rows, cols)
+        imp.odl(n, text, {"X": imp.tensor(x), "WH": imp.param(f"{n.name}_row_taps", rows[2]),
+                          "WW": imp.param(f"{n.name}_col_taps", cols[2])}, "nd", reshape_to=out)
         return
     text = (f"op resize(X: {shape_text(shape)}, RH: {shape_text((oh, height))}, "
             f"RW: {shape_text((ow, width))}) -> Y: {shape_text(out)}:\n"
