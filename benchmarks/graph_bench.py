@@ -2,11 +2,15 @@
 and torch.compile of the same module, in one run; writes docs/benchmarks/graph.json.
 
     python benchmarks/graph_bench.py [--seq 512 --hidden 512 --heads 8 --mlp 2048 --repeat 10]
-    python benchmarks/graph_bench.py --zoo [--models silu_mlp,resnet_basic --batches 1,8]
+    python benchmarks/graph_bench.py --zoo [--zoos hand,library --models silu_mlp,bert_base
+        --batches 1,8 --repeat 5]
 
 `--zoo` imports every model of uol_core/graph/zoo.py with torch.export, runs it whole through UOL,
 verifies it against the module and times UOL, torch eager and torch.compile alternately in one
-run at each batch size (docs/benchmarks/graph_zoo.json and the "Graph model zoo" section).
+run at each batch size (docs/benchmarks/graph_zoo.json and the "Graph model zoo" section), with
+ONNX Runtime and OpenVINO beside them where installed. The library zoo (uol_core/graph/hf_zoo.py)
+runs against all four deployment runtimes in graph_library_zoo.py (graph_library.json and the
+"Library models against the deployment runtimes" section).
 
 Goals (issue 11): >= 1.5x torch eager and >= 1.2x torch.compile, output verified. Groups run on
 whatever the backend emits today (see uol_core/graph/route.py), so faster kernels are picked up
@@ -27,6 +31,7 @@ import torch
 
 from uol_core.graph import examples, run_graph
 from uol_core.graph.fx_import import import_module
+from uol_core.graph.peers import prepare_peers, verify_peers
 from uol_core.graph.run import (
     compile_graph,
     interleaved_ms,
@@ -94,6 +99,9 @@ def zoo_row(name: str, batch: int, rounds: int, backend: str, with_compile: bool
         compiled, info = torch_compiled(module, x) if with_compile else (None, {"skipped": True})
         if compiled is not None:
             fns["compile"] = lambda: compiled(x)
+        peers = prepare_peers(module, (x,), ("onnxruntime", "openvino"))
+        reasons = verify_peers(peers, module(x))  # an unverified runtime is reported, not timed
+        fns.update({k: p.call for k, p in peers.items() if reasons[k] is None})
         times = interleaved_times(fns, rounds)
         ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         best = {k: min(v) * 1e3 for k, v in times.items()}
@@ -109,6 +117,9 @@ def zoo_row(name: str, batch: int, rounds: int, backend: str, with_compile: bool
             "max_rel_error": error, "c_groups": engines.count("c"), "build_s": build_s,
             "uol_ms": ms["uol"], "eager_ms": ms["eager"], "compile_ms": ms.get("compile"),
             "compile_info": info, "x_eager": ms["eager"] / ms["uol"],
+            "onnxruntime_ms": ms.get("onnxruntime"), "openvino_ms": ms.get("openvino"),
+            "peer_notes": {k: reasons[k] or p.note for k, p in peers.items()},
+            "x_best_peer": min(ms[k] for k in ms if k != "uol") / ms["uol"],
             "x_compile": ms["compile"] / ms["uol"] if "compile" in ms else None,
             "best_ms": best, "x_eager_best": best["eager"] / best["uol"],
             "x_compile_best": best["compile"] / best["uol"] if "compile" in best else None,
@@ -141,7 +152,14 @@ def run_zoo(args) -> None:
 
     from uol_core.graph.zoo import MODELS
 
-    names = args.models.split(",") if args.models else list(MODELS)
+    zoos = args.zoos.split(",")
+    if "library" in zoos:
+        from graph_library_zoo import run_library
+
+        run_library(args, shlex.join(["python", *sys.argv]))
+    names = [n for n in args.models.split(",") if n in MODELS] if args.models else list(MODELS)
+    if "hand" not in zoos or not names:
+        return
     batches = [int(b) for b in args.batches.split(",")]
     rows = []
     for name in names:
@@ -158,6 +176,7 @@ def run_zoo(args) -> None:
                        "torch": torch.__version__, "cpu": _cpu_name(), "isa": _isa()},
               "rows": rows, "median_x_eager": statistics.median(x_eager),
               "median_x_compile": statistics.median(x_compile) if x_compile else None,
+              "median_x_best_peer": statistics.median(r["x_best_peer"] for r in rows),
               "goal": {"median_x_eager": 1.3, "median_x_compile": 1.1, "min_x_eager": 1.0}}
     if args.models or args.no_compile:  # a partial run does not replace the published table
         print(json.dumps({k: report[k] for k in ("median_x_eager", "median_x_compile")}))
@@ -172,16 +191,19 @@ def run_zoo(args) -> None:
              "of the planned arena / one allocation per intermediate. Overhead: dispatch cost per "
              "kernel with every kernel replaced by an empty function.", "",
              "| model | batch | kernels | copies | verified | UOL ms | eager ms | compile ms "
-             "| x eager | x compile | x eager (best) | x compile (best) | faults UOL / eager "
-             "| arena / naive KiB | overhead us/kernel |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| ORT ms | OpenVINO ms | x eager | x compile | x best peer | x eager (best) "
+             "| x compile (best) | faults UOL / eager | arena / naive KiB | overhead us/kernel |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f = r["page_faults_per_call"]
         per_kernel = r["dispatch_overhead_us"]["per_kernel_us"]
         lines.append(f"| {r['model']} | {r['batch']} | {r['kernels']} | {r['copies']} | "
                      f"{r['verified']} | {r['uol_ms']:.2f} | {r['eager_ms']:.2f} | "
-                     f"{r['compile_ms'] or float('nan'):.2f} | {r['x_eager']:.2f} | "
-                     f"{r['x_compile'] or float('nan'):.2f} | {r['x_eager_best']:.2f} | "
+                     f"{r['compile_ms'] or float('nan'):.2f} | "
+                     f"{r['onnxruntime_ms'] or float('nan'):.2f} | "
+                     f"{r['openvino_ms'] or float('nan'):.2f} | {r['x_eager']:.2f} | "
+                     f"{r['x_compile'] or float('nan'):.2f} | {r['x_best_peer']:.2f} | "
+                     f"{r['x_eager_best']:.2f} | "
                      f"{r['x_compile_best'] or float('nan'):.2f} | "
                      f"{f['uol_into_caller_buffer']:.1f} / {f['eager']:.1f} | "
                      f"{r['arena_bytes'] / 1024:.0f} / {r['naive_bytes'] / 1024:.0f} | "
@@ -197,7 +219,9 @@ def run_zoo(args) -> None:
     report["median_x_eager_best"] = best_eager
     report["median_x_compile_best"] = statistics.median(best_compile) if best_compile else None
     lines += ["", f"Median over the zoo: {report['median_x_eager']:.2f}x torch eager, "
-              f"{report['median_x_compile'] or float('nan'):.2f}x torch.compile (from each "
+              f"{report['median_x_compile'] or float('nan'):.2f}x torch.compile, "
+              f"{report['median_x_best_peer']:.2f}x the best of eager, torch.compile, ONNX "
+              "Runtime and OpenVINO (from each "
               f"contender's median call); {best_eager:.2f}x and "
               f"{report['median_x_compile_best'] or float('nan'):.2f}x from each contender's "
               "fastest call (less sensitive to other jobs on the host). Goals (medians): "
@@ -238,6 +262,15 @@ def main() -> None:
     ap.add_argument("--zoo", action="store_true", help="every model of uol_core/graph/zoo.py")
     ap.add_argument("--models", default="", help="with --zoo: comma-separated model names")
     ap.add_argument("--batches", default="1,8", help="with --zoo: batch sizes")
+    ap.add_argument("--zoos", default="hand,library", help="with --zoo: hand (uol_core/graph/"
+                    "zoo.py), library (uol_core/graph/hf_zoo.py against the deployment runtimes)")
+    ap.add_argument("--update", action="store_true", help="with --zoo --models: the library "
+                    "rows of these models replace the last run's, and the section is rewritten")
+    ap.add_argument("--render", action="store_true", help="with --zoo: write the library "
+                    "section from its JSON (after an interrupted run)")
+    ap.add_argument("--size", default="bench", help="with --zoo --zoos library: bench or small")
+    ap.add_argument("--model-timeout", type=int, default=1200, help="with --zoo: seconds per "
+                    "library model and batch before it is a row with an error")
     ap.add_argument("--section", default="", help="with --zoo: the docs section to write "
                     "(default 'Graph model zoo'; another host's run keeps its own)")
     args = ap.parse_args()
