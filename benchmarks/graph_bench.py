@@ -168,7 +168,9 @@ def run_zoo(args) -> None:
             rows.append(row)
             print(f"{name:<18} b{batch} uol {row['uol_ms']:8.2f} ms | eager {row['eager_ms']:8.2f} "
                   f"({row['x_eager']:.2f}x) | compile {row['compile_ms'] or float('nan'):8.2f} "
-                  f"({row['x_compile'] or float('nan'):.2f}x) | verified {row['verified']}", flush=True)
+                  f"({row['x_compile'] or float('nan'):.2f}x) | ORT {row['onnxruntime_ms'] or float('nan'):8.2f} "
+                  f"| OpenVINO {row['openvino_ms'] or float('nan'):8.2f} | best peer "
+                  f"{row['x_best_peer']:.2f}x | verified {row['verified']}", flush=True)
     x_eager = [r["x_eager"] for r in rows]
     x_compile = [r["x_compile"] for r in rows if r["x_compile"]]
     report = {"benchmark": "model zoo end to end (CPU fp32)", "command": shlex.join(["python", *sys.argv]),
