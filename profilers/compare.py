@@ -47,12 +47,19 @@ class Comparison:
     event: str = "Ir"
     basis: str = TIME  # what `speedup` is a ratio of: TIME, FLOP_RATE, or NO_TIMING
     why: str = ""  # why the basis is not plain time
+    # the bootstrap of the ratio (uol_core.runtime.stats.Verdict.to_dict()): its 95% CI and
+    # whether it leaves out 1; None without a timing comparison
+    significance: dict | None = None
 
     @property
     def verdict(self) -> str:
         """One sentence a user reads first; it names the basis when it is not plain time."""
         if self.speedup is None:
             return f"no timing comparison: {self.why or 'no timing in one of the runs'}"
+        if self.significance is not None:  # never a bare ratio: its CI, or why there is none
+            text = self.significance["text"]
+            return f"normalised by FLOPs ({self.why}): {text}" if self.basis == FLOP_RATE \
+                else text
         if self.basis == FLOP_RATE:
             ratio = self.speedup
             rel = "the same GFLOP/s as" if abs(ratio - 1) < 0.03 else \
@@ -73,7 +80,8 @@ class Comparison:
                 "config_changes": {k: list(v) for k, v in self.config_changes.items()},
                 "context_changes": {k: list(v) for k, v in self.context_changes.items()},
                 "lines": [{**asdict(d), "change": d.change} for d in self.lines],
-                "event": self.event, "basis": self.basis, "why": self.why}
+                "event": self.event, "basis": self.basis, "why": self.why,
+                "significance": self.significance}
 
 
 def _untimed_reason(run: Run) -> str | None:
@@ -114,6 +122,7 @@ def compare(a: Run, b: Run, event: str = "Ir") -> Comparison:
     elif basis == FLOP_RATE:
         speedup = b.gflops / a.gflops
     timed = basis != NO_TIMING
+    significance = _significance(a, b, basis) if timed else None
     keys = sorted(set(a.config) | set(b.config))
     config = {k: (a.config.get(k), b.config.get(k)) for k in keys
               if a.config.get(k) != b.config.get(k)}
@@ -122,7 +131,29 @@ def compare(a: Run, b: Run, event: str = "Ir") -> Comparison:
                if getattr(a, k) != getattr(b, k)}
     return Comparison(a, b, speedup, time_change, a.gflops if timed else None,
                       b.gflops if timed else None, config, context,
-                      line_deltas(a.hotspots, b.hotspots, event), event, basis, why)
+                      line_deltas(a.hotspots, b.hotspots, event), event, basis, why,
+                      significance)
+
+
+def _significance(a: Run, b: Run, basis: str) -> dict:
+    """The bootstrap verdict of B against A on their samples (by the medians, significance
+    unknown, where a run stored none). By FLOP rate the time ratio is scaled by the work."""
+    from uol_core.runtime import stats
+
+    scale = b.flops / a.flops if basis == FLOP_RATE else 1.0
+    a_s = [t / scale for t in a.samples] if a.samples else None
+    verdict = stats.compare(a_s, b.samples, a_median=a.median_s / scale,
+                            b_median=b.median_s, a_label=a.label, b_label=b.label)
+    if basis == FLOP_RATE:  # the ratio is B's GFLOP/s over A's: say so, not "faster"
+        if verdict.significant is False:
+            text = (f"no significant difference in GFLOP/s between {b.label} and {a.label} "
+                    f"(ratio {verdict.ratio:.2f}, 95% CI {verdict.low:.2f}-{verdict.high:.2f})")
+        else:
+            ci = (f" (95% CI {verdict.low:.2f}-{verdict.high:.2f})" if verdict.low is not None
+                  else f" ({stats.NO_SAMPLES})")
+            text = f"{b.label} achieves {verdict.ratio:.2f}x the GFLOP/s of {a.label}{ci}"
+        return {**verdict.to_dict(), "text": text}
+    return verdict.to_dict()
 
 
 def _sizes(sizes: dict) -> str:

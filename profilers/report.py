@@ -15,6 +15,7 @@ from profilers.timing import time_kernel
 from profilers.traces import Timeline
 from uol_core.hfl.roofline import peak_key
 from uol_core.odl.cost import peak_dtype
+from uol_core.runtime.stats import thin
 
 REPORT_VERSION = 1
 # The baseline is uol_core.evaluate (the ODL's torch reference evaluator), not a torch library
@@ -123,9 +124,10 @@ def operator_report(op_spec: str, sizes: Mapping[str, int], target: str = "host"
     report["hotspots"] = hot
     base = Run(REFERENCE_LABEL, op.name, tgt.name, "torch", {}, dict(sizes),
                torch_time.median_s,
-               torch_time.iqr_s, cost.flops, cost.bytes)
+               torch_time.iqr_s, cost.flops, cost.bytes, samples=thin(torch_time.samples))
     mine = Run(f"C {_cfg_short(kernel.config)}", op.name, tgt.name, "c", dict(kernel.config),
-               dict(sizes), c_time.median_s, c_time.iqr_s, cost.flops, cost.bytes, hotspots=hot)
+               dict(sizes), c_time.median_s, c_time.iqr_s, cost.flops, cost.bytes, hotspots=hot,
+               samples=thin(c_time.samples))
     report["runs"] = {"baseline": base.to_dict(), "kernel": mine.to_dict()}
     report["comparison"] = compare(base, mine).to_dict()
     return report

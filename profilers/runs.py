@@ -26,6 +26,7 @@ class Run:
     extra: dict = field(default_factory=dict)
     mode: str = "timed"  # timed | profiled | interpreted | untimed: only timed runs compare by time
     machine: str = ""
+    samples: list[float] | None = None  # seconds per call; a comparison bootstraps on them
 
     @property
     def gflops(self) -> float | None:
