@@ -210,3 +210,11 @@ class AudioFrontEnd(nn.Module):
 def test_conv1d_as_a_conv2d_of_height_one():
     graph = _check(AudioFrontEnd(), torch.randn(2, 8, 20))
     assert sum(n.kind == "odl" and n.op.name.startswith("conv2d") for n in graph.nodes) == 2
+
+
+def test_sdpa_with_a_bool_mask_at_run_time():
+    qkv = [torch.randn(2, 2, 6, 8) for _ in range(3)]
+    allowed = torch.rand(2, 1, 6, 6) > 0.4
+    allowed[..., 0] = True  # every query sees a key (a row of none is NaN in torch)
+    graph = _check(MaskedAttention(), *qkv, allowed)
+    assert list(graph.inputs.values())[-1].dtype == "bool"

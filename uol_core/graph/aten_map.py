@@ -187,9 +187,10 @@ def repeat_interleave_heads(shape: tuple[int, ...], repeats: int) -> tuple[str, 
 
 
 def attention(q: tuple, k: tuple, scale: float | None, causal: bool,
-              mask: tuple[int, ...] | None = None) -> str:
+              mask: tuple[int, ...] | None = None, bool_mask: bool = False) -> str:
     """Scaled dot-product attention on [B, H, S, D] (causal: query i sees keys j <= i); `mask`,
-    the shape of an additive float mask M that broadcasts to [B, H, S, T], adds M to the scores."""
+    the shape of an additive float mask M that broadcasts to [B, H, S, T], adds M to the scores;
+    with `bool_mask`, M is bool and a key where M is false is left out, as torch does."""
     scale = 1.0 / math.sqrt(q[-1]) if scale is None else scale
     score = f"sum[d](Q[b, h, i, d] * K[b, h, j, d]) * {scale!r}"
     mask_in = ""
@@ -201,8 +202,9 @@ def attention(q: tuple, k: tuple, scale: float | None, causal: bool,
         if any(m not in (1, f) for m, f in zip(padded, full)):
             raise Unmapped(f"a mask of shape {list(mask)} does not broadcast to the scores {list(full)}")
         reads = [i if m == f and f != 1 else "0" for m, f, i in zip(padded, full, "bhij")][4 - len(mask):]
-        score = f"{score} + M[{', '.join(reads)}]"
-        mask_in = f", M: {shape_text(mask)}"
+        read = f"M[{', '.join(reads)}]"
+        score = f"where({read}, {score}, -1e30)" if bool_mask else f"{score} + {read}"
+        mask_in = f", M: {shape_text(mask).replace('f32', 'bool') if bool_mask else shape_text(mask)}"
     if causal:
         score = f"where(j <= i, {score}, -1e30)"
     name = "sdpa" + ("_causal" if causal else "") + ("_masked" if mask is not None else "")

@@ -211,10 +211,12 @@ def sdpa(imp: ExportImporter, n: fx.Node) -> None:
     if causal and sq[2] != sk[2]:
         raise Unmapped("causal attention with different query and key lengths")
     ins = {"Q": imp.tensor(q), "K": imp.tensor(k), "V": imp.tensor(v)}
+    # a bool mask computed at run time is read as it is (where false, the key is left out)
+    bool_mask = mask is not None and mask.name not in imp.consts and mask.meta["val"].dtype == torch.bool
     if mask is not None:
-        ins["M"] = _additive_mask(imp, mask)
-    imp.odl(n, A.attention(sq, sk, scale, bool(causal), imp.shape(mask) if mask is not None else None),
-            ins, "nd")
+        ins["M"] = imp.tensor(mask) if bool_mask else _additive_mask(imp, mask)
+    imp.odl(n, A.attention(sq, sk, scale, bool(causal), imp.shape(mask) if mask is not None else None,
+                           bool_mask), ins, "nd")
 
 
 def _additive_mask(imp: ExportImporter, mask: fx.Node) -> str:

@@ -43,8 +43,10 @@ SHAPE_FACTORIES = {"arange", "full", "zeros", "ones", "eye", "linspace", "scalar
 # rules that turn a bool tensor known at import into f32 themselves (a condition, a mask)
 CASTS_CONSTANT_MASKS = {"where", "scaled_dot_product_attention"}
 
-# rules that read integer ids (a table lookup) and check their operands' dtypes themselves
-READS_INTEGER_IDS = {"embedding", "index_select", "gather"}
+# rules that check some of their operands' dtypes themselves: the integer ids of a table
+# lookup, an attention mask of bools
+OWN_DTYPES = {"embedding": (torch.int64, torch.int32), "index_select": (torch.int64, torch.int32),
+              "gather": (torch.int64, torch.int32), "scaled_dot_product_attention": (torch.bool,)}
 
 
 def packet(target) -> str:
@@ -196,12 +198,12 @@ class ExportImporter:
     def reason(self, n: fx.Node) -> str | None:
         """Why `n` cannot be an ODL op whatever its kind (dtype, dynamic shape), or None. A bool
         condition or mask known at import is no reason: `where` and attention make it f32; nor are
-        the integer ids of a lookup."""
+        a lookup's integer ids or a run-time bool attention mask (OWN_DTYPES)."""
         casts = packet(n.target) in CASTS_CONSTANT_MASKS
-        ids = packet(n.target) in READS_INTEGER_IDS
+        own = OWN_DTYPES.get(packet(n.target), ())
         vals = [n.meta.get("val")] + [a.meta.get("val") for a in n.all_input_nodes
                                       if not (casts and a.name in self.consts)
-                                      and not (ids and a.meta["val"].dtype in (torch.int64, torch.int32))]
+                                      and getattr(a.meta.get("val"), "dtype", None) not in own]
         for v in vals:
             if isinstance(v, torch.Tensor):
                 if any(not isinstance(s, int) for s in v.shape):
