@@ -141,7 +141,7 @@ def _explanation_section(report: Mapping) -> Section:
 
 
 def _measurements_section(report: Mapping) -> Section:
-    cols = ["label", "backend", "median_s", "iqr_s", "repeats", "outliers", "noisy",
+    cols = ["label", "backend", "median_s", "ci_95", "iqr_s", "repeats", "outliers", "noisy",
             "gflops", "gbps"]
     if any("sizes" in m for m in report["measurements"]):  # runs of an IDE comparison
         cols[2:2] = ["sizes", "target", "mode"]

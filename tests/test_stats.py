@@ -35,6 +35,12 @@ def test_a_clear_speedup_is_named_with_its_interval():
     assert back.significant and "x slower than #2 (95% CI 1." in back.text
 
 
+def test_a_tiny_shift_is_no_significant_difference():
+    base = _draw(9, n=400, sigma=0.01)
+    verdict = stats.compare(base, [t / 1.01 for t in base])
+    assert verdict.significant is False and "under the 3%" in verdict.text
+
+
 def test_without_samples_the_significance_is_unknown():
     verdict = stats.compare(None, _draw(1), a_median=1.2e-3)
     assert verdict.significant is None and verdict.low is None

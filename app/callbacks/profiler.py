@@ -166,7 +166,10 @@ def list_runs(_current):
     newest = rows[0]
     alike = [r for r in rows[1:] if (r["op"], r["sizes"], r.get("mode")) ==
              (newest["op"], newest["sizes"], newest.get("mode"))]
-    a = (alike or rows[1:] or rows)[0]["id"]
+    # the pinned baseline of the newest run's kind first, else the newest like run
+    pinned = [r for r in alike if r.get("pinned") and (r["backend"], r["target"]) ==
+              (newest["backend"], newest["target"])]
+    a = (pinned or alike or rows[1:] or rows)[0]["id"]
     return fig, opts, opts, a, newest["id"]
 
 

@@ -64,8 +64,9 @@ def run_result(res: dict) -> list:
     verdict = "✓ correct" if res.get("ok") else "✗ wrong result"
     roof = res.get("roofline") or {}
     frac = roof.get("fraction_of_roofline")
-    rows = [("time (median)", _fmt_time(res.get("median_s"))),
+    rows = [("time (median)", _time_with_ci(res)),
             ("IQR", _fmt_time(res.get("iqr_s"))),
+            ("noise", _noise_badge(res)),
             ("GFLOP/s", _fmt_rate(res.get("gflops"))),
             ("GB/s", _fmt_rate(res.get("gbs"))),
             ("roofline", f"{roof.get('bound', '?')}-bound, attainable "
@@ -80,26 +81,66 @@ def run_result(res: dict) -> list:
     return [html.Div(verdict, className="result-ok" if res.get("ok") else "result-bad",
                      id="run-verdict"),
             html.Div([item for k, v in rows for item in (html.Span(k, className="muted"),
-                                                         html.Span(v))], className="metrics"),
+                                                         html.Span(v) if isinstance(v, str)
+                                                         else v)], className="metrics"),
             html.Div([html.Span(f"run #{res.get('id')} · "),
-                      dcc.Link("permalink", href=f"/run/{res.get('id')}", id="run-permalink")],
+                      dcc.Link("permalink", href=f"/run/{res.get('id')}", id="run-permalink"),
+                      html.Span(" · "),
+                      html.Button("Pin as baseline", id={"type": "pin-run", "run": res.get("id")},
+                                  className="secondary", title="Later runs of this op, sizes, "
+                                  "backend and target are compared with this one")
+                      if res.get("median_s") else None,
+                      ],
                      className="muted")]
+
+
+def _time_with_ci(res: dict) -> str:
+    """'1.234 ms (95% CI 1.201-1.262, n=57)': the median with its bootstrap interval."""
+    text = _fmt_time(res.get("median_s"))
+    if res.get("ci_low_s") and res.get("ci_high_s"):
+        text += (f" (95% CI {_fmt_time(res['ci_low_s'])}-{_fmt_time(res['ci_high_s'])}, "
+                 f"n={res.get('n', '?')})")
+    elif res.get("median_s"):
+        text += f" (n={res.get('n') or res.get('repeats') or res.get('reps') or '?'})"
+    return text
+
+
+def _noise_badge(res: dict):
+    """'noisy' or 'quiet'; the tooltip gives the thresholds and the values (spread, load per
+    core, CPU steal) that decided it."""
+    if "noisy" not in res:
+        return "-"
+    return html.Span("⚠ noisy" if res["noisy"] else "quiet", title=res.get("noise_reason", ""),
+                     id="run-noise", className="result-bad" if res["noisy"] else "")
 
 
 def history_panel(runs: list[dict]) -> list:
     """The runs of this op (newest first) and a before/after diff of the last two."""
     if not runs:
         return [html.Div("No runs of this op yet.", className="muted")]
-    from app.services.history import describe
+    from app.services.history import baseline_for, describe, timing
+
+    def noise(r: dict):
+        t = timing(r) if r.get("median_s") else {}
+        if "noisy" not in t:
+            return ""
+        return html.Span("⚠ noisy" if t["noisy"] else "quiet", title=t.get("noise_reason", ""))
 
     # each run named fully (sizes, backend/target, mode): runs of other sizes are told apart
-    table = html.Table([html.Tr([html.Th(h) for h in ("run", "ok", "GFLOP/s")])]
-                       + [html.Tr([html.Td(dcc.Link(describe(r), href=f"/run/{r['id']}")),
+    table = html.Table([html.Tr([html.Th(h) for h in ("run", "ok", "GFLOP/s", "noise")])]
+                       + [html.Tr([html.Td([dcc.Link(describe(r), href=f"/run/{r['id']}"),
+                                            " 📌 baseline" if r.get("pinned") else ""]),
                                    html.Td("✓" if r["ok"] else "✗"),
-                                   html.Td(_fmt_rate(r["gflops"]))])
+                                   html.Td(_fmt_rate(r["gflops"])), html.Td(noise(r))])
                           for r in runs[:8]], className="simple", id="history-table")
     out = [table]
-    if len(runs) >= 2:
+    try:  # the pinned baseline of the newest run's kind, else the run before it
+        pinned = baseline_for(runs[0]) if "result" in runs[0] else None
+    except Exception:  # an unreadable history must not hide the table
+        pinned = None
+    if pinned is not None:
+        out.append(run_diff(pinned, runs[0]))
+    elif len(runs) >= 2:
         out.append(run_diff(runs[1], runs[0]))
     return out
 
@@ -110,19 +151,23 @@ def run_diff(before: dict, after: dict) -> html.Div:
 
     changes = diff_configs(before["config"], after["config"])
     knob_text = ", ".join(f"{k}: {a} → {b}" for k, a, b in changes) or "no knob changed"
+    from app.services.history import compare_rows
+
     speed = ""
     alike = all(before.get(k) == after.get(k) for k in ("sizes", "target", "mode", "machine"))
     if not alike:
         speed = "; not timed alike (sizes, target, mode or machine differ): times not compared"
     elif before.get("median_s") and after.get("median_s"):
-        speed = f"; time {_fmt_time(before['median_s'])} → {_fmt_time(after['median_s'])} " \
-                f"({before['median_s'] / after['median_s']:.2f}x)"
+        # never a bare ratio of medians: the bootstrap says whether it is a difference at all
+        speed = f"; time {_fmt_time(before['median_s'])} → {_fmt_time(after['median_s'])}: " \
+                f"{compare_rows(before, after)}"
     lines = list(difflib.unified_diff(before.get("kernel", "").splitlines(),
                                       after.get("kernel", "").splitlines(),
                                       f"run {before['id']}", f"run {after['id']}", n=1,
                                       lineterm=""))
     body = [html.Span(line + "\n", className="add" if line.startswith("+") else
                       "del" if line.startswith("-") else "") for line in lines[:200]]
-    return html.Div([html.H3(f"Diff: run #{before['id']} → #{after['id']}"),
+    base = " (pinned baseline)" if before.get("pinned") else ""
+    return html.Div([html.H3(f"Diff: run #{before['id']}{base} → #{after['id']}"),
                      html.Div(knob_text + speed, id="diff-summary"),
                      html.Div(body or "kernels identical", className="diff")], id="run-diff")

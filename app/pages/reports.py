@@ -10,8 +10,9 @@ dash.register_page(__name__, path="/reports", name="Reports", title="UOL Studio:
 
 RUN_COLUMNS = [("id", "#"), ("open", "permalink"), ("when", "when"), ("kind", "kind"),
                ("op", "op"), ("sizes", "sizes"), ("backend", "backend"), ("target", "target"),
-               ("mode", "mode"), ("ok", "ok"), ("time_ms", "time (ms)"), ("gflops", "GFLOP/s"),
-               ("config", "config"), ("machine", "machine")]
+               ("mode", "mode"), ("ok", "ok"), ("time_ms", "time (ms)"),
+               ("ci_ms", "95% CI (ms)"), ("noisy", "noisy"), ("gflops", "GFLOP/s"),
+               ("config", "config"), ("machine", "machine"), ("pinned", "baseline")]
 
 
 def _rows(op=None, backend=None, target=None, ok=None) -> list[dict]:
@@ -22,7 +23,13 @@ def _rows(op=None, backend=None, target=None, ok=None) -> list[dict]:
     out = []
     for r in history.runs(op or None, backend or None, target or None,
                           None if ok in (None, "any") else ok == "ok"):
-        out.append({"id": r["id"], "open": f"[/run/{r['id']}](/run/{r['id']})",
+        t = history.timing(r)
+        out.append({"ci_ms": (f"{t['ci_low_s'] * 1e3:.4g}-{t['ci_high_s'] * 1e3:.4g}"
+                              if t.get("ci_low_s") else "no samples" if t else ""),
+                    "noisy": "" if "noisy" not in t else "⚠ yes" if t["noisy"] else "no",
+                    "noise_reason": t.get("noise_reason", ""),
+                    "pinned": "📌 pinned" if r.get("pinned") else "",
+                    "id": r["id"], "open": f"[/run/{r['id']}](/run/{r['id']})",
                     "when": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created"])),
                     "kind": r["kind"], "op": r["op"], "sizes": history.sizes_text(r["sizes"]),
                     "backend": r["backend"], "target": r["target"], "mode": r["mode"],
@@ -93,11 +100,15 @@ def layout(**_query) -> html.Div:
                                                                   ("html", "pdf", "md",
                                                                    "json")])]),
             html.Button("Export selected", id="export-button"),
+            html.Button("Pin selected as baseline", id="pin-button", className="secondary",
+                        title="Comparisons of this op, sizes, backend and target use it"),
             dcc.Download(id="export-download"),
         ], className="toolbar"),
-        html.Div("Select one run to export it, two to export a comparison (the older is the "
-                 "baseline). Runs of the same op and sizes compare by time; others by GFLOP/s "
-                 "(the report says so); profiled runs by their per-line costs only.",
+        html.Div("Select one run to export it (compared with its pinned baseline when one "
+                 "is pinned), two to export a comparison (the older is the baseline). Runs of "
+                 "the same op and sizes compare by time, with a 95% confidence interval or "
+                 "'no significant difference'; others by GFLOP/s (the report says so); "
+                 "profiled runs by their per-line costs only. Hover 'noisy' for why.",
                  className="muted"),
         html.Div(id="export-status", className="muted"),
         html.Div(dash_table.DataTable(
@@ -106,6 +117,7 @@ def layout(**_query) -> html.Div:
             columns=[{"name": n, "id": i, "presentation": "markdown"} if i == "open" else
                      {"name": n, "id": i} for i, n in RUN_COLUMNS],
             markdown_options={"link_target": "_self"},
+            tooltip_data=[{"noisy": r["noise_reason"]} for r in rows], tooltip_duration=None,
             style_cell={"fontSize": 12, "padding": "3px 6px", "textAlign": "left"},
             style_data={"whiteSpace": "normal"}), className="panel"),
         html.H3("Tuning database (every tuner measurement)"),
@@ -119,12 +131,33 @@ def layout(**_query) -> html.Div:
 
 
 @callback(Output("runs-table", "data"), Output("runs-table", "selected_rows"),
-          Input("filter-op", "value"), Input("filter-backend", "value"),
+          Output("runs-table", "tooltip_data"), Input("filter-op", "value"), Input("filter-backend", "value"),
           Input("filter-target", "value"), Input("filter-ok", "value"),
           prevent_initial_call=True)
 def filter_runs(op, backend, target, ok):
     """Re-query the history with the filters (selection is cleared: row indices change)."""
-    return _rows(op, backend, target, ok), []
+    rows = _rows(op, backend, target, ok)
+    return rows, [], [{"noisy": r["noise_reason"]} for r in rows]
+
+
+@callback(Output("runs-table", "data", allow_duplicate=True),
+          Output("runs-table", "tooltip_data", allow_duplicate=True),
+          Output("export-status", "children", allow_duplicate=True),
+          Input("pin-button", "n_clicks"), State("runs-table", "data"),
+          State("runs-table", "selected_rows"), State("filter-op", "value"),
+          State("filter-backend", "value"), State("filter-target", "value"),
+          State("filter-ok", "value"), prevent_initial_call=True)
+def pin_selected(_clicks, rows, selected, op, backend, target, ok):
+    """Pin the selected run as the baseline of its kind (op, sizes, backend, target)."""
+    from app.services import history
+
+    if not selected or len(selected) != 1:
+        return dash.no_update, dash.no_update, "Select one run to pin it as the baseline."
+    run_id = rows[selected[0]]["id"]
+    history.pin(int(run_id))
+    rows = _rows(op, backend, target, ok)
+    return (rows, [{"noisy": r["noise_reason"]} for r in rows],
+            f"📌 run #{run_id} is the baseline of its op, sizes, backend and target")
 
 
 @callback(Output("export-download", "data"), Output("export-status", "children"),
@@ -140,7 +173,9 @@ def export_selected(_clicks, rows, selected, fmt):
     ids = sorted(rows[i]["id"] for i in selected[:2])
     try:
         runs = [history.get(i) for i in ids]
-        other, row = (runs[0], runs[1]) if len(runs) == 2 else (None, runs[0])
+        # one run: compared with its pinned baseline where there is one
+        other, row = (runs[0], runs[1]) if len(runs) == 2 else \
+            (history.baseline_for(runs[0]), runs[0])
         data, name = reports.export(row, fmt, other)
     except Exception as exc:  # e.g. no Chromium for PDF: say so, keep serving
         return dash.no_update, f"✗ export failed: {type(exc).__name__}: {exc}"

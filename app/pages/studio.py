@@ -7,6 +7,7 @@ from dash import dcc, html
 
 from app.callbacks import studio as _compile_callbacks  # noqa: F401  (registers callbacks)
 from app.callbacks import studio_inspect as _inspect_callbacks  # noqa: F401
+from app.callbacks import studio_pin as _pin_callbacks  # noqa: F401
 from app.callbacks import studio_run as _run_callbacks  # noqa: F401
 from app.callbacks.studio import EDITED, op_identity
 from app.components.codeview import code_host

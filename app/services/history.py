@@ -32,13 +32,15 @@ CREATE TABLE IF NOT EXISTS runs (
     result TEXT NOT NULL,
     kernel TEXT NOT NULL DEFAULT '',
     mode TEXT NOT NULL DEFAULT 'timed',
-    machine TEXT NOT NULL DEFAULT ''
+    machine TEXT NOT NULL DEFAULT '',
+    pinned INTEGER NOT NULL DEFAULT 0
 )"""
 COLUMNS = ("id", "created", "kind", "op", "backend", "target", "sizes", "config", "odl", "ok",
-           "median_s", "gflops", "gbs", "result", "kernel", "mode", "machine")
+           "median_s", "gflops", "gbs", "result", "kernel", "mode", "machine", "pinned")
 JSON_COLUMNS = ("sizes", "config", "result")
 # Columns added after the first schema: an older database gains them (its rows get the default).
-ADDED_COLUMNS = {"mode": "TEXT NOT NULL DEFAULT 'timed'", "machine": "TEXT NOT NULL DEFAULT ''"}
+ADDED_COLUMNS = {"mode": "TEXT NOT NULL DEFAULT 'timed'", "machine": "TEXT NOT NULL DEFAULT ''",
+                 "pinned": "INTEGER NOT NULL DEFAULT 0"}
 # How a run's time was obtained; only "timed" runs are compared by time or put on a roofline.
 TIMED, PROFILED, INTERPRETED, UNTIMED = "timed", "profiled", "interpreted", "untimed"
 
@@ -113,8 +115,9 @@ def record(kind: str, request: dict, result: dict, kernel: str = "") -> int:
            result.get("gbs"), json.dumps(result), kernel, run_mode(kind, result),
            measured_on(result))
     with _connect() as conn:
-        cur = conn.execute(f"INSERT INTO runs ({', '.join(COLUMNS[1:])}) VALUES "
-                           f"({', '.join('?' * (len(COLUMNS) - 1))})", row)
+        names = COLUMNS[1:-1]  # a new run is never pinned
+        cur = conn.execute(f"INSERT INTO runs ({', '.join(names)}) VALUES "
+                           f"({', '.join('?' * len(names))})", row)
         return int(cur.lastrowid)
 
 
@@ -123,6 +126,7 @@ def _as_dict(row: tuple) -> dict[str, Any]:
     for key in JSON_COLUMNS:
         data[key] = json.loads(data[key] or "{}")
     data["ok"] = bool(data["ok"])
+    data["pinned"] = bool(data["pinned"])
     return data
 
 
@@ -154,6 +158,61 @@ def runs(op: str | None = None, backend: str | None = None, target: str | None =
     return [_as_dict(r) for r in rows]
 
 
+def pin(run_id: int, pinned: bool = True) -> dict[str, Any]:
+    """Pin run `run_id` as the baseline of its op, sizes, backend and target (the one pinned
+    before it is unpinned: one baseline per kind of run), or unpin it; returns the run.
+    KeyError for an unknown id."""
+    row = get(run_id)
+    if row is None:
+        raise KeyError(f"no run #{run_id} in the history")
+    with _connect() as conn:
+        if pinned:
+            conn.execute("UPDATE runs SET pinned = 0 WHERE op = ? AND sizes = ? AND backend = ? "
+                         "AND target = ?", (row["op"], json.dumps(row["sizes"]), row["backend"],
+                                            row["target"]))
+        conn.execute("UPDATE runs SET pinned = ? WHERE id = ?", (int(pinned), int(run_id)))
+    return {**row, "pinned": pinned}
+
+
+def baseline_for(row: dict) -> dict[str, Any] | None:
+    """The pinned run of `row`'s op, sizes, backend and target, or None (not `row` itself)."""
+    with _connect() as conn:
+        found = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM runs WHERE pinned = 1 AND op = ? "
+                             "AND sizes = ? AND backend = ? AND target = ? AND id != ? "
+                             "ORDER BY id DESC LIMIT 1",
+                             (row["op"], json.dumps(row["sizes"]), row["backend"],
+                              row["target"], int(row.get("id") or 0))).fetchone()
+    return _as_dict(found) if found else None
+
+
+def timing(row: dict) -> dict[str, Any]:
+    """A run's time as it is shown: median, n, the 95% CI, noisy and its reason. Runs stored
+    before samples were kept have no CI; their noisy flag comes from the IQR alone."""
+    from uol_core.runtime import stats
+
+    res = row.get("result") or {}
+    if not row.get("median_s"):
+        return {}
+    out = {"median_s": row["median_s"], "samples": res.get("samples")}
+    if "noisy" in res:  # judged when it ran, with the machine's load then
+        return {**out, **{k: res[k] for k in ("n", "ci_low_s", "ci_high_s", "noisy",
+                                              "noise_reason") if k in res}}
+    return {**out, **stats.summary(res.get("samples"), median_s=row["median_s"],
+                                   iqr_s=res.get("iqr_s"))}
+
+
+def compare_rows(before: dict, after: dict) -> str:
+    """'#5 is 1.24x faster than #3 (95% CI 1.18-1.30)', 'no significant difference ...', or
+    the medians' ratio with 'no samples stored: significance unknown' for older runs."""
+    from uol_core.runtime import stats
+
+    verdict = stats.compare((before.get("result") or {}).get("samples"),
+                            (after.get("result") or {}).get("samples"),
+                            a_median=before.get("median_s"), b_median=after.get("median_s"),
+                            a_label=f"#{before['id']}", b_label=f"#{after['id']}")
+    return verdict.text
+
+
 def sizes_text(sizes: dict) -> str:
     """'M=256,K=128,N=256': the sizes as a user types them."""
     return ",".join(f"{k}={v}" for k, v in sizes.items()) or "-"
@@ -163,7 +222,8 @@ def describe(row: dict) -> str:
     """One line naming a run fully: id, op, sizes, backend/target, mode and its time."""
     timing = f"{row['median_s'] * 1e6:.1f} µs" if row.get("median_s") else "no time"
     return (f"#{row['id']} {row['op']} {sizes_text(row['sizes'])} {row['backend']}/"
-            f"{row['target']} {row.get('mode', TIMED)} {timing}")
+            f"{row['target']} {row.get('mode', TIMED)} {timing}"
+            + (" (pinned baseline)" if row.get("pinned") else ""))
 
 
 def tuning_rows(limit: int = 300) -> list[dict[str, Any]]:

@@ -144,7 +144,8 @@ def run_of(row: dict):
     return Run(label, row["op"], row["target"], row["backend"], row["config"], row["sizes"],
                row["median_s"], res.get("iqr_s"), res.get("flops"), res.get("bytes"),
                "ok" if row["ok"] else "failed", res.get("hotspots"),
-               mode=row.get("mode", history.TIMED), machine=row.get("machine", ""))
+               mode=row.get("mode", history.TIMED), machine=row.get("machine", ""),
+               samples=res.get("samples"))
 
 
 def roofline_figure(rows: list[dict]):

@@ -23,7 +23,25 @@ def _run_obj(row: dict):
                sizes=row["sizes"], median_s=row["median_s"], iqr_s=res.get("iqr_s"),
                flops=res.get("flops"), bytes=res.get("bytes"),
                status="ok" if row["ok"] else "failed", mode=row.get("mode", "timed"),
-               machine=row.get("machine", ""))
+               machine=row.get("machine", ""), samples=res.get("samples"))
+
+
+def _measurement(r: dict) -> dict:
+    """One run's row of the Measurements table: its time with n, the 95% CI and the noisy flag
+    with the thresholds and values that decided it."""
+    from app.services.history import TIMED, timing
+
+    t = timing(r)
+    ci = (f"{t['ci_low_s'] * 1e3:.4g}-{t['ci_high_s'] * 1e3:.4g} ms" if t.get("ci_low_s")
+          else "no samples stored" if t else "")
+    noisy = "" if "noisy" not in t else \
+        (f"yes: {t['noise_reason']}" if t["noisy"] else f"no ({t['noise_reason']})")
+    return {"label": f"run #{r['id']}" + (" (pinned baseline)" if r.get("pinned") else ""),
+            "op": r["op"], "sizes": r["sizes"], "target": r["target"], "backend": r["backend"],
+            "mode": r.get("mode", TIMED), "median_s": r["median_s"], "ci_95": ci,
+            "iqr_s": r["result"].get("iqr_s"),
+            "repeats": t.get("n") or r["result"].get("repeats") or r["result"].get("reps"),
+            "noisy": noisy, "gflops": r["gflops"], "gbps": r["gbs"]}
 
 
 def _cost(row: dict):
@@ -34,7 +52,8 @@ def _cost(row: dict):
 
 
 def run_report(row: dict, other: dict | None = None) -> dict:
-    """Report data for one run, or for `other` (baseline) against `row` when given."""
+    """Report data for one run, or for `other` (baseline) against `row` when given; the
+    comparison's verdict carries its 95% CI or says the difference is not significant."""
     import uol_core
     from app.services.history import TIMED, peak_of
     from profilers.compare import compare
@@ -57,12 +76,7 @@ def run_report(row: dict, other: dict | None = None) -> dict:
     report["verification"] = {"ok": row["ok"], "max_error": str(res.get("max_error", "")),
                               "error": res.get("error", "")}
     both = ([other] if other else []) + [row]
-    report["measurements"] = [{"label": f"run #{r['id']}", "op": r["op"],
-                               "sizes": r["sizes"], "target": r["target"],
-                               "backend": r["backend"], "mode": r.get("mode", TIMED),
-                               "median_s": r["median_s"], "iqr_s": r["result"].get("iqr_s"),
-                               "repeats": r["result"].get("repeats"), "gflops": r["gflops"],
-                               "gbps": r["gbs"]} for r in both]
+    report["measurements"] = [_measurement(r) for r in both]
     if row.get("kernel"):
         report["kernel_source"] = row["kernel"]
     points = []

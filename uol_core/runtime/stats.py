@@ -24,6 +24,10 @@ KEEP_SAMPLES = 256  # samples stored with a run (evenly spaced order statistics 
 SPREAD_LIMIT = 0.10  # IQR over the median
 LOAD_LIMIT = 1.0  # 1-minute load average per CPU core: more runnable threads than cores
 STEAL_LIMIT = 0.05  # share of CPU time a hypervisor gave to other guests during the run
+# A difference smaller than this is not called significant even when its CI leaves out 1:
+# samples of one run miss the drift between runs (clock, cache and neighbours change), which
+# moves two runs of one kernel by a few percent on a quiet machine too.
+MIN_EFFECT = 0.03
 NO_SAMPLES = "no samples stored: significance unknown"
 
 
@@ -129,7 +133,7 @@ def compare(a: list[float] | None, b: list[float] | None, *, a_median: float | N
             b_median: float | None = None, a_label: str = "A", b_label: str = "B",
             seed: int = 0, resamples: int = RESAMPLES) -> Verdict:
     """B against baseline A by a bootstrap of the ratio of medians (A over B): significant when
-    the 95% CI of the ratio leaves out 1. Without samples on either side (a run recorded before
+    the 95% CI of the ratio leaves out 1 and the ratio is MIN_EFFECT or more from 1. Without samples on either side (a run recorded before
     samples were stored) the medians give the ratio and the verdict says significance is
     unknown."""
     if not a or not b:
@@ -145,11 +149,12 @@ def compare(a: list[float] | None, b: list[float] | None, *, a_median: float | N
     rng = np.random.default_rng(seed)
     low, high = _interval(_boot_medians(sa, rng, resamples) / _boot_medians(sb, rng, resamples))
     ratio = statistics.median(sa) / statistics.median(sb)
-    if low <= 1.0 <= high:
+    if low <= 1.0 <= high or abs(ratio - 1) < MIN_EFFECT:
+        why = "" if low <= 1.0 <= high else f"; under the {MIN_EFFECT:.0%} runs drift by"
         return Verdict(ratio, low, high, False,
                        f"no significant difference between {b_label} and {a_label} "
                        f"(ratio {ratio:.2f}, 95% CI {low:.2f}-{high:.2f}; "
-                       f"n={len(sa)} and {len(sb)})")
+                       f"n={len(sa)} and {len(sb)}{why})")
     return Verdict(ratio, low, high, True, speedup_text(ratio, low, high, b_label, a_label))
 
 
