@@ -115,6 +115,14 @@ def test_interpolate(kwargs, op):
     assert [n.op.name for n in graph.nodes if n.kind == "odl"] == [op]
 
 
+@pytest.mark.parametrize("kwargs", [
+    {"kernel_size": 2},
+    {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True, "count_include_pad": False},
+])
+def test_average_pooling_divides_border_windows_as_torch_does(kwargs):
+    _check(nn.AvgPool2d(**kwargs), (2, 4, 9, 10))
+
+
 def test_pixel_shuffle_and_unshuffle():
     _check(nn.Sequential(nn.PixelShuffle(2), nn.Conv2d(2, 4, 3, padding=1), nn.PixelUnshuffle(2)),
            (1, 8, 6, 6))

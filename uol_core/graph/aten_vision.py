@@ -1,5 +1,5 @@
 """Mapping rules for the ops vision models add to the convolution family: constant padding,
-group and instance norm, and resizing (nearest, bilinear, bicubic upsampling).
+group and instance norm, average pooling, and resizing (nearest, bilinear, bicubic).
 
 Activations (hardswish, hardsigmoid, ReLU6 as hardtanh, SiLU, both GELUs) are elementwise rules
 in aten_rules.py; pixel shuffle arrives as views (reshape, permute) and dropout and stochastic
@@ -247,8 +247,45 @@ def resize(imp: ExportImporter, n: fx.Node) -> None:
                       "RW": imp.param(f"{n.name}_cols", rw)}, "nd")
 
 
+def avg_pool2d(imp: ExportImporter, n: fx.Node) -> None:
+    """avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    a window sum, written as a depthwise conv with unit weights (the conv template's form),
+    times 1 / divisor per output pixel. The divisors come from torch's own op on ones, so the
+    border windows (padding counted or not, ceil_mode's partial windows) divide as torch's."""
+    x = n.args[0]
+    shape = imp.shape(x)
+    if len(shape) != 4:
+        raise Unmapped("an unbatched (3-D) input")
+    kernel = A.pair(_arg(n, 1, "kernel_size", None), "kernel_size")
+    stride = A.pair(_arg(n, 2, "stride", None) or kernel, "stride")
+    ph, pw = A.pair(_arg(n, 3, "padding", 0), "padding")
+    out = imp.shape(n)
+    ones = torch.ones(1, 1, *shape[2:])
+    args = [kernel, stride, [ph, pw], *list(n.args[4:])]
+    with torch.no_grad():
+        averaged = n.target(ones, *args)  # count / divisor per window
+        summed = torch.nn.functional.avg_pool2d(ones, kernel, stride, [ph, pw],
+                                                bool(_arg(n, 4, "ceil_mode", False)), True, 1)
+    scale = torch.where(summed > 0, averaged / summed.clamp(min=1), 0.0).reshape(out[2:])  # 1 / divisor
+    reads, padded = [], False
+    for i, r, step, before, size, k, extent in (("h", "r", stride[0], ph, shape[2], kernel[0], out[2]),
+                                                ("w", "s", stride[1], pw, shape[3], kernel[1], out[3])):
+        index = f"{step}*{i} + {r}" if step != 1 else f"{i} + {r}"
+        reads.append(index + (f" - {before}" if before else ""))
+        padded = padded or before > 0 or (extent - 1) * step + k - 1 - before > size - 1
+    read = f"X[n, c, {reads[0]}, {reads[1]}]"
+    if padded:
+        read = f"pad({read}, 0)"
+    window = (shape[1], 1, *kernel)
+    text = (f"op avg_pool2d_k{kernel[0]}x{kernel[1]}(X: {shape_text(shape)}, F: {shape_text(window)}, "
+            f"D: {shape_text(tuple(out[2:]))}) -> Y: {shape_text(out)}:\n"
+            f"    Y[n, c, h, w] = sum[r, s]({read} * F[c, 0, r, s]) * D[h, w]\n")
+    imp.odl(n, text, {"X": imp.tensor(x), "F": imp.param(f"{n.name}_window", torch.ones(window)),
+                      "D": imp.param(f"{n.name}_divisors", scale)}, "nd")
+
+
 VISION_RULES = {
     "constant_pad_nd": constant_pad_nd, "native_group_norm": group_norm,
-    "_native_batch_norm_legit": batch_statistics_norm,
+    "_native_batch_norm_legit": batch_statistics_norm, "avg_pool2d": avg_pool2d,
     **{kind: resize for kind in _RESIZE_SCALES},
 }
