@@ -95,7 +95,7 @@ def test_a_small_gemm_explains_the_relaxed_latency_rule() -> None:
 
     grace = TARGETS["grace-neoverse-v2"]
     cfg, space, model = choose_config(OPS["matmul"], {"M": 5, "N": 5, "K": 5}, grace, None)
-    assert space.latency[cfg.isa] == (10, 16)  # sve: Grace's SVE2 vectors are 128 bits
+    assert space.facts["latency"][cfg.isa] == (10, 16)  # sve: Grace's SVE2 vectors are 128 bits
     lines = explain(space, model, cfg).binding
     assert any("relaxed to 10" in line and "latency-bound" in line for line in lines), lines
 
@@ -104,7 +104,7 @@ def test_a_flash_op_too_wide_for_shared_memory_falls_back_to_generic_kernels() -
     gpu = TARGETS["a100-sxm-80gb"]
     space = gpu_space(OPS["attention"], {dim: 1000 for dim in OPS["attention"].dims}, gpu)
     assert space.configs and all(c["force_generic"] for c in space.configs)
-    assert "shared_memory" in space.problem["fallback"]
+    assert "shared_memory" in space.facts["problem"]["fallback"]
 
 
 GATED_MLP = """op gated_mlp(X: f32[M, K], Wg: f32[K, N], Wu: f32[K, N]) -> Y: f32[M, N]:

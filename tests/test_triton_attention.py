@@ -123,7 +123,7 @@ def test_half_precision_inputs() -> None:
 def test_flash_tile_space_has_its_own_knobs() -> None:
     from types import SimpleNamespace
 
-    from uol_core.acg.gpu_space import gpu_space, rank
+    from uol_core.acg.gpu_space import first_rejections, gpu_space, rank
 
     gpu = SimpleNamespace(smem_per_block_optin_bytes=65536, smem_per_block_bytes=49152,
                           registers_per_thread_max=255, warp_size=32, max_threads_per_block=1024,
@@ -131,10 +131,10 @@ def test_flash_tile_space_has_its_own_knobs() -> None:
                           mem_bandwidth_gbps=1000.0, cores=100)
     space = gpu_space(load_op("attention_batched"), {"B": 2, "NH": 8, "S": 1024, "T": 1024,
                                                      "D": 64}, gpu)
-    assert space.problem["flash"] and set(space.configs[0]) == {"BLOCK_M", "BLOCK_N",
+    assert space.facts["problem"]["flash"] and set(space.configs[0]) == {"BLOCK_M", "BLOCK_N",
                                                                  "num_warps", "num_stages"}
     big = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4}
     assert any(r.startswith("shared_memory") for r in space.explain(big))
-    assert len(space.configs) + sum(space.removed.values()) == space.total
+    assert len(space.configs) + sum(first_rejections(space).values()) == space.product_size
     times = [p["time_s"] for _, p in rank(space, gpu, top=5)]
     assert times == sorted(times) and len(times) == 5

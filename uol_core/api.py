@@ -113,8 +113,8 @@ class CompiledKernel:
         from uol_core.acg.session import recorded
         cfg, src, _, space, model = self._current()
         if model is None:
-            from uol_core.acg.space_patterns import PatternSpace, explain_pattern
-            if isinstance(space, PatternSpace):  # fusion plan, pattern space, byte roofline
+            from uol_core.acg.space_patterns import explain_pattern
+            if space.family == "pattern":  # fusion plan, pattern space, byte roofline
                 return explain_pattern(space, cfg, src, measured)
         if model is None:  # any other space: its rules and the op's roofline
             from uol_core.acg.explain import explain_space

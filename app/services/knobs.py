@@ -16,63 +16,62 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from uol_core.acg.space_core import Constraint, Space
+
 DERIVED_KNOBS = frozenset({"nc"})  # follow the other knobs: a config carried over drops them
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A named constraint: the formula a person reads and its predicate over a config dict."""
-
-    name: str
-    formula: str
-    check: Any  # callable(cfg: dict) -> bool
-
-    def holds(self, cfg: dict) -> bool:
-        try:
-            return bool(self.check(cfg))
-        except (KeyError, TypeError, ZeroDivisionError):
-            return True  # a rule about knobs this kernel lacks does not apply
 
 
 @dataclass
 class KnobSpace:
-    """Domains per knob, the rules, and the default (first legal, or the compiler's pick)."""
+    """The panel's view of the op's `Space` (uol_core.acg.space_core): the backend, the model's
+    default config, the Studio-only knobs (`extra`: offered, never searched), the notes. The
+    space answers for domains (scoped: the C GEMM's nr is counted in vector lanes, so an
+    AVX-512 config has other nr values than an AVX2 one), violations and derived knobs."""
 
     backend: str
-    domains: dict[str, list]
-    rules: list[Rule]
+    acg: Space
     default: dict[str, Any]
-    acg: Any = None  # the ACG Space (C backend), for explanations
-    model: Any = None  # the ACG cost model (C backend)
-    legal_count: int = 0
+    model: Any = None  # the ACG cost model (C GEMMs), for explanations
     notes: list[str] = field(default_factory=list)
-    derived: dict[str, list] = field(default_factory=dict)  # derived knob -> its legal values
-    derive: Any = None  # callable(cfg: dict) -> {derived knob: value for that config}
-    # domains that depend on one knob's value: the C space's nr is counted in vector lanes,
-    # so an AVX-512 config has other nr values than an AVX2 one (scope knob: isa)
-    scope_knob: str = ""
-    scoped: dict[Any, dict[str, list]] = field(default_factory=dict)
+    extra: dict[str, list] = field(default_factory=dict)  # Studio-only knob -> its values
     # the backend names its knobs in the kernel text: a knob absent from it is unused there
     hide_unused: bool = False
     # (knob, the other knobs' values) -> whether every legal value emits the same kernel
     inert_cache: dict = field(default_factory=dict, repr=False)
 
+    @property
+    def domains(self) -> dict[str, list]:
+        """Every knob with a panel row: the space's searched knobs, then the Studio's own."""
+        return {**self.acg.domains, **self.extra}
+
+    @property
+    def legal_count(self) -> int:
+        return len(self.acg.configs)
+
+    @property
+    def derived(self) -> dict[str, list]:
+        """Derived knob -> the values it takes across the legal configs (the C GEMM's nc)."""
+        return self.acg.derived
+
     def domain(self, name: str, cfg: dict | None = None) -> list:
         """Knob `name`'s domain, the one of `cfg`'s scope (its isa) where that differs."""
-        scope = self.scoped.get((cfg or {}).get(self.scope_knob), {})
-        return list(scope.get(name, self.domains.get(name, [])))
+        if name in self.extra:
+            return list(self.extra[name])
+        return self.acg.domain(name, cfg)
 
-    def violated(self, cfg: dict) -> list[Rule]:
-        """Rules that `cfg` breaks."""
-        return [r for r in self.rules if not r.holds(cfg)]
+    def violated(self, cfg: dict) -> list[Constraint]:
+        """The space's constraints that `cfg` breaks."""
+        return self.acg.violated(cfg)
 
     def legal_values(self, name: str, cfg: dict | None = None) -> list:
         """The values knob `name` may take (in `cfg`'s scope): its domain, or for a derived
-        knob (the C backend's nc) the values it takes across the legal configs."""
+        knob (the C backend's nc) the values it takes across the legal configs. A config
+        given by hand may break the space's other constraints (they cost speed, not
+        correctness): the panel marks those values, the compile keeps them."""
         if name in self.domains:
             return self.domain(name, cfg)
         if name in self.derived:
-            return list(self.derived[name])
+            return self.acg.legal_values(name)
         return [self.default[name]]
 
     def resolve(self, config: dict) -> dict:
@@ -81,9 +80,9 @@ class KnobSpace:
         A derived knob the config does not give is derived from the resolved knobs."""
         config = config or {}
         cfg = dict(self.default)
-        if self.derive is not None:
+        if self.acg.derive is not None:
             searched = {k: v for k, v in config.items() if k not in self.derived}
-            cfg.update(self.derive(self._checked(cfg, searched)))
+            cfg.update(self.acg.derive(self._checked(cfg, searched)))
         return self._checked(cfg, config)
 
     def _checked(self, base: dict, config: dict) -> dict:
@@ -165,15 +164,13 @@ def _space(odl: str, backend: str, target: str, sizes: dict[str, int]) -> KnobSp
     plan = chosen.plan(_parse(odl), sizes, target)
     choice = chosen.choose(plan, None)  # the model's pick: what `uol_core.compile` builds
     space = choice.space
-    rules = [Rule(c.name, c.formula, c.holds) for c in space.constraints]
     if not space.configs:
         raise ValueError(f"no legal {chosen.name} config for {plan.op.name} on {target}: every "
-                         f"assignment breaks a constraint ({', '.join(r.name for r in rules)})")
-    knobs = KnobSpace(chosen.name, dict(space.domains), rules, dict(as_mapping(choice.config)),
-                      space, choice.model, len(space.configs),
-                      [*space.notes, *choice.notes], dict(space.derived), space.derive,
-                      space.scope_knob, dict(space.scoped),
-                      bool(getattr(chosen, "knobs_named_in_source", False)))
+                         "assignment breaks a constraint ("
+                         f"{', '.join(c.name for c in space.constraints)})")
+    knobs = KnobSpace(chosen.name, space, dict(as_mapping(choice.config)), choice.model,
+                      [*space.notes, *choice.notes],
+                      hide_unused=bool(getattr(chosen, "knobs_named_in_source", False)))
     _offer_streaming(knobs, chosen, plan)
     return knobs
 
@@ -192,7 +189,7 @@ def _offer_streaming(knobs: KnobSpace, chosen, plan) -> None:
     except Exception:  # a kernel that cannot be emitted offers nothing more
         return
     if differs:
-        knobs.domains["stream"] = [0, 1]
+        knobs.extra["stream"] = [0, 1]
         knobs.default["stream"] = 0
         knobs.notes.append("stream: 1 writes the output with non-temporal stores, for an output "
                            "written in place (not searched by the tuner)")
@@ -205,36 +202,35 @@ def space_for(odl: str, backend: str, target: str, sizes: tuple) -> KnobSpace:
 
 
 def explain(space: KnobSpace, cfg: dict, op, sizes: dict[str, int], target) -> str:
-    """Why this config: the rules that bind it, the roofline bound, and HFL facts with provenance."""
-    from uol_core import op_cost
-    from uol_core.hfl.roofline import peak_key, roofline
+    """Why this config, as text (spaces without a cost model; the C GEMM's has its own):
+    `uol_core.acg.explain.explain_space`'s binding rules and roofline, with the backend, the
+    model's notes and the HFL facts with their provenance."""
+    from uol_core.acg.explain import explain_space
+    from uol_core.hfl.roofline import peak_key
     from uol_core.odl.cost import peak_dtype
 
+    why = explain_space(op, sizes, target, space.acg, cfg)
     lines = [f"{op.name} on {target.name} ({space.backend} backend), sizes "
              + ", ".join(f"{k}={v}" for k, v in sizes.items()),
-             f"legal configs in the space: {space.legal_count}"]
-    binding = []
-    for name, domain in space.domains.items():
-        stops = {r.name for v in domain for r in space.violated({**cfg, name: v})}
-        if stops:
-            binding.append(f"  {name}={cfg.get(name)}: larger choices stopped by "
-                           + ", ".join(sorted(stops)))
-    if binding:
+             f"legal configs in the space: {why.legal_configs}"]
+    if why.binding:
         lines.append("binding constraints:")
-        lines.extend(binding)
+        lines.extend(f"  {line}" for line in why.binding)
+    if why.violated:
+        lines.append("violated (config given by hand):")
+        lines.extend(f"  {line}" for line in why.violated)
     if space.notes:
         lines.append("model notes:")
         lines.extend(f"  {note}" for note in space.notes)
-    cost = op_cost(op, sizes)
+    roof = why.roofline
     peak = peak_key(target, peak_dtype(op))  # a bf16 GEMM is held to the bf16 peak
-    try:
-        roof = roofline(cost.flops, cost.bytes, target, peak)
-        lines.append(f"roofline: {roof.bound}-bound, intensity {roof.intensity:.2f} FLOP/B "
-                     f"(ridge {roof.ridge_intensity:.2f}), attainable "
-                     f"{roof.attainable_gflops:.1f} GFLOP/s ({peak} peak), at best "
-                     f"{roof.min_seconds * 1e6:.1f} us")
-    except ValueError as exc:
-        lines.append(f"roofline: unavailable ({exc})")
+    if "intensity" in roof:
+        lines.append(f"roofline: {roof['bound']}-bound, intensity {roof['intensity']:.2f} FLOP/B "
+                     f"(ridge {roof['ridge_intensity']:.2f}), attainable "
+                     f"{roof['attainable_gflops']:.1f} GFLOP/s ({roof['dtype']} peak), at best "
+                     f"{roof['min_seconds'] * 1e6:.1f} us")
+    else:
+        lines.append(f"roofline: unavailable ({roof.get('bound', '')})")
     lines.append("HFL facts used:")
     for fname in (f"peak_gflops.{peak}", "mem_bandwidth_gbps", "l1d_bytes", "l2_bytes",
                   "vector_registers", "cores"):

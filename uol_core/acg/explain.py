@@ -14,7 +14,7 @@ from uol_core.acg.cost_model import (
     pass_depth,
     roofline_gflops,
 )
-from uol_core.acg.space import Space
+from uol_core.acg.space_core import Space
 from uol_core.acg.stores import last_level_cache
 from uol_core.backends.c_platforms import PLATFORMS
 
@@ -74,7 +74,7 @@ def _latency_line(space: Space, cfg: TileConfig, nv: int) -> str:
     """How many FMA chains the tile keeps in flight, and whether the rule had to be relaxed."""
     t, plan = space.target, space.plan
     need = t.fma_units * t.fma_latency_cycles
-    hide, need = space.latency.get(cfg.isa, (need, need))
+    hide, need = space.facts.get("latency", {}).get(cfg.isa, (need, need))
     line = (f"latency hiding: {cfg.mr * nv} independent FMA chains for "
             f"{t.fma_units} units x {t.fma_latency_cycles} cycles = {need}")
     if hide < need:

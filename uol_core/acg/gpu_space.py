@@ -7,16 +7,14 @@ with wave quantisation. Every assignment a constraint removes is counted under i
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import constraint
 
-from uol_core.acg.space_core import Config, Constraint, Space
+from uol_core.acg.space_core import Config, Constraint, Space, count_removed
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Op
 from uol_core.odl.patterns import classify
@@ -40,57 +38,19 @@ def gpu_rule(name: str, variables: tuple[str, ...], test: Callable[..., bool], w
     return Constraint(name, why, variables, test, facts)
 
 
-@dataclass
-class GpuSpace(Space):
-    """Legal configs of one op at concrete sizes on one target, and what pruned the rest.
-
-    The counts of what each rule removed are computed when first asked for (explanations),
-    not on every solve: enumerating the full product costs more than solving it.
-    """
-
-    problem: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def rules(self) -> list[Constraint]:
-        return self.constraints
-
-    @property
-    def total(self) -> int:
-        return self.product_size
-
-    @functools.cached_property
-    def violations(self) -> dict[str, int]:
-        """Rule name -> assignments of the full product violating it (alone)."""
-        out = {}
-        for rule in self.rules:
-            own = [self.domains[v] for v in rule.variables]
-            bad = sum(1 for values in itertools.product(*own) if not rule.test(*values))
-            out[rule.name] = bad * self.total // max(1, math.prod(len(d) for d in own))
-        return out
-
-    @functools.cached_property
-    def removed(self) -> dict[str, int]:
-        """Rule name -> assignments it was the first (in rule order) to reject."""
-        names = list(self.domains)
-        removed = {r.name: 0 for r in self.rules}
-        for values in itertools.product(*self.domains.values()):
-            cfg = dict(zip(names, values))
-            for rule in self.rules:
-                if not rule.test(*(cfg[v] for v in rule.variables)):
-                    removed[rule.name] += 1
-                    break
-        return removed
-
-    def report(self) -> list[dict]:
-        """One row per rule, with what it alone removes (counted on first request)."""
-        counts = self.violations
-        return [{"name": c.name, "formula": c.formula, "removed": counts.get(c.name, 0),
-                 "of": self.total} for c in self.constraints]
-
-    def explain(self, config: dict) -> list[str]:
-        """Names and reasons of every rule a config breaks (empty: legal)."""
-        return [f"{r.name}: {r.formula}" for r in self.rules
-                if not r.test(*(config[v] for v in r.variables))]
+def first_rejections(space: Space) -> dict[str, int]:
+    """Rule name -> assignments of the full product it was the first (in rule order) to reject.
+    Counted on request (a fallback's reason): enumerating the full product costs more than
+    solving it."""
+    names = list(space.domains)
+    removed = {r.name: 0 for r in space.constraints}
+    for values in itertools.product(*space.domains.values()):
+        cfg = dict(zip(names, values))
+        for rule in space.constraints:
+            if not rule.test(*(cfg[v] for v in rule.variables)):
+                removed[rule.name] += 1
+                break
+    return removed
 
 
 SMEM_FACTS = ("smem_per_block_optin_bytes", "smem_per_block_bytes")
@@ -229,8 +189,9 @@ def generic_rules(target: Any) -> list[Constraint]:
                  "every thread owns at least one element of the block")]
 
 
-def gpu_space(op: Op, sizes: dict[str, int], target: Any) -> GpuSpace:
-    """Enumerate the legal configs with python-constraint2 and count what each rule removed.
+def gpu_space(op: Op, sizes: dict[str, int], target: Any) -> Space:
+    """Enumerate the legal configs with python-constraint2 and count what each rule removed
+    (alone, of the full product: `Constraint.removed`); the tile problem is `facts["problem"]`.
 
     Every op has a legal config at every size: when no flash or GEMM tile fits (a head dim
     too wide for shared memory, say), the statements fall back to the generic blocked
@@ -242,24 +203,25 @@ def gpu_space(op: Op, sizes: dict[str, int], target: Any) -> GpuSpace:
     else:
         domains = GEMM_DOMAINS if problem else GENERIC_DOMAINS
         rules = gemm_rules(problem, target) if problem else generic_rules(target)
-    space = _solve(domains, rules, problem)
+    space = _solve(domains, rules, problem, target)
     if space.configs or not problem:
         return space
     fallback = _solve(GENERIC_DOMAINS, generic_rules(target),
                       {**problem, "fallback": "no " + ("flash" if problem.get("flash") else "GEMM")
                        + " tile fits this target (bound by " + ", ".join(_binding(space))
-                       + "): the statements run as generic blocked kernels"})
+                       + "): the statements run as generic blocked kernels"}, target)
     fallback.configs = [c.replace(force_generic=1) for c in fallback.configs]
     return fallback
 
 
-def _binding(space: GpuSpace) -> list[str]:
+def _binding(space: Space) -> list[str]:
     """The rules that alone reject every tile, else every rule that rejected some."""
-    alone = [k for k, v in space.violations.items() if v == space.total]
-    return alone or [k for k, v in space.removed.items() if v]
+    alone = [c.name for c in space.constraints if c.removed == space.product_size]
+    return alone or [k for k, v in first_rejections(space).items() if v]
 
 
-def _solve(domains: dict[str, list], rules: list[Constraint], problem: dict[str, Any]) -> GpuSpace:
+def _solve(domains: dict[str, list], rules: list[Constraint], problem: dict[str, Any],
+           target: Any) -> Space:
     csp = constraint.Problem()
     for name, values in domains.items():
         csp.addVariable(name, values)
@@ -267,7 +229,8 @@ def _solve(domains: dict[str, list], rules: list[Constraint], problem: dict[str,
         csp.addConstraint(rule.test, rule.variables)
     configs = sorted((Config({k: c[k] for k in domains}) for c in csp.getSolutions()),
                      key=lambda c: tuple(c[k] for k in domains))
-    return GpuSpace(dict(domains), list(rules), configs, problem=problem)
+    return Space(dict(domains), [count_removed(r, domains) for r in rules], configs,
+                 family="gpu", target=target, facts={"problem": problem})
 
 
 def predict(config: dict, problem: dict, target: Any) -> dict[str, float]:
@@ -290,15 +253,16 @@ def predict(config: dict, problem: dict, target: Any) -> dict[str, float]:
             "wave_efficiency": efficiency, "tiles": tiles, "waves": waves}
 
 
-def rank(space: GpuSpace, target: Any, top: int | None = None) -> list[tuple[dict, dict]]:
+def rank(space: Space, target: Any, top: int | None = None) -> list[tuple[dict, dict]]:
     """Configs ordered by predicted time, with the prediction.
 
     Ties (the roofline cannot see latency hiding) go to GROUP_M 8, then to more bytes in flight
     per operand (BLOCK_K x num_stages, the pipeline depth), then to the larger BLOCK_K.
     """
-    if not space.problem or space.problem.get("fallback"):
+    problem = space.facts.get("problem")
+    if not problem or problem.get("fallback"):
         return [(c, {}) for c in space.configs][:top]
-    scored = [(c, predict(c, space.problem, target)) for c in space.configs]
+    scored = [(c, predict(c, problem, target)) for c in space.configs]
     scored.sort(key=lambda cp: (cp[1]["time_s"], abs(cp[0].get("GROUP_M", 8) - 8),
                                 -cp[0].get("BLOCK_K", 1) * cp[0]["num_stages"],
                                 -cp[0].get("BLOCK_K", 1)))

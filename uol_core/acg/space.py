@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 import constraint
@@ -20,8 +19,7 @@ from uol_core.acg.config import TileConfig, lanes, target_isas, vector_registers
 from uol_core.acg.cost_model import BARRIER_CYCLES
 from uol_core.acg.formula import compile_formula
 from uol_core.acg.lower import GemmPlan
-from uol_core.acg.space_core import Constraint, count_removed
-from uol_core.acg.space_core import Space as BaseSpace
+from uol_core.acg.space_core import Constraint, Space, count_removed
 from uol_core.acg.stores import last_level_cache
 from uol_core.backends.c_platforms import PLATFORMS
 
@@ -72,20 +70,6 @@ def _compiled(formula: str, variables: tuple[str, ...]) -> Callable[..., bool]:
     # The formula text is built by gemm_constraints from numbers; it is still never evaluated
     # as Python: formula.py walks its syntax tree.
     return compile_formula(formula, variables)
-
-
-@dataclass
-class Space(BaseSpace):
-    """The GEMM space: the shared `Space` plus its plan, target, solve time and latency rule.
-
-    Legal configs are `TileConfig`s (the GEMM's typed view; `to_config()` gives the `Config`).
-    """
-
-    plan: GemmPlan | None = None
-    target: object = None
-    seconds: float = 0.0
-    # isa -> (chains the latency rule asked for, chains units x latency would need)
-    latency: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def _upto_first_cover(values: list[int], extent: int) -> list[int]:
@@ -204,7 +188,9 @@ def build_space(plan: GemmPlan, target) -> Space:
     The latency rule is the one rule a small problem cannot meet (too few rows or vectors of
     columns for units x latency accumulators): it is solved last, asking for the most chains
     any tile that meets every other rule holds, so every size has a legal config (at worst
-    mr=1, one vector, which meets all the others) and `Space.latency` says when it was relaxed.
+    mr=1, one vector, which meets all the others) and the space's `facts["latency"]` (isa ->
+    chains the rule asked for, chains units x latency would need) says when it was relaxed.
+    Legal configs are `TileConfig`s (the GEMM's typed view; `to_config()` gives the `Config`).
     """
     start = time.perf_counter()
     configs: list[TileConfig] = []
@@ -245,5 +231,5 @@ def build_space(plan: GemmPlan, target) -> Space:
     scoped = {isa: {"nr": [n * lanes(isa, target) for n in lane_counts]}
               for isa in domains["isa"]}
     return Space(domains, named, configs, derived, derive=derive, scope_knob="isa",
-                 scoped=scoped, plan=plan, target=target,
-                 seconds=time.perf_counter() - start, latency=latency)
+                 scoped=scoped, family="gemm", plan=plan, target=target,
+                 facts={"seconds": time.perf_counter() - start, "latency": latency})

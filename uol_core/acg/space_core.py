@@ -1,6 +1,6 @@
 """The one search-space contract: named constraints over knobs, their domains, and a frozen Config.
 
-Every space (the C GEMM's, the C patterns', the GPU tile space) is a `Space`: knobs with
+Every space (the C GEMM's, the C patterns', the GPU tile space) is one `Space`: knobs with
 domains, `Constraint`s (a name, the formula a person reads with the target's numbers filled
 in, the knobs it reads, the test, and the HFL facts it uses), and the legal configs. The IDE's
 knob panel, the tuner and the explanations read only this, whatever the backend or pattern.
@@ -133,6 +133,16 @@ class Space:
     # an AVX-512 config has other nr values than an AVX2 one): scope knob, value -> domains
     scope_knob: str = ""
     scoped: dict[Any, dict[str, list]] = field(default_factory=dict)
+    # what the space was solved for: the family ('gemm', 'pattern', 'gpu'), the target, the
+    # family's plan (the GEMM's GemmPlan) and its other facts (a pattern's op and sizes, the
+    # GPU tile problem, the GEMM's solve time and latency rule: isa -> (asked, needed))
+    family: str = ""
+    target: Any = field(default=None, repr=False, compare=False)
+    plan: Any = field(default=None, repr=False, compare=False)
+    facts: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # knob values a config that leaves a knob out is checked with (the pattern kernels'
+    # single-thread, unchunked, scalar, fused defaults)
+    defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
     def product_size(self) -> int:
@@ -140,7 +150,12 @@ class Space:
 
     def violated(self, cfg: Any) -> list[Constraint]:
         """Constraints a (user-given) config breaks."""
-        return [c for c in self.constraints if not c.holds(cfg)]
+        values = {**self.defaults, **as_mapping(cfg)} if self.defaults else cfg
+        return [c for c in self.constraints if not c.holds(values)]
+
+    def explain(self, cfg: Any) -> list[str]:
+        """'name: formula' of every constraint a config breaks (empty: legal)."""
+        return [f"{c.name}: {c.formula}" for c in self.violated(cfg)]
 
     def domain(self, knob: str, given: Mapping[str, Any] | None = None) -> list:
         """The domain of `knob`, the one of `given`'s scope where that differs."""

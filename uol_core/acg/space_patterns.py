@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import constraint
 
@@ -39,18 +38,6 @@ from uol_core.odl.shapes import shape_of
 
 # bf16_isa: bf16 GEMMs only; bq, bk: flash attention only
 VARIABLES = ("threads", "chunk", "vec", "fuse", "bf16_isa", "bq", "bk")
-
-
-@dataclass
-class PatternSpace(Space):
-    """The shared `Space` of one op at concrete sizes on one target (legal configs: `Config`)."""
-
-    op: Op | None = None
-    sizes: dict[str, int] = field(default_factory=dict)
-    target: object = None
-
-    def violated(self, cfg: Mapping) -> list[Constraint]:
-        return super().violated({**_defaults(), **cfg})
 
 
 def _defaults() -> dict:
@@ -91,7 +78,7 @@ def _private_bytes(op: Op, sizes: Mapping[str, int], plan: FusionPlan) -> int:
     return total
 
 
-def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpace:
+def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> Space:
     """Solve the space with python-constraint2; constraints carry the target's numbers. A bf16
     GEMM gets the knobs its template reads (acg/space_bf16.py)."""
     if is_bf16_gemm(op, sizes):
@@ -133,7 +120,7 @@ def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> PatternSpac
 
 
 def _solved(domains: dict[str, list], named: list[Constraint], op: Op,
-            sizes: Mapping[str, int], target) -> PatternSpace:
+            sizes: Mapping[str, int], target) -> Space:
     """The space's legal configs, in knob order."""
     problem = constraint.Problem()
     for var, dom in domains.items():
@@ -142,7 +129,10 @@ def _solved(domains: dict[str, list], named: list[Constraint], op: Op,
         problem.addConstraint(constraint.FunctionConstraint(rule.test), list(rule.variables))
     configs = [pattern_config(c) for c in problem.getSolutions()]
     configs.sort(key=lambda c: tuple(str(c[k]) if k == "bf16_isa" else c[k] for k in c))
-    return PatternSpace(domains, named, configs, op=op, sizes=dict(sizes), target=target)
+    # a pattern space: its op at these sizes on `target`; a config is checked with the
+    # kernels' defaults for the knobs it leaves out
+    return Space(domains, named, configs, family="pattern", target=target,
+                 facts={"op": op, "sizes": dict(sizes)}, defaults=_defaults())
 
 
 def traffic_bytes(op: Op, sizes: Mapping[str, int], fuse: bool) -> int:
@@ -184,7 +174,7 @@ TUNED_BUDGET = 6  # measurements for config='tuned' when nothing is recorded yet
 
 
 def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
-                          request: Mapping | str | None = None) -> tuple[dict, PatternSpace]:
+                          request: Mapping | str | None = None) -> tuple[dict, Space]:
     """The model's best legal config with the user's overrides on top ('chunk=4,vec=8' or a dict;
     'tuned' the best recorded config, tuning with a small budget when there is none)."""
     space = build_pattern_space(op, sizes, target)
@@ -208,11 +198,11 @@ def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
     return cfg, space
 
 
-def explain_pattern(space: PatternSpace, cfg: Mapping, src, measured: dict | None = None):
+def explain_pattern(space: Space, cfg: Mapping, src, measured: dict | None = None):
     """An Explanation of a non-GEMM kernel: fusion plan, constraints, byte roofline, HFL facts."""
     from uol_core.acg.explain import Explanation
 
-    target, op, sizes = space.target, space.op, space.sizes
+    target, op, sizes = space.target, space.facts["op"], space.facts["sizes"]
     seconds = predict_seconds(op, sizes, target, {**_defaults(), **cfg})
     nbytes = traffic_bytes(op, sizes, bool(cfg.get("fuse", 1)))
     binding = [c.name + ": " + c.formula for c in space.constraints if c.removed]

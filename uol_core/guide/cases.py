@@ -92,19 +92,20 @@ def build_case(target: Any, fam: Family) -> GuideCase:
 
 def _predictor(plan: Any, choice: Any):
     """Predicted seconds of a config of this plan's space, or None where no model exists."""
-    from uol_core.acg.gpu_space import GpuSpace, predict
-    from uol_core.acg.space_patterns import PatternSpace, predict_seconds
+    from uol_core.acg.gpu_space import predict
+    from uol_core.acg.space_patterns import predict_seconds
 
     space, target = choice.space, plan.target
     if choice.model is not None:
         from uol_core.acg.config import TileConfig
 
         return lambda cfg: choice.model.estimate(TileConfig.from_config(cfg)).seconds
-    if isinstance(space, PatternSpace):
+    if space.family == "pattern":
         defaults = {"threads": 1, "chunk": 0, "vec": 0, "fuse": 1}
         return lambda cfg: predict_seconds(plan.op, plan.sizes, target, {**defaults, **cfg})
-    if isinstance(space, GpuSpace) and space.problem and not space.problem.get("fallback"):
-        return lambda cfg: predict(cfg, space.problem, target)["time_s"]
+    problem = space.facts.get("problem") if space.family == "gpu" else None
+    if problem and not problem.get("fallback"):
+        return lambda cfg: predict(cfg, problem, target)["time_s"]
     return None
 
 
