@@ -285,8 +285,9 @@ def run_library(args, command: str) -> dict:
     size = getattr(args, "size", "bench")
     kept: list[dict] = []
     merged = {"rows": []}
-    if args.update and out.exists():  # keep the last run's rows of the models not rerun now
-        kept = [r for r in json.loads(out.read_text())["rows"] if r["model"] not in names]
+    if args.update and out.exists():  # keep the last run's rows of what is not rerun now
+        kept = [r for r in json.loads(out.read_text())["rows"]
+                if not (r["model"] in names and r["batch"] in batches)]
     report = {"benchmark": "library models vs deployment runtimes (CPU f32)", "command": command,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "repeat": args.repeat,
               "host": host(), "versions": _versions(), "load_before": os.getloadavg(), "rows": []}
