@@ -228,7 +228,9 @@ def table(report: dict) -> list[str]:
              f"{h['torch_threads']} threads; {', '.join(report['versions'])}. Load average "
              f"{report['load_before'][0]:.1f} at the start, {report['load_after'][0]:.1f} at the "
              "end: other work ran on this host during the run, so single numbers are noisy; the "
-             "per-round ratios (IQR in brackets) compare calls made back to back.", "",
+             "per-round ratios (IQR in brackets) compare calls made back to back."
+             + "".join(f" Rows not rerun since come from `{e['command']}` ({e['date']})."
+                       for e in report.get("earlier_runs", [])), "",
              "Each model built from its config with random weights (uol_core/graph/hf_zoo.py, "
              "bench size), imported with `import_model`, compiled on the C backend; every "
              "contender's output checked against torch eager (relative error <= 1e-3) before "
@@ -284,13 +286,22 @@ def run_library(args, command: str) -> dict:
     batches = [int(b) for b in args.batches.split(",")]
     size = getattr(args, "size", "bench")
     kept: list[dict] = []
-    merged = {"rows": []}
+    earlier: list[dict] = []
     if args.update and out.exists():  # keep the last run's rows of what is not rerun now
-        kept = [r for r in json.loads(out.read_text())["rows"]
-                if not (r["model"] in names and r["batch"] in batches)]
+        last = json.loads(out.read_text())
+        kept = [r for r in last["rows"] if not (r["model"] in names and r["batch"] in batches)]
+        earlier = [*last.get("earlier_runs", []), {k: last.get(k) for k in (
+            "command", "date", "load_before", "load_after")}]
     report = {"benchmark": "library models vs deployment runtimes (CPU f32)", "command": command,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "repeat": args.repeat,
-              "host": host(), "versions": _versions(), "load_before": os.getloadavg(), "rows": []}
+              "host": host(), "versions": _versions(), "load_before": os.getloadavg(),
+              "earlier_runs": earlier, "rows": [], "load_after": os.getloadavg()}
+    order = {n: k for k, n in enumerate(HF_MODELS)}
+
+    def merge() -> dict:
+        rows = sorted(kept + report["rows"], key=lambda r: (r["batch"], order.get(r["model"], 99)))
+        return {**report, "rows": rows, "summary": summary(rows)}
+    merged = merge()
     # batch outer: an interrupted run has every model at the first batch
     for batch, name in ((b, n) for b in batches for n in names):
         if reason:
@@ -300,14 +311,11 @@ def run_library(args, command: str) -> dict:
                            batch, args.repeat, args.backend,
                            tuple(p for p in PEERS if not (args.no_compile and p == "compile")),
                            args.model_timeout)
+        row["measured"] = report["date"]
         report["rows"].append(row)
         _print(row)
         report["load_after"] = os.getloadavg()
-        order = {n: k for k, n in enumerate(HF_MODELS)}
-        report["rows"].sort(key=lambda r: (order.get(r["model"], 99), r["batch"]))
-        merged = {**report, "rows": sorted(kept + report["rows"], key=lambda r: (
-            order.get(r["model"], 99), r["batch"]))}
-        merged["summary"] = summary(merged["rows"])
+        merged = merge()
         if not args.models or args.update:
             out.write_text(json.dumps(merged, indent=1, default=str) + "\n")
     if not args.models or args.update:
