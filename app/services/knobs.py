@@ -205,6 +205,7 @@ def explain(space: KnobSpace, cfg: dict, op, sizes: dict[str, int], target) -> s
     """Why this config, as text (spaces without a cost model; the C GEMM's has its own):
     `uol_core.acg.explain.explain_space`'s binding rules and roofline, with the backend, the
     model's notes and the HFL facts with their provenance."""
+    # loaded for an explanation only: the panel's knob changes need none of them
     from uol_core.acg.explain import explain_space
     from uol_core.hfl.roofline import peak_key
     from uol_core.odl.cost import peak_dtype
