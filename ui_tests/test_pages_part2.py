@@ -123,10 +123,10 @@ def test_graph_opens_a_zoo_model_and_runs_it_whole(page, live_server):
     # layer norm over channels, an inverted MLP) imported with torch.export and run on C kernels
     page.goto(live_server + "/graph")
     expect(page.locator("#graph-status")).to_contain_text("kernels after fusion", timeout=60_000)
-    page.get_by_text("traced torch model").click()
-    pick(page, "graph-model", "convnext_block [1, 96, 28, 28]")
-    expect(page.locator("#graph-status")).to_contain_text("convnext_block", timeout=120_000)
-    # the radio's MLP and this model are imported by two callbacks at once: each gets export
+    page.get_by_text("zoo model", exact=True).click()
+    pick(page, "graph-zoo", "convnext_block (UOL zoo)")
+    page.locator("#graph-zoo-size").get_by_text("bench").click()
+    expect(page.locator("#graph-status")).to_contain_text("convnext_block_b1 ", timeout=180_000)
     expect(page.locator("#graph-status")).to_contain_text("with torch.export")
     expect(page.locator("#graph-status")).not_to_contain_text("failed")
     page.click("#graph-run-button")

@@ -155,8 +155,8 @@ def run_graph(_n, source, target, peers):
         # where a wrong result starts (the first group, replay step or import node that differs)
         *([html.P(rep["mismatch"]["message"], className="result-bad", id="graph-mismatch")]
           if rep.get("mismatch") else []),
-        html.P(f"{len(rep.get('opaque', []))} opaque nodes ran in torch (listed below)"
-               if rep.get("opaque") else "every node ran in UOL kernels", className="muted")])
+        html.P("the nodes left in torch, with their reasons: Opaque nodes, below",
+               className="muted")])
     return rep, fig, summary, peers_view(rep.get("peers"))
 
 
