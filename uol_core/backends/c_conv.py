@@ -261,10 +261,10 @@ def _path_reason(plan: ConvPlan, direct: bool, ow: int, lane: int) -> str:
         return f"; direct path: unit stride, {vectors} (at least half the lanes busy)"
     if plan.strided:
         return (f"; im2col, not the direct path: a stride-{plan.stride_y}x{plan.stride_x} "
-                f"window reads every {plan.stride_x}th input column, so an output vector is "
+                f"window reads input columns {plan.stride_x} apart, so an output vector is "
                 f"no shifted load of an input row; im2col packs any stride (pixel ({plan.y}, "
-                f"{plan.xw}) reads row {plan.stride_y}*{plan.y} + {plan.r}, column "
-                f"{plan.stride_x}*{plan.xw} + {plan.s})")
+                f"{plan.xw}) reads row {plan.stride_y}*{plan.y} + {plan.r} + ({plan.off_y}), "
+                f"column {plan.stride_x}*{plan.xw} + {plan.s} + ({plan.off_x}))")
     return f"; im2col, not the direct path: {vectors} would leave over half the lanes idle"
 
 
