@@ -107,6 +107,11 @@ def _start_config(trigger, knobs: dict, odl: str, backend: str, state: dict, ini
     """The config a compile starts from: what the user changed, else what this op had."""
     from app.services.knobs import DERIVED_KNOBS
 
+    if not state:
+        # the page's first compile (nothing compiled yet): a page inserted by the router lists
+        # every input as triggered, the op store first, which must not read as "a new op" and
+        # drop the config a permalink or a Guide link opened with
+        return (init or {}).get("config") or {}
     # a derived knob (nc) is left out of a carried-over config: it follows the other knobs
     carried = {k: v for k, v in state.get("config", {}).items() if k not in DERIVED_KNOBS}
     ident = op_identity(odl) or {}

@@ -49,6 +49,16 @@ def _initial(run_id: str | None, query: dict | None = None) -> dict:
             "sizes": kernels.default_sizes(odl), "config": {}, "note": ""}
 
 
+def _library_text(name: str) -> str | None:
+    """The library's text of op `name` (None when the library has no such op)."""
+    from uol_core.ops import op_text
+
+    try:
+        return op_text(name)
+    except (KeyError, ValueError, FileNotFoundError):
+        return None
+
+
 def _options() -> tuple[list[str], list[dict]]:
     from app.services.remote import target_options
     from uol_core.hfl import list_targets
@@ -95,14 +105,16 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
     init = _initial(run_id, _query)
     ops, targets = _options()
     identity = op_identity(init["odl"]) or {"op": init["op"]}
-    library_text = init["odl"] if init["op"] in ops and not init["note"] else None
+    # a reopened run of a library op with the library's text is that op, not "(edited)"
+    library_text = init["odl"] if init["op"] in ops and init["odl"] == _library_text(
+        init["op"]) else None
     field = lambda label, comp: html.Div([html.Label(label), comp])  # noqa: E731
     toolbar = html.Div([
         field("Operator (library)", dcc.Dropdown(
             id="op-select", clearable=False, className="dropdown",
             # "(edited)": the editor holds text of its own; it cannot be chosen, only shown
             options=[{"label": EDITED, "value": EDITED, "disabled": True}, *ops],
-            value=init["op"] if init["op"] in ops and not init["note"] else EDITED)),
+            value=init["op"] if library_text is not None else EDITED)),
         field("Target (HFL)", dcc.Dropdown(id="target-select", options=targets,
                                            value=init["target"], clearable=False,
                                            className="dropdown")),
