@@ -9,14 +9,15 @@ F is packed once into MR-row panels. Direct path (c_conv_tiles.py), when output 
 half of their vectors: each thread takes (image, block of output rows) work items, copies the
 input rows they read into a padded row buffer and reads B from it as shifted vectors, no im2col.
 Narrow outputs and strided windows (c_conv_im2col.py: the direct path's shifted vector loads
-need unit stride): each thread takes blocks of pixels of the whole batch, packs
+need unit stride; depthwise ones excepted, whose row buffer splits rows into stride phases,
+c_conv_depthwise.py): each thread takes blocks of pixels of the whole batch, packs
 the im2col panel B (KC x NCB, in NR-column micro-panels, pad values filled in while packing) and
 runs the c_gemm micro-kernel, accumulating in a private M x NCB buffer. Both apply the epilogue while the tile
 is stored. A padded X must stay inside its batch and channel axes at the bound sizes (only the
 spatial axes are tested). On a target with a length-agnostic ISA (SVE) the direct path's
 c_conv_sve form runs at every width, its vectors of the length the core reads at run time
-(unit stride only). Anything else (dilated windows, strided depthwise windows, several
-statements) returns None and takes the generic path.
+(unit stride only). Anything else (dilated windows, depthwise rows under half a vector,
+several statements) returns None and takes the generic path.
 """
 
 from __future__ import annotations
