@@ -71,6 +71,10 @@ def test_a_hand_built_block_opens_in_the_worker_with_its_opaque_nodes():
     assert isinstance(s["opaque"], list)
     for row in s["opaque"]:
         assert set(row) == {"node", "source", "reason"} and row["reason"]
+    # a clicked node's operator is looked up in the worker too (the Studio opens it)
+    kernel = next(n for n in s["nodes"] if not s["labels"][n].startswith("torch"))
+    found = graph_zoo.zoo_node(zoo_source("resnet_basic", "small", 1), kernel)
+    assert found["odl"].startswith("op ") and found["graph"] == "resnet_basic_b1_small"
 
 
 @needs_transformers
