@@ -108,14 +108,16 @@ class Picks(nn.Module):
         self.table = nn.Parameter(torch.randn(30, 8))
 
     def forward(self, x, ids, idx):
-        rows = torch.index_select(self.table, 0, ids)  # [6, 8]
-        return rows.sum(dim=0) + torch.gather(x, 1, idx).sum(dim=1, keepdim=True)
+        rows = torch.index_select(self.table, 0, ids)  # [8, 8]
+        picked = self.table[ids[:4]] + self.table[:, ids[:8]][:4]  # aten.index, two forms
+        return rows.sum(dim=0) + torch.gather(x, 1, idx).sum(dim=1, keepdim=True) + picked
 
 
 def test_index_select_and_gather_by_run_time_ids():
-    graph = _check(Picks(), torch.randn(4, 8), torch.tensor([0, 29, 3, 3, 17, 8]),
+    graph = _check(Picks(), torch.randn(4, 8), torch.tensor([0, 7, 3, 3, 6, 1, 2, 5]),
                    torch.randint(0, 8, (4, 8)))
-    assert {n.source for n in graph.nodes if n.label == LOOKUP} == {"aten.index_select", "aten.gather"}
+    assert {n.source for n in graph.nodes if n.label == LOOKUP} == {"aten.index_select", "aten.gather",
+                                                                     "aten.index"}
 
 
 class CacheAndRotate(nn.Module):
@@ -148,14 +150,16 @@ def test_expand_and_repeat():
 
 
 class GroupedQueryAttention(nn.Module):
-    """GQA: 4 query heads over 2 key/value heads, repeated by repeat_interleave (q) or by
-    expand + reshape (Llama's repeat_kv), then SDPA."""
+    """GQA: 4 query heads over 2 key/value heads, repeated by repeat_interleave, by expand +
+    reshape (Llama's repeat_kv) or by SDPA's enable_gqa."""
 
-    def __init__(self, expand: bool) -> None:
+    def __init__(self, expand: bool | None) -> None:
         super().__init__()
         self.expand = expand
 
     def forward(self, q, k, v):
+        if self.expand is None:  # SDPA repeats the heads itself
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         if self.expand:
             b, g, s, d = k.shape
             k = k[:, :, None].expand(b, g, 2, s, d).reshape(b, g * 2, s, d)
@@ -165,7 +169,7 @@ class GroupedQueryAttention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-@pytest.mark.parametrize("expand", [False, True], ids=["repeat_interleave", "expand"])
+@pytest.mark.parametrize("expand", [False, True, None], ids=["repeat_interleave", "expand", "enable_gqa"])
 def test_grouped_query_attention_repeats_kv_heads(expand):
     _check(GroupedQueryAttention(expand), torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8),
            torch.randn(2, 2, 6, 8))
@@ -215,6 +219,7 @@ def test_conv1d_as_a_conv2d_of_height_one():
 def test_sdpa_with_a_bool_mask_at_run_time():
     qkv = [torch.randn(2, 2, 6, 8) for _ in range(3)]
     allowed = torch.rand(2, 1, 6, 6) > 0.4
-    allowed[..., 0] = True  # every query sees a key (a row of none is NaN in torch)
+    allowed[..., 0] = True
+    allowed[1, 0, 2] = False  # a query that sees no key: torch gives it zeros
     graph = _check(MaskedAttention(), *qkv, allowed)
     assert list(graph.inputs.values())[-1].dtype == "bool"

@@ -22,7 +22,7 @@ from uol_core.graph.aten_conv import (
     max_pool2d,
 )
 from uol_core.graph.aten_map import Unmapped
-from uol_core.graph.aten_text import TEXT_RULES
+from uol_core.graph.aten_text import TEXT_RULES, repeat_heads, zero_unseen_rows
 from uol_core.graph.aten_vision import VISION_RULES
 from uol_core.graph.export_import import ExportImporter, _arg
 from uol_core.odl.ir import GELU_FORMS
@@ -204,19 +204,27 @@ def sdpa(imp: ExportImporter, n: fx.Node) -> None:
     mask, dropout = _arg(n, 3, "attn_mask", None), _arg(n, 4, "dropout_p", 0.0)
     causal, scale = _arg(n, 5, "is_causal", False), _arg(n, 6, "scale", None)
     sq, sk = imp.shape(q), imp.shape(k)
+    gqa = bool(_arg(n, 7, "enable_gqa", False)) and len(sq) == len(sk) == 4 and sq[1] % sk[1] == 0
     if dropout:
         raise Unmapped(f"dropout_p={dropout}")
-    if len(sq) != 4 or sk != imp.shape(v) or sq[:2] != sk[:2] or sq[3] != sk[3]:
-        raise Unmapped(f"q {list(sq)}, k {list(sk)}: [B, H, S, D] with equal heads is mapped")
+    if (len(sq) != 4 or sk != imp.shape(v) or sq[0] != sk[0] or (sq[1] != sk[1] and not gqa)
+            or sq[3] != sk[3]):
+        raise Unmapped(f"q {list(sq)}, k {list(sk)}: [B, H, S, D] with equal heads (or grouped, "
+                       "enable_gqa) is mapped")
     if causal and sq[2] != sk[2]:
         raise Unmapped("causal attention with different query and key lengths")
     ins = {"Q": imp.tensor(q), "K": imp.tensor(k), "V": imp.tensor(v)}
+    if sq[1] != sk[1]:  # enable_gqa: key/value head g serves query heads g*R .. g*R + R - 1
+        ins["K"], ins["V"] = (repeat_heads(imp, ins[t], sk, sq[1] // sk[1]) for t in "KV")
+        sk = (sk[0], sq[1], sk[2], sk[3])
     # a bool mask computed at run time is read as it is (where false, the key is left out)
     bool_mask = mask is not None and mask.name not in imp.consts and mask.meta["val"].dtype == torch.bool
     if mask is not None:
         ins["M"] = imp.tensor(mask) if bool_mask else _additive_mask(imp, mask)
     imp.odl(n, A.attention(sq, sk, scale, bool(causal), imp.shape(mask) if mask is not None else None,
                            bool_mask), ins, "nd")
+    if bool_mask:
+        zero_unseen_rows(imp, n, sq, ins["M"], imp.shape(mask))
 
 
 def _additive_mask(imp: ExportImporter, mask: fx.Node) -> str:

@@ -19,12 +19,15 @@ from uol_core.graph.aten_common import constant, number_text
 from uol_core.graph.aten_map import Unmapped
 from uol_core.graph.export_import import ExportImporter, _arg
 from uol_core.graph.format import Node, TensorSpec
+from uol_core.odl import parse
 from uol_core.ops import op_text
 
 LOOKUP = "lookup: rows picked by integer ids at run time (data movement, runs in torch)"
 
-# the argument position of each lookup's integer ids and of the table it reads
-LOOKUPS = {"embedding": (1, 0), "index_select": (2, 0), "gather": (2, 0)}
+# the argument position of each lookup's integer ids and of the table it reads (`index`, the
+# form of `table[ids]`, takes a list: one entry per axis, None where the axis is taken whole)
+LOOKUPS = {"embedding": (1, 0), "index_select": (2, 0), "gather": (2, 0), "index": (1, 0)}
+ID_DTYPES = (torch.int64, torch.int32)
 
 
 def _gemm_text(name: str, a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...],
@@ -85,8 +88,9 @@ def lookup(imp: ExportImporter, n: fx.Node) -> None:
     """A row lookup by run-time integer ids from an f32 table: a torch node (see LOOKUP)."""
     ids_at, table_at = LOOKUPS[_kind(n)]
     ids, table = n.args[ids_at], n.args[table_at]
-    if not isinstance(ids, fx.Node) or ids.meta["val"].dtype not in (torch.int64, torch.int32):
-        raise Unmapped("the ids are not an int64 or int32 tensor")
+    ids = [i for i in ids if i is not None] if isinstance(ids, (list, tuple)) else [ids]
+    if not ids or any(not isinstance(i, fx.Node) or i.meta["val"].dtype not in ID_DTYPES for i in ids):
+        raise Unmapped("the ids are not int64 or int32 tensors (a bool mask selects a run-time count)")
     if table.meta["val"].dtype != torch.float32:
         raise Unmapped(f"a {str(table.meta['val'].dtype).replace('torch.', '')} table")
     if _kind(n) == "gather" and _arg(n, 3, "sparse_grad", False):
@@ -168,6 +172,33 @@ def conv1d(imp: ExportImporter, n: fx.Node) -> None:
     if shift is not None:
         ins["b"] = imp.param(bias.name, shift)
     imp.odl(n, text, ins, "nd", reshape_to=out)
+
+
+def repeat_heads(imp: ExportImporter, src: str, shape: tuple[int, ...], repeats: int) -> str:
+    """Graph tensor `src` [B, G, T, D] with each head repeated `repeats` times in place, as
+    [B, G * repeats, T, D] (GQA's key/value heads, each serving a group of query heads)."""
+    text, _ = A.repeat_interleave_heads(shape, repeats)
+    raw = imp.fresh(f"{src}_heads")
+    imp.nodes.append(Node(imp.fresh(f"{src}_heads_op"), "odl", op=parse(text), source="inline",
+                          inputs={"X": src}, outputs={"Y": raw}))
+    return _reshape(imp, raw, (shape[0], shape[1] * repeats, shape[2], shape[3]))
+
+
+def zero_unseen_rows(imp: ExportImporter, n: fx.Node, q: tuple[int, ...], mask: str,
+                     mask_shape: tuple[int, ...]) -> None:
+    """After attention with a bool mask: a query that the mask lets see no key gets zeros, as
+    torch gives (the attention op's softmax would average every key: all scores equal). S,
+    the mask with its key axis reduced to 1 (1 where a key is seen), broadcasts to the output."""
+    rank = len(mask_shape)
+    idx = A.indices(rank)
+    seen = (*mask_shape[:-1], 1)
+    text = (f"op sdpa_rows_seen(M: {A.shape_text(mask_shape).replace('f32', 'bool')}) -> "
+            f"S: {A.shape_text(seen)}:\n"
+            f"    S[{', '.join(idx)}] = max[j](where(M[{', '.join([*idx[:-1], 'j'])}], 1.0, 0.0))\n")
+    attended = imp.forms[n.name]["nd"]
+    imp.odl(n, text, {"M": mask}, "nd")
+    product = A.elementwise("sdpa_zero_unseen", "{O} * {S}", q, {"O": q, "S": seen})
+    imp.odl(n, product, {"O": attended, "S": imp.forms[n.name]["nd"]}, "nd")
 
 
 def _one(value, name: str) -> int:

@@ -46,7 +46,8 @@ CASTS_CONSTANT_MASKS = {"where", "scaled_dot_product_attention"}
 # rules that check some of their operands' dtypes themselves: the integer ids of a table
 # lookup, an attention mask of bools
 OWN_DTYPES = {"embedding": (torch.int64, torch.int32), "index_select": (torch.int64, torch.int32),
-              "gather": (torch.int64, torch.int32), "scaled_dot_product_attention": (torch.bool,)}
+              "gather": (torch.int64, torch.int32), "index": (torch.int64, torch.int32),
+              "scaled_dot_product_attention": (torch.bool,)}
 
 
 def packet(target) -> str:
