@@ -25,9 +25,14 @@ def _table_rows(heading: str) -> list[list[str]]:
     return [[cell.strip().strip("`") for cell in row.strip("|").split("|")] for row in block[2:]]
 
 
+PACKAGES = r"(?:uol_core|tests|app|docs|hcf_sim|profilers|uol_remote|uol_cli|benchmarks|ui_tests)"
+
+
 def test_every_path_the_page_names_exists():
-    paths = set(re.findall(r"`((?:uol_core|tests|app|docs)/[\w/.-]+\.(?:py|toml|md))`", DOC))
-    assert len(paths) > 15
+    paths = set(re.findall(rf"`({PACKAGES}/[\w/.<>-]+\.(?:py|toml|md|json))`", DOC))
+    paths |= set(re.findall(rf"({PACKAGES}/[\w/.-]+\.py)\b", DOC))  # in the request walks too
+    paths = {p for p in paths if "<" not in p}  # placeholders such as app/pages/<page>.py
+    assert len(paths) > 40
     missing = sorted(p for p in paths if not (ROOT / p).exists())
     assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
 
@@ -50,3 +55,18 @@ def test_router_table_matches_the_router_rows_in_order():
 
 def test_the_registry_rows_are_the_backends_the_page_describes():
     assert "reference_backend.py" in DOC and set(_FACTORIES) == {"c", "triton", "reference"}
+
+
+def test_the_whole_house_table_names_every_package():
+    """A package added to the repository without a row on the page fails here."""
+    rows = {r[0] for r in _table_rows("## The whole house")}
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    packages |= {f"uol_core/{p.name}" for p in (ROOT / "uol_core").iterdir()
+                 if (p / "__init__.py").exists()}
+    packages -= {"uol_core"}
+    missing = sorted(p for p in packages if p not in rows)
+    assert not missing, f"docs/architecture.md's house table lacks {missing}"
+
+
+def test_the_readme_links_the_architecture_page():
+    assert "docs/architecture.md" in (ROOT / "README.md").read_text()
