@@ -255,6 +255,8 @@ def table(report: dict) -> list[str]:
               f"{fmt(s['median_x_best_peer'])} the best peer; {s['below_0.8x_best_peer']} below "
               f"0.8x the best peer. Failed to import or run: {', '.join(s['failed']) or 'none'}. "
               f"Wrong output: {', '.join(s['wrong']) or 'none'}."]
+    if report.get("reading"):  # the run's interpretation, written into its JSON by whoever ran it
+        lines += ["", report["reading"]]
     return lines
 
 
@@ -287,15 +289,18 @@ def run_library(args, command: str) -> dict:
     size = getattr(args, "size", "bench")
     kept: list[dict] = []
     earlier: list[dict] = []
+    reading = None
     if args.update and out.exists():  # keep the last run's rows of what is not rerun now
         last = json.loads(out.read_text())
         kept = [r for r in last["rows"] if not (r["model"] in names and r["batch"] in batches)]
         earlier = [*last.get("earlier_runs", []), {k: last.get(k) for k in (
             "command", "date", "load_before", "load_after")}]
+        reading = last.get("reading")
     report = {"benchmark": "library models vs deployment runtimes (CPU f32)", "command": command,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "repeat": args.repeat,
               "host": host(), "versions": _versions(), "load_before": os.getloadavg(),
-              "earlier_runs": earlier, "rows": [], "load_after": os.getloadavg()}
+              "earlier_runs": earlier, "rows": [], "load_after": os.getloadavg(),
+              "reading": reading}
     order = {n: k for k, n in enumerate(HF_MODELS)}
 
     def merge() -> dict:
