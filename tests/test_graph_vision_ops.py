@@ -69,6 +69,15 @@ def test_a_pad_that_no_conv_reads_is_an_op_of_its_own():
     _check(Fn(lambda x: F.pad(x, (-1, 2)) * 2.0), (2, 3, 7), backend="reference")  # a crop and a pad
 
 
+def test_grouped_convolution_with_its_batch_norm_folded():
+    block = nn.Sequential(nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=4, bias=False), nn.BatchNorm2d(16))
+    with torch.no_grad():
+        block[1].running_mean.normal_(0, 0.1)
+        block[1].running_var.uniform_(0.5, 1.5)
+    graph = _check(block, (2, 8, 9, 9))
+    assert [n.op.name for n in graph.nodes if n.kind == "odl"] == ["conv2d_k3x3_s2_p1_g4"]
+
+
 class SqueezeExcite(nn.Module):
     """EfficientNet's block tail: global pool, two 1x1 convs, SiLU and sigmoid, a channel gate."""
 

@@ -1,6 +1,6 @@
 """Mapping rules of the convolution family: batch norm (folded into the conv before it where
-it can be), conv2d and its patchify form (a zero pad before it folded into its padding),
-transposed conv, max and global average pooling."""
+it can be), conv2d (groups 1, depthwise or grouped) and its patchify form (a zero pad before
+it folded into its padding), transposed conv, max and global average pooling."""
 
 from __future__ import annotations
 
@@ -182,14 +182,21 @@ def conv2d(imp: ExportImporter, n: fx.Node) -> None:
         scale, bn_shift = _bn_scale_shift(imp, bn)
         filt = filt * scale.reshape(-1, *[1] * (filt.dim() - 1))
         shift = bn_shift if shift is None else shift * scale + bn_shift
-    text, _ = A.conv2d(imp.shape(x_in), imp.shape(weight), shift is not None, _arg(n, 3, "stride", 1),
-                       padding, _arg(n, 5, "dilation", 1), _arg(n, 6, "groups", 1))
+    text, out = A.conv2d(imp.shape(x_in), imp.shape(weight), shift is not None, _arg(n, 3, "stride", 1),
+                         padding, _arg(n, 5, "dilation", 1), _arg(n, 6, "groups", 1))
     folded = f"_{bn.name}" if bn is not None else ""
-    ins = {"X": imp.tensor(x_in), "F": imp.param(weight.name + folded, filt)}
+    src = imp.tensor(x_in)
+    if len(out) == 5:  # grouped: the operands split by group (views), the result reshaped back
+        groups, per_group = out[1], imp.shape(x_in)[1] // out[1]
+        split = (imp.shape(x_in)[0], groups, per_group, *imp.shape(x_in)[2:])
+        src = view(imp, src, "reshape", list(split), split)
+        filt = filt.reshape(groups, -1, *filt.shape[1:])
+        shift = shift.reshape(groups, -1) if shift is not None else None
+    ins = {"X": src, "F": imp.param(weight.name + folded, filt)}
     if shift is not None:
         base = bias.name if bias is not None else f"{weight.name}_bias"
         ins["b"] = imp.param(base + folded, shift)
-    imp.odl(n, text, ins, "nd")
+    imp.odl(n, text, ins, "nd", reshape_to=imp.shape(n) if len(out) == 5 else None)
     if pad is not None:
         _drop_producer(imp, x)
         imp.notes.append(f"{x.name} folded into {n.name}")

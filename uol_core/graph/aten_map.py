@@ -93,11 +93,10 @@ def conv2d(x: tuple, w: tuple, bias: bool, stride, padding, dilation, groups: in
         pb, pr = ph, pw
     ho, wo = (h + ph + pb - dh * (r - 1) - 1) // sh + 1, (wd + pw + pr - dw * (s - 1) - 1) // sw + 1
     depthwise = groups == c == k and cg == 1
-    if groups != 1 and not depthwise:
-        raise Unmapped(f"grouped convolution ({groups} groups, {cg} channels each) has no ODL mapping; "
-                       "groups 1 and depthwise are mapped")
-    chan = "k" if depthwise else "c"
     hi, wi = _affine(sh, "h", dh, "r", -ph), _affine(sw, "w", dw, "s", -pw)
+    if groups != 1 and not depthwise:
+        return _grouped_conv2d(x, w, bias, groups, (hi, wi, ph or pw or pb or pr), (ho, wo), (sh, ph))
+    chan = "k" if depthwise else "c"
     read = f"X[n, {chan}, {hi}, {wi}]"
     if ph or pw or pb or pr:
         read = f"pad({read}, 0)"
@@ -108,6 +107,27 @@ def conv2d(x: tuple, w: tuple, bias: bool, stride, padding, dilation, groups: in
     text = (f"op conv2d_k{r}x{s}_s{sh}_p{ph}{'_dw' if depthwise else ''}(X: {shape_text(x)}, "
             f"F: {shape_text(w)}{b_in}) -> Y: {shape_text(out)}:\n"
             f"    Y[n, k, h, w] = sum[{over}]({read} * {weight}){b_add}\n")
+    return text, out
+
+
+def _grouped_conv2d(x: tuple, w: tuple, bias: bool, groups: int, reads: tuple, size: tuple,
+                    tag: tuple) -> tuple[str, tuple]:
+    """A grouped conv (ResNeXt, RegNet) over the group-split views X [N, G, C/G, H, W] and
+    F [G, K/G, C/G, R, S]: the input channel of group g is a plain index, where c + g * C/G
+    on the 4-D tensors would need k // (K/G). The result [N, G, K/G, HO, WO] is the 4-D output
+    in its contiguous layout (the caller reshapes the operands and the result)."""
+    n, _, h, wd = x
+    k, cg, r, s = w
+    hi, wi, padded = reads
+    read = f"X[n, g, c, {hi}, {wi}]"
+    if padded:
+        read = f"pad({read}, 0)"
+    xs, ws = (n, groups, cg, h, wd), (groups, k // groups, cg, r, s)
+    out = (n, groups, k // groups, *size)
+    b_in, b_add = (f", b: f32[{groups}, {k // groups}]", " + b[g, k]") if bias else ("", "")
+    text = (f"op conv2d_k{r}x{s}_s{tag[0]}_p{tag[1]}_g{groups}(X: {shape_text(xs)}, "
+            f"F: {shape_text(ws)}{b_in}) -> Y: {shape_text(out)}:\n"
+            f"    Y[n, g, k, h, w] = sum[c, r, s]({read} * F[g, k, c, r, s]){b_add}\n")
     return text, out
 
 
