@@ -59,7 +59,7 @@ def test_export_html_report_of_a_run(page, live_server, tmp_path):
     page.click("#run-button")
     expect(page.locator("#run-verdict")).to_contain_text("correct", timeout=120_000)
     page.goto(live_server + "/reports")
-    row = page.locator("#runs-table tbody tr").nth(1)  # row 0 is the header
+    row = page.locator('#runs-table .ag-row[row-index="0"]').first  # the newest run
     row.locator("input[type=checkbox]").check()
     with page.expect_download() as dl:
         page.click("#export-button")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dash
-from dash import Input, Output, State, callback, dash_table, dcc, html
+from dash import Input, Output, State, callback, dcc, html
+
+from app.components.grids import grid, selected_ids
 
 dash.register_page(__name__, path="/reports", name="Reports", title="UOL Studio: Reports",
                    order=6)
@@ -111,68 +113,58 @@ def layout(**_query) -> html.Div:
                  "profiled runs by their per-line costs only. Hover 'noisy' for why.",
                  className="muted"),
         html.Div(id="export-status", className="muted"),
-        html.Div(dash_table.DataTable(
-            id="runs-table", data=rows, row_selectable="multi", selected_rows=[],
-            sort_action="native", page_size=20,
-            columns=[{"name": n, "id": i, "presentation": "markdown"} if i == "open" else
-                     {"name": n, "id": i} for i, n in RUN_COLUMNS],
-            markdown_options={"link_target": "_self"},
-            tooltip_data=[{"noisy": r["noise_reason"]} for r in rows], tooltip_duration=None,
-            style_cell={"fontSize": 12, "padding": "3px 6px", "textAlign": "left"},
-            style_data={"whiteSpace": "normal"}), className="panel"),
+        html.Div(grid("runs-table", rows, RUN_COLUMNS, selection="multi", links=("open",),
+                      tooltips={"noisy": "noise_reason"}), className="panel"),
         html.H3("Tuning database (every tuner measurement)"),
-        html.Div(dash_table.DataTable(
-            id="tuning-table", data=_tuning_rows(tuning), page_size=10, sort_action="native",
-            columns=[{"name": label, "id": key} for key, label in TUNING_COLUMNS],
-            style_table={"overflowX": "auto"},
-            style_cell={"fontSize": 12, "padding": "3px 6px", "textAlign": "left"},
-            style_data={"whiteSpace": "normal"}), className="panel"),
+        html.Div(grid("tuning-table", _tuning_rows(tuning), TUNING_COLUMNS, page_size=10,
+                      height=420), className="panel"),
     ])
 
 
-@callback(Output("runs-table", "data"), Output("runs-table", "selected_rows"),
-          Output("runs-table", "tooltip_data"), Input("filter-op", "value"), Input("filter-backend", "value"),
+@callback(Output("runs-table", "rowData"), Output("runs-table", "selectedRows"),
+          Input("filter-op", "value"), Input("filter-backend", "value"),
           Input("filter-target", "value"), Input("filter-ok", "value"),
           prevent_initial_call=True)
 def filter_runs(op, backend, target, ok):
-    """Re-query the history with the filters (selection is cleared: row indices change)."""
-    rows = _rows(op, backend, target, ok)
-    return rows, [], [{"noisy": r["noise_reason"]} for r in rows]
+    """Re-query the history with the filters (the selection is cleared)."""
+    return _rows(op, backend, target, ok), []
 
 
-@callback(Output("runs-table", "data", allow_duplicate=True),
-          Output("runs-table", "tooltip_data", allow_duplicate=True),
+@callback(Output("runs-table", "rowData", allow_duplicate=True),
           Output("export-status", "children", allow_duplicate=True),
-          Input("pin-button", "n_clicks"), State("runs-table", "data"),
-          State("runs-table", "selected_rows"), State("filter-op", "value"),
-          State("filter-backend", "value"), State("filter-target", "value"),
-          State("filter-ok", "value"), prevent_initial_call=True)
-def pin_selected(_clicks, rows, selected, op, backend, target, ok):
+          Input("pin-button", "n_clicks"), State("runs-table", "selectedRows"),
+          State("filter-op", "value"), State("filter-backend", "value"),
+          State("filter-target", "value"), State("filter-ok", "value"),
+          prevent_initial_call=True)
+def pin_selected(_clicks, selected, op, backend, target, ok):
     """Pin the selected run as the baseline of its kind (op, sizes, backend, target)."""
     from app.services import history
 
-    if not selected or len(selected) != 1:
-        return dash.no_update, dash.no_update, "Select one run to pin it as the baseline."
-    run_id = rows[selected[0]]["id"]
-    history.pin(int(run_id))
-    rows = _rows(op, backend, target, ok)
-    return (rows, [{"noisy": r["noise_reason"]} for r in rows],
-            f"📌 run #{run_id} is the baseline of its op, sizes, backend and target")
+    ids = selected_ids(selected)
+    if len(ids) != 1:
+        return dash.no_update, "Select one run to pin it as the baseline."
+    try:
+        history.pin(ids[0])
+    except KeyError as exc:
+        return dash.no_update, f"✗ {exc.args[0]}"
+    return (_rows(op, backend, target, ok),
+            f"📌 run #{ids[0]} is the baseline of its op, sizes, backend and target")
 
 
 @callback(Output("export-download", "data"), Output("export-status", "children"),
-          Input("export-button", "n_clicks"), State("runs-table", "data"),
-          State("runs-table", "selected_rows"), State("export-format", "value"),
-          prevent_initial_call=True)
-def export_selected(_clicks, rows, selected, fmt):
+          Input("export-button", "n_clicks"), State("runs-table", "selectedRows"),
+          State("export-format", "value"), prevent_initial_call=True)
+def export_selected(_clicks, selected, fmt):
     """Build the report of the selected run (or the comparison of two) and download it."""
     from app.services import history, reports
 
-    if not selected:
+    ids = sorted(selected_ids(selected)[:2])
+    if not ids:
         return dash.no_update, "Select a run first (tick its box)."
-    ids = sorted(rows[i]["id"] for i in selected[:2])
     try:
         runs = [history.get(i) for i in ids]
+        if None in runs:
+            return dash.no_update, "✗ a selected run is no longer in the history"
         # one run: compared with its pinned baseline where there is one
         other, row = (runs[0], runs[1]) if len(runs) == 2 else \
             (history.baseline_for(runs[0]), runs[0])
