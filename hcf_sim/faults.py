@@ -8,6 +8,7 @@ from functools import cache
 
 import numpy as np
 
+from hcf_sim.collectives import ALGORITHMS, canonical_collective
 from hcf_sim.errors import HcfError, require_nonnegative, require_positive
 from hcf_sim.flowsim import Router
 from hcf_sim.schedules import phases
@@ -223,7 +224,10 @@ def fault_scenario(topo: Topology, kind: str, target: str, collective: str, size
     if after.algorithm != before.algorithm:
         note = f"re-planned {before.algorithm} -> {after.algorithm}"
     moved = checked = 0
-    pairs = {(int(a), int(b)) for ph in phases(collective, before.algorithm, before.ranks, size,
+    # NCCL's own algorithms (nvls, collnet) have no textbook schedule: count the ring's rank pairs
+    sched = before.algorithm if before.algorithm in ALGORITHMS.get(canonical_collective(collective), ()) \
+        else "ring"
+    pairs = {(int(a), int(b)) for ph in phases(collective, sched, before.ranks, size,
                                               topo.group_size) for a, b in zip(ph.src, ph.dst, strict=True)}
     for a, b in sorted(pairs)[:20000]:
         checked += 1

@@ -111,6 +111,25 @@ class Router:
         self._cache[key] = out
         return out
 
+    def route_to_node(self, src_rank: int, node: str, up: bool = True) -> np.ndarray:
+        """Directed link ids from rank src to a switch (up) or back (down): a flow a reducing switch ends."""
+        key = (src_rank, -1 - self.index[node], "up" if up else "down")
+        if key in self._cache:
+            return self._cache[key]
+        s, u = int(self.gpu_idx[src_rank]), self.index[node]
+        row = self.dist[self.dst_row[s]]
+        if not np.isfinite(row[u]):
+            raise HcfError(f"no route from {self.nodes[s]} to {node}: the topology is split")
+        walk = []
+        while u != s:  # from the switch back toward the GPU along decreasing distance
+            nb = self.nbrs[u]
+            v = int(nb[row[nb] == row[u] - 1][0])
+            walk.append(self.link_id[(v, u)] if up else self.link_id[(u, v)])
+            u = v
+        out = np.array(walk[::-1] if up else walk, dtype=np.int64)
+        self._cache[key] = out
+        return out
+
     def path_nodes(self, src_rank: int, dst_rank: int, mode: str = "ecmp") -> list[str]:
         """The node names along the route from rank src to rank dst."""
         ids = self.route(src_rank, dst_rank, mode)
@@ -188,18 +207,26 @@ def simulate_phase(router: Router, ph: Phase, proto_eff: float, gamma: float, ro
     lat = max((router.step[r].max() + router.lat[r].sum()) for r in paths) if paths else 0.0
     wire = ph.nbytes / proto_eff
     np.add.at(load, link_of, np.repeat(wire, lens) * weight * ph.repeat)
-    remaining, t = wire.copy(), 0.0
+    t = drain(flow_of, link_of, weight, wire, router.cap)
+    return PhaseResult(ph.label, float(lat), t, ph.reduce_bytes * gamma, ph.repeat)
+
+
+def drain(flow_of: np.ndarray, link_of: np.ndarray, weight: np.ndarray, nbytes: np.ndarray,
+          cap: np.ndarray) -> float:
+    """Seconds until every flow has sent its bytes under max-min sharing, re-shared at each finish."""
+    remaining, t = np.asarray(nbytes, dtype=float).copy(), 0.0
+    wire = remaining.copy()
     alive = remaining > 0
     while alive.any():
         idx = np.flatnonzero(alive)
         keep = alive[flow_of]
         sub_flow = np.searchsorted(idx, flow_of[keep])
-        rates = maxmin_rates(sub_flow, link_of[keep], len(idx), router.cap, weight[keep])
+        rates = maxmin_rates(sub_flow, link_of[keep], len(idx), cap, weight[keep])
         dt = float(np.min(remaining[idx] / rates))
         t += dt
         remaining[idx] -= rates * dt
         alive[idx[remaining[idx] <= 1e-9 * wire[idx] + 1e-12]] = False
-    return PhaseResult(ph.label, float(lat), t, ph.reduce_bytes * gamma, ph.repeat)
+    return t
 
 
 def flow_simulate(topo: Topology, collective: str, algorithm: str, size: float, ranks: int | None = None,

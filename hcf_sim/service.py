@@ -8,10 +8,19 @@ from dataclasses import asdict, dataclass, field
 
 import networkx as nx
 
-from hcf_sim.collectives import AlphaBeta, algbw, analytical_cost, busbw, check_collective
+from hcf_sim.collectives import (
+    AlphaBeta,
+    algbw,
+    analytical_cost,
+    busbw,
+    canonical_collective,
+    check_collective,
+)
 from hcf_sim.errors import MAX_FLOW_RANKS, HcfError, check_ranks, check_size, human_bytes
 from hcf_sim.flowsim import Router, flow_simulate
 from hcf_sim.links import get_protocol
+from hcf_sim.nccl_flow import unfit
+from hcf_sim.nccl_model import MODELLED
 from hcf_sim.selector import candidates
 from hcf_sim.topology import Topology
 
@@ -36,6 +45,9 @@ class CommResult:
     notes: list[str] = field(default_factory=list)
     # every candidate's time (s) at this size by the same method: the numbers 'auto' chose from
     alternatives: dict[str, float] = field(default_factory=dict)
+    protocol: str = "Simple"
+    # which model gave the time and why that one: every view prints it beside the number
+    model: str = "flow-level (routes, max-min link sharing), MPI-style algorithm"
 
     def to_dict(self) -> dict:
         """A JSON-ready dict."""
@@ -78,12 +90,23 @@ def topology_params(topo: Topology, protocol: str = "Simple", gamma: float = 0.0
 def simulate(topo: Topology, collective: str, size: float, algorithm: str = "auto", method: str = "flow",
              protocol: str = "Simple", routing: str = "ecmp", ranks: int | None = None, gamma: float = 0.0,
              top_links: int = 10, router: Router | None = None) -> CommResult:
-    """Simulate one collective on a topology, analytically or flow-by-flow; 'auto' is the fastest by that method."""
-    check_collective(collective, None if algorithm == "auto" else algorithm)
+    """Simulate one collective on a topology, analytically or flow-by-flow.
+
+    'auto' (and NCCL's own algorithms, nvls and collnet_direct) go through NCCL's tuner: the
+    (algorithm, protocol) NCCL would pick, timed by the flow model (`hcf_sim.nccl_flow`), so
+    this, `predict`, `sweep`, `pipeline` and the IDE give one answer. A named MPI-style
+    algorithm (ring, tree, rabenseifner, ...) is timed as that textbook schedule.
+    """
+    collective = canonical_collective(collective)
     check_size(size)
     p = check_ranks(ranks or len(topo.gpus))
     if p > len(topo.gpus):
         raise HcfError(f"{p} ranks asked but topology {topo.name} has only {len(topo.gpus)} GPUs")
+    if collective in MODELLED and p > 1 and algorithm in NCCL_ONLY:
+        return tuned(topo, collective, size, algorithm, method, routing, p, router, top_links)
+    if collective in MODELLED and p > 1 and algorithm == "auto" and not unfit(topo, p):
+        return tuned(topo, collective, size, None, method, routing, p, router, top_links)
+    check_collective(collective, None if algorithm == "auto" else algorithm)
     if method not in ("flow", "analytical"):
         raise HcfError(f"method must be 'flow' or 'analytical', got {method!r}")
     if method == "flow" and p > MAX_FLOW_RANKS:
@@ -118,7 +141,45 @@ def simulate(topo: Topology, collective: str, size: float, algorithm: str = "aut
     return CommResult(collective, algorithm, method, p, size, t, algbw(size, t) if t else 0.0, bus,
                       {"latency": terms.latency, "bandwidth": terms.bandwidth, "reduction": terms.reduction,
                        "steps": terms.steps, "total": terms.total},
-                      loads, util, bus * inter.beta if t else 0.0, None, notes)
+                      loads, util, bus * inter.beta if t else 0.0, None, notes,
+                      model=f"{'flow-level (routes, max-min link sharing)' if method == 'flow' else 'alpha-beta'}"
+                            f", textbook {algorithm} schedule with {protocol} (not NCCL's tuner)")
+
+
+NCCL_ONLY = ("nvls", "collnet_direct")  # NCCL's in-switch reductions: no MPI-style schedule
+
+
+def tuned(topo: Topology, collective: str, size: float, algorithm: str | None = None,
+          method: str = "flow", routing: str = "spread", ranks: int | None = None,
+          router: Router | None = None, top_links: int = 10) -> CommResult:
+    """NCCL's pick (or `algorithm`, one of NCCL's) timed by the flow model, as a CommResult."""
+    from hcf_sim.nccl_flow import tune
+
+    p = check_ranks(ranks or len(topo.gpus))
+    flow = method == "flow" and p <= MAX_FLOW_RANKS
+    if flow and router is None:
+        router = Router(topo)
+    t = tune(topo, collective, size, p, routing, "flow" if flow else "analytical", router, algorithm)
+    secs = t.time_us * 1e-6
+    model = ("NCCL's tuner picks (NCCL's cost model, nccl_constants.json); "
+             + ("timed flow by flow: NCCL's latency + its bandwidth term stretched by shared links"
+                if flow else "NCCL's analytical cost, as `uol hcf predict`"
+                + (f" (over the flow model's {MAX_FLOW_RANKS} ranks)" if method == "flow" else "")))
+    bw = (t.nccl_time_us - t.latency_us) * 1e-6
+    ranked = sorted(t.link_bytes, key=t.link_bytes.get, reverse=True)
+    loads = [{"link": f"{u}->{v}", "bytes": t.link_bytes[(u, v)],
+              "utilisation": t.link_bytes[(u, v)] / (t.link_capacity[(u, v)] * secs) if secs else 0.0}
+             for u, v in ranked[:top_links]]
+    res = CommResult(collective, t.algorithm, "flow" if flow else "analytical", p, size, secs,
+                     algbw(size, secs), busbw(collective, p, size, secs),
+                     {"latency": t.latency_us * 1e-6, "bandwidth": bw * t.congestion, "reduction": 0.0,
+                      "steps": 0, "total": secs, "nccl_time": t.nccl_time_us * 1e-6,
+                      "congestion": t.congestion},
+                     link_load=loads, max_link_utilisation=max((x["utilisation"] for x in loads), default=0.0),
+                     selection=t.reason, notes=list(t.notes),
+                     alternatives={k: v * 1e-6 for k, v in t.candidates.items()},
+                     protocol=t.protocol, model=model)
+    return res
 
 
 def compare(topo: Topology, collective: str, size: float, method: str = "flow", protocol: str = "Simple",
@@ -129,11 +190,16 @@ def compare(topo: Topology, collective: str, size: float, method: str = "flow", 
     Each result carries all candidates' times (`alternatives`), so a page can show the comparison
     beside the headline from the very numbers the choice was made on.
     """
+    collective = canonical_collective(collective)
     check_collective(collective)
     p = check_ranks(ranks or len(topo.gpus))
     _, _, group = topology_params(topo, protocol, gamma, p)
     if method == "flow" and router is None and p <= MAX_FLOW_RANKS:
         router = Router(topo, protocol)  # one routing table for every candidate
+    why_not = unfit(topo, p) if collective in MODELLED else None
+    if collective in MODELLED and p > 1 and not why_not:
+        # NCCL's candidates, chosen as its tuner does; `alternatives` holds each one's time
+        return [tuned(topo, collective, size, None, method, routing, p, router, top_links)]
     runs = [simulate(topo, collective, size, a, method, protocol, routing, p, gamma, top_links, router)
             for a in candidates(collective, p, group)]
     runs.sort(key=lambda r: r.time)
@@ -152,6 +218,8 @@ def compare(topo: Topology, collective: str, size: float, method: str = "flow", 
         reason += f"; runner-up {runs[1].algorithm} takes {runs[1].time / best.time:.2f}x as long" \
             if best.time else f"; runner-up {runs[1].algorithm}"
     best.selection = reason
+    if why_not:
+        best.notes.append(why_not)
     return runs
 
 

@@ -271,8 +271,21 @@ def _near_cube(n: int, d: int) -> tuple[int, ...]:
 
 
 def build_topology(kind: str, nodes: int, link: str | None = None, oversubscription: float = 1.0,
-                   gpus_per_server: int = 8, path: str | None = None) -> Topology:
-    """Build a topology of the named kind with `nodes` GPUs (the CLI's --topology/--nodes)."""
+                   gpus_per_server: int = 8, path: str | None = None, sharp: bool = False) -> Topology:
+    """Build a topology of the named kind with `nodes` GPUs (the CLI's --topology/--nodes); with
+    `sharp` its InfiniBand switches reduce in the network (SHARP, NCCL's CollNet)."""
+    topo = _build(kind, nodes, link, oversubscription, gpus_per_server, path)
+    if sharp:
+        if kind not in ("rail", "fat-tree"):
+            raise HcfError(f"--sharp needs InfiniBand switches (rail or fat-tree), not {kind}")
+        for n, d in topo.graph.nodes(data=True):
+            d["sharp"] = d.get("kind") == "switch" and not n.startswith("nvs")
+        topo.name += "-sharp"
+    return topo
+
+
+def _build(kind: str, nodes: int, link: str | None, oversubscription: float, gpus_per_server: int,
+           path: str | None) -> Topology:
     check_name("topology", kind)
     check_ranks(nodes)
     if kind == "fat-tree":

@@ -40,9 +40,13 @@ def _emit(data: Any, as_json: bool, table: Table | None = None) -> None:
         console.print(table)
 
 
-def _topo(topology: str, nodes: int, link: str | None, oversubscription: float, topology_file: str | None):
+def _topo(topology: str, nodes: int, link: str | None, oversubscription: float, topology_file: str | None,
+          sharp: bool = False):
     from hcf_sim.topology import build_topology
-    return build_topology(topology, nodes, link, oversubscription, path=topology_file)
+    return build_topology(topology, nodes, link, oversubscription, path=topology_file, sharp=sharp)
+
+
+SHARP_HELP = "the InfiniBand switches reduce (SHARP, NCCL CollNet): rail and fat-tree"
 
 
 def _us(t: float) -> str:
@@ -94,13 +98,14 @@ def simulate(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: in
              oversubscription: float = typer.Option(1.0, help="uplink oversubscription"),
              topology_file: str = typer.Option(None, help="custom topology JSON (with --topology custom)"),
              fail: str = typer.Option(None, help="fault: link:U,V | switch:NAME | node:GPU"),
+             sharp: bool = typer.Option(False, "--sharp", help=SHARP_HELP),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Simulate one collective: time, algbw, busbw (nccl-tests definitions), cost terms and the busiest links."""
     from hcf_sim.collectives import canonical_collective
     from hcf_sim.faults import fault_scenario
     from hcf_sim.service import simulate as run
     collective = canonical_collective(collective)
-    t = _topo(topology, nodes, link, oversubscription, topology_file)
+    t = _topo(topology, nodes, link, oversubscription, topology_file, sharp)
     nbytes = parse_size(size)
     if fail:
         kind, _, target = fail.partition(":")
@@ -113,12 +118,13 @@ def simulate(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: in
             console.print(f"{rep.replanned}; {rep.rerouted_pairs} of {rep.pairs_checked} rank pairs rerouted")
         return
     r = run(t, collective, nbytes, algorithm, method, protocol, routing)
-    tab = Table("collective", "algorithm", "method", "ranks", "size", "time us", "algbw GB/s", "busbw GB/s",
-                title=f"{t.name} ({protocol})")
-    tab.add_row(r.collective, r.algorithm, r.method, str(r.ranks), human_bytes(r.size), _us(r.time),
+    tab = Table("collective", "algorithm", "protocol", "method", "ranks", "size", "time us", "algbw GB/s",
+                "busbw GB/s", title=t.name)
+    tab.add_row(r.collective, r.algorithm, r.protocol, r.method, str(r.ranks), human_bytes(r.size), _us(r.time),
                 f"{r.algbw / 1e9:.3f}", f"{r.busbw / 1e9:.3f}")
     _emit(r.to_dict(), as_json, tab)
     if not as_json:
+        console.print(f"model: {r.model}")
         console.print(f"terms: latency {_us(r.terms['latency'])} us ({r.terms['steps']} steps), bandwidth "
                       f"{_us(r.terms['bandwidth'])} us, reduction {_us(r.terms['reduction'])} us")
         if r.selection:
@@ -143,14 +149,15 @@ def sweep(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: int =
           link: str = typer.Option(None, help="link preset"),
           oversubscription: float = typer.Option(1.0, help="uplink oversubscription"),
           topology_file: str = typer.Option(None, help="custom topology JSON"),
+          sharp: bool = typer.Option(False, "--sharp", help=SHARP_HELP),
           as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """Time every algorithm at every size; show the best per size and the crossover points."""
+    """Time every algorithm at every size; show NCCL's pick per size (as `simulate`) and the crossovers."""
     from hcf_sim.collectives import canonical_collective
     from hcf_sim.selector import candidates, crossovers
     from hcf_sim.service import sweep as run
     from hcf_sim.service import topology_params
     collective = canonical_collective(collective)
-    t = _topo(topology, nodes, link, oversubscription, topology_file)
+    t = _topo(topology, nodes, link, oversubscription, topology_file, sharp)
     sz = parse_sizes(sizes)
     intra, inter, group = topology_params(t, protocol)
     algos = candidates(collective, len(t.gpus), group) if algorithms == "all" else algorithms.split(",")
@@ -161,15 +168,23 @@ def sweep(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: int =
     rows: dict[int, dict] = {}
     for r in res:
         rows.setdefault(int(r.size), {})[r.algorithm] = r.time
-    tab = Table("size", *[f"{a} us" for a in algos], "best", title=f"{collective} on {t.name} ({method})")
+    # the answer per size is the one `simulate --algorithm auto` gives: NCCL's tuner, same model
+    picks = {s: run(t, collective, [s], ["auto"], method, protocol)[0] for s in rows}
+    tab = Table("size", *[f"{a} us" for a in algos], "auto (NCCL tuner) us", "auto picks",
+                title=f"{collective} on {t.name} ({method})")
     for s, d in rows.items():
-        tab.add_row(human_bytes(s), *[_us(d[a]) for a in algos], min(d, key=d.get))
+        tab.add_row(human_bytes(s), *[_us(d[a]) for a in algos], _us(picks[s].time),
+                    f"{picks[s].algorithm}/{picks[s].protocol}")
     data = {"topology": t.summary(), "results": [r.to_dict() for r in res],
+            "best": [{"size": s, "algorithm": r.algorithm, "protocol": r.protocol, "time": r.time,
+                      "model": r.model} for s, r in picks.items()],
             "crossovers": [{"size": x.size, "from": x.frm, "to": x.to} for x in xs]}
     _emit(data, as_json, tab)
     if not as_json:
         for x in xs:
-            console.print(f"crossover: above {human_bytes(x.size)} {x.to} beats {x.frm}")
+            console.print(f"crossover (textbook schedules): above {human_bytes(x.size)} {x.to} beats {x.frm}")
+        if picks:
+            console.print(f"auto: {next(iter(picks.values())).model}")
 
 
 @app.command()
@@ -183,21 +198,24 @@ def pipeline(stages: int = typer.Option(4, help="pipeline stages (ranks per pipe
              dp: int = typer.Option(1, help="data-parallel pipelines (replicas)"),
              grad_mb: float = typer.Option(100.0, help="gradient MB per stage, all-reduced across replicas"),
              dp_link: str = typer.Option("ib_ndr", help="link preset for the DP all-reduce"),
+             dp_topology: str = typer.Option("fat-tree", help="fabric of the DP replicas (one GPU each): " + TOPO_HELP),
              slow: str = typer.Option(None, help="straggler factors per stage, e.g. 1,1,1.5,1"),
              rebalance_layers: int = typer.Option(0, "--rebalance", help="re-assign this many layers from measured stage times"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Simulate a pipeline step: per-rank compute/comm/bubbles, exposed DP communication, cluster utilisation."""
-    from hcf_sim.collectives import AlphaBeta, analytical_cost
-    from hcf_sim.links import get_preset
     from hcf_sim.pipeline import rebalance, simulate_pipeline
+    from hcf_sim.service import simulate as sim
     factors = [float(x) for x in slow.split(",")] if slow else None
-    ar = 0.0
+    ar, dp_run = 0.0, None
     if dp > 1:
-        lk = get_preset(dp_link)
-        ab = AlphaBeta(lk.step_latency["Simple"] + 2 * lk.hop_latency, 1 / lk.bandwidth)
-        ar = analytical_cost("allreduce", "ring", dp, grad_mb * 1e6, ab).total
+        # the DP all-reduce is the answer `simulate --algorithm auto` gives for the same question
+        dp_run = sim(_topo(dp_topology, dp, dp_link, 1.0, None), "allreduce", grad_mb * 1e6, "auto", "flow")
+        ar = dp_run.time
     r = simulate_pipeline(stages, microbatches, schedule, fwd_ms * 1e-3, 2.0, p2p_us * 1e-6, chunks, ar, factors)
     data = {k: v for k, v in r.__dict__.items() if k != "events"}
+    if dp_run:
+        data["dp_allreduce"] = {"algorithm": dp_run.algorithm, "protocol": dp_run.protocol, "time": dp_run.time,
+                                "busbw": dp_run.busbw, "model": dp_run.model, "topology": dp_topology}
     data["events"] = [e.__dict__ for e in r.events]
     tab = Table("rank", "compute ms", "bubble ms", "exposed comm ms",
                 title=f"{schedule}: {stages} stages x {microbatches} micro-batches x {dp} replicas, "
@@ -210,6 +228,9 @@ def pipeline(stages: int = typer.Option(4, help="pipeline stages (ranks per pipe
         measured = [n * fwd_ms * f for n, f in zip(per, factors, strict=True)]
         data["rebalance"] = rebalance(per, measured)
     _emit(data, as_json, tab)
+    if not as_json and dp_run:
+        console.print(f"DP all-reduce of {grad_mb:g} MB on {dp} GPUs ({dp_topology}): {dp_run.algorithm}/"
+                      f"{dp_run.protocol} {_us(dp_run.time)} us; model: {dp_run.model}")
     if not as_json and "rebalance" in data:
         rb = data["rebalance"]
         console.print(f"rebalance: layers {rb['layers_before']} -> {rb['layers_after']}, "
@@ -310,11 +331,22 @@ def predict(cluster: str = typer.Option("dgx-h100", help="dgx-h100 | dgx-h100-sh
             nodes: int = typer.Option(1, help="nodes of 8 GPUs"),
             collective: str = typer.Option("allreduce", help="allreduce | allgather | reducescatter"),
             sizes: str = typer.Option("1KiB,64KiB,1MiB,256MiB,1GiB", help="LOW:HIGH or a comma list"),
+            topology: str = typer.Option(None, help="read the machine off a topology instead: " + TOPO_HELP),
+            gpus: int = typer.Option(8, help="GPUs of --topology"),
+            sharp: bool = typer.Option(False, "--sharp", help=SHARP_HELP),
+            topology_file: str = typer.Option(None, help="custom topology JSON (with --topology custom)"),
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """NCCL-style prediction (ring/tree x LL/LL128/Simple, NVLS, SHARP) with NCCL's tuning constants; says why."""
+    """NCCL-style prediction (ring/tree x LL/LL128/Simple, NVLS, SHARP) with NCCL's tuning constants; says why.
+
+    The same model `simulate --algorithm auto` uses (there timed flow by flow as well)."""
     from hcf_sim.nccl_model import busbw_gbps, select
     from hcf_sim.nccl_model import cluster as make
-    c = make(cluster, nodes)
+    if topology:
+        from hcf_sim.nccl_flow import fabric
+        c = fabric(_topo(topology, gpus, None, 1.0, topology_file, sharp)).cluster
+        nodes = c.nodes
+    else:
+        c = make(cluster, nodes)
     out = []
     tab = Table("size", "algorithm", "protocol", "time us", "busbw GB/s", title=f"{collective} on {c.name} x {nodes}")
     for s in parse_sizes(sizes):

@@ -30,11 +30,15 @@ def result_card(res: dict, crossovers: list[dict]) -> html.Div:
     if res.get("alternatives"):
         # the numbers the choice was made on: the same simulations as the headline
         best = min(res["alternatives"], key=res["alternatives"].get)
+        pick = f"{res['algorithm']}/{res.get('protocol')}"
+        shown = pick if pick in res["alternatives"] else res["algorithm"]
         extra.append(html.Ul([
             html.Li(f"{a}: {_us(t)}" + (" (fastest)" if a == best else "")
-                    + (" ← shown" if a == res["algorithm"] else ""))
+                    + (" ← shown" if a == shown else ""))
             for a, t in sorted(res["alternatives"].items(), key=lambda x: x[1])],
             id="comm-alternatives"))
+    if res.get("model"):
+        extra.append(html.P(f"Model: {res['model']}", className="muted", id="comm-model"))
     if res.get("selection"):
         extra.append(html.P(res["selection"], className="muted"))
     if crossovers:

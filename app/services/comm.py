@@ -128,8 +128,10 @@ def simulate(topo, collective: str, size: float, algorithm: str, codec: str = "n
     if algorithm == "auto":
         chosen = runs[0]
     else:
-        chosen = next((r for r in runs if r.algorithm == algorithm), None)
-        if chosen is None:  # not a candidate here (e.g. hierarchical without whole servers)
+        # a named schedule is timed as that schedule; 'auto' is NCCL's tuner (as `uol hcf simulate`)
+        chosen = next((r for r in runs if r.algorithm == algorithm and r.model == runs[0].model
+                       and not r.model.startswith("NCCL")), None)
+        if chosen is None:
             chosen = sim(topo, collective, wire, algorithm, METHOD, routing=ROUTING, top_links=links)
         if chosen.time > runs[0].time:
             chosen.notes.append(f"{runs[0].algorithm} would take {runs[0].time * 1e6:.2f} us "
@@ -174,6 +176,11 @@ def sweep_curves(topo, collective: str, lo: int = 1 << 10, hi: int = 1 << 30,
     cross = [{"size": c.size, "frm": c.frm, "to": c.to,
               "time_s": lines[c.to][0] + lines[c.to][1] * c.size}
              for c in envelope_crossovers(lines, lo, hi)]
+    # the headline's model over the same sizes: NCCL's tuner changes protocol with size, so this
+    # curve is not a line and stays out of the crossovers of the textbook schedules above
+    auto = [sim(topo, collective, s, "auto", METHOD, routing=ROUTING, router=router) for s in sizes]
+    if auto and auto[0].model.startswith("NCCL"):
+        times["auto (NCCL tuner)"] = [r.time for r in auto]
     return {"sizes": sizes, "times": times, "crossovers": cross}
 
 
