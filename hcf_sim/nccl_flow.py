@@ -94,6 +94,10 @@ def fabric(topo: Topology, ranks: int | None = None) -> Fabric:
     gn = topo.graph.nodes
     nics = len({n for gpu in gpus[:g] for n in topo.graph.neighbors(gpu) if gn[n].get("kind") == "nic"})
     nics = max(1, nics)
+    if not inter:  # one node: the NIC's rate still describes the machine (unused by its costs)
+        G = topo.graph
+        nic = min((min(G.edges[gpus[0], n]["bandwidth"], *(G.edges[n, m]["bandwidth"] for m in G.neighbors(n)))
+                   / 1e9 for n in G.neighbors(gpus[0]) if gn[n].get("kind") == "nic"), default=0.0)
     prefix = mapping["nvls_link_prefix"]["value"]
     nvs = tuple(_common_switch(topo, gpus[k * g:(k + 1) * g], prefix) for k in range(nodes)) \
         if g > 1 else ()

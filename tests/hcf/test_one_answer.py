@@ -1,0 +1,113 @@
+"""One question, one answer: simulate, sweep, predict, pipeline and the Communication page give the
+same algorithm, protocol and time for the same collective on the same machine (issue: 8 H100s,
+1 GiB all-reduce, predict said NVLS 3,858 us while simulate said rabenseifner 5,088 us)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from app.services import comm
+from hcf_sim import nccl_model as nm
+from hcf_sim.nccl_flow import fabric
+from hcf_sim.service import simulate
+from hcf_sim.topology import build_topology
+from uol_cli.hcf_cmd import app
+
+TOPOLOGIES = [("rail", 8, False), ("rail", 16, False), ("rail", 16, True), ("fat-tree", 16, False),
+              ("torus2d", 16, False)]
+COLLECTIVES = ("allreduce", "allgather", "reducescatter")
+SIZES = (1 << 10, 1 << 20, 256 << 20)
+PUBLISHED_NVLS_BUSBW = 480.0  # GB/s, NVIDIA/nccl-tests#212 (nccl_constants.json "published")
+
+
+def _cli(*args: str) -> dict | list:
+    res = CliRunner().invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def _same(a: float, b: float, notes: list[str]) -> bool:
+    # the flow model may only differ from NCCL's analytical cost when it says why (shared links)
+    return a == pytest.approx(b, rel=1e-9) or any("NCCL's analytical" in n for n in notes)
+
+
+@pytest.mark.parametrize("kind,gpus,sharp", TOPOLOGIES)
+def test_every_view_gives_the_same_pick_and_time(kind, gpus, sharp):
+    topo = build_topology(kind, gpus, sharp=sharp)
+    cluster = fabric(topo).cluster
+    page_topo = comm.build(kind, gpus)
+    for coll in COLLECTIVES:
+        for size in SIZES:
+            nccl = nm.select(cluster, coll, size).best
+            flow = simulate(topo, coll, size, "auto", "flow", routing="spread")
+            analytical = simulate(topo, coll, size, "auto", "analytical")
+            where = (topo.name, coll, size)
+            assert (flow.algorithm, flow.protocol) == (nccl.algorithm, nccl.protocol), where
+            assert (analytical.algorithm, analytical.protocol) == (nccl.algorithm, nccl.protocol), where
+            assert analytical.time * 1e6 == pytest.approx(nccl.time_us, rel=1e-12), where
+            assert _same(flow.time * 1e6, nccl.time_us, flow.notes), where
+            if not sharp:  # the page has no SHARP switch; otherwise the same question
+                page = comm.simulate(page_topo, coll, size, "auto")
+                assert (page["algorithm"], page["protocol"]) == (flow.algorithm, flow.protocol), where
+                assert page["time"] == pytest.approx(flow.time, rel=1e-12), where
+                assert page["model"] == flow.model
+
+
+def test_the_cli_views_agree_with_each_other():
+    sizes = "1KiB,1MiB,256MiB"
+    for kind, gpus, sharp in (("rail", 16, True), ("fat-tree", 16, False)):
+        extra = ["--sharp"] if sharp else []
+        pred = _cli("predict", "--topology", kind, "--gpus", str(gpus), "--sizes", sizes, *extra)
+        swept = _cli("sweep", "--topology", kind, "--nodes", str(gpus), "--sizes", sizes, "--algorithms", "ring",
+                     *extra)["best"]
+        for p, s in zip(pred, swept, strict=True):
+            sim = _cli("simulate", "--topology", kind, "--nodes", str(gpus), "--size", str(p["size"]), *extra)
+            pick = (p["best"]["algorithm"], p["best"]["protocol"])
+            assert (sim["algorithm"], sim["protocol"]) == pick == (s["algorithm"], s["protocol"])
+            assert s["time"] * 1e6 == pytest.approx(p["best"]["time_us"], rel=1e-9)  # sweep: analytical
+            assert _same(sim["time"] * 1e6, p["best"]["time_us"], sim["notes"])
+    # the pipeline's DP all-reduce is simulate's answer to the same question
+    pipe = _cli("pipeline", "--dp", "16", "--grad-mb", "100")["dp_allreduce"]
+    sim = _cli("simulate", "--topology", "fat-tree", "--nodes", "16", "--size", "100000000")
+    assert (pipe["algorithm"], pipe["protocol"], pipe["time"]) == (sim["algorithm"], sim["protocol"], sim["time"])
+
+
+def test_a_dgx_h100_preset_is_the_rail_topology():
+    """`predict --cluster dgx-h100` and `simulate --topology rail` describe the same machine."""
+    for nodes in (1, 2, 4):
+        preset, derived = nm.cluster("dgx-h100", nodes), fabric(build_topology("rail", 8 * nodes)).cluster
+        for field in ("gpus_per_node", "nodes", "intra_busbw", "nic_gbps", "nics_per_node", "nvls", "sharp",
+                      "generation", "cpu_vendor", "intra_hw"):
+            assert getattr(preset, field) == getattr(derived, field), (nodes, field)
+
+
+def test_eight_h100s_all_reduce_1gib_is_nvls_near_the_published_480():
+    topo = build_topology("rail", 8)
+    flow = simulate(topo, "allreduce", 1 << 30, "auto", "flow")
+    pred = nm.select(nm.cluster("dgx-h100", 1), "allreduce", 1 << 30).best
+    page = comm.simulate(comm.build("rail", 8), "allreduce", 1 << 30, "auto")
+    for algo, busbw in ((flow.algorithm, flow.busbw / 1e9),
+                        (pred.algorithm, nm.busbw_gbps("allreduce", 8, 1 << 30, pred.time_us)),
+                        (page["algorithm"], page["busbw"] / 1e9)):
+        assert algo == "nvls"
+        assert busbw == pytest.approx(PUBLISHED_NVLS_BUSBW, rel=0.10)
+
+
+def test_congestion_is_said_and_the_pick_stays_nccls():
+    """An oversubscribed fat-tree: the flow time exceeds NCCL's cost and the result says why."""
+    topo = build_topology("fat-tree", 16, oversubscription=4.0)
+    res = simulate(topo, "allreduce", 256 << 20, "auto", "flow", routing="ecmp")
+    nccl = nm.select(fabric(topo).cluster, "allreduce", 256 << 20).best
+    assert (res.algorithm, res.protocol) == (nccl.algorithm, nccl.protocol)
+    if res.time * 1e6 > nccl.time_us * 1.02:
+        assert any("assumes no shared links" in n for n in res.notes)
+
+
+def test_a_fabric_that_cannot_run_an_algorithm_names_it():
+    from hcf_sim.errors import HcfError
+
+    with pytest.raises(HcfError, match="nvls cannot run allreduce on fat-tree"):
+        simulate(build_topology("fat-tree", 16), "allreduce", 1 << 20, "nvls")
