@@ -27,9 +27,13 @@ def test_hardware_table_sorts_and_draws_rooflines(page, live_server):
     expect(page.locator("#hardware-table")).to_contain_text("h100-sxm", timeout=30_000)
     expect(page.locator("#hardware-roofline .scatterlayer .trace").first).to_be_attached(
         timeout=30_000)
-    page.locator("#hardware-table th").filter(has_text="cores").locator(
-        ".column-header--sort").click()
+    page.locator('#hardware-table .ag-header-cell[col-id="cores"] .ag-header-cell-label').click()
     wait_idle(page)
+    expect(page.locator('#hardware-table .ag-header-cell[col-id="cores"]')).to_have_attribute(
+        "aria-sort", "ascending")
+    # a click on a target's cell shows where each of its numbers comes from
+    page.locator('#hardware-table .ag-row[row-id="h100-sxm"] [col-id="name"]').first.click()
+    expect(page.locator("#hardware-provenance")).to_contain_text("h100-sxm: provenance")
     # the same targets compared at their bf16 peaks (AMX, VDPBF16PS, tensor cores)
     page.locator("#hardware-roof-dtype").get_by_text("bf16", exact=True).click()
     wait_idle(page)

@@ -12,11 +12,13 @@ MODES = {"multi": "multiRow", "single": "singleRow"}
 def grid(grid_id: str, rows: list[dict], columns: list[tuple[str, str]], *,
          selection: str | None = None, page_size: int | None = 20,
          links: tuple[str, ...] = (), tooltips: dict[str, str] | None = None,
-         row_id: str | None = "id", height: int | None = None) -> dag.AgGrid:
+         row_id: str | None = "id", height: int | None = None,
+         numeric: tuple[str, ...] = ()) -> dag.AgGrid:
     """An AgGrid of `rows` with `columns` as (field, header). `selection` "multi" or "single"
     puts a checkbox (radio for one) before each row; `links` are fields holding markdown
     links (opened in this tab); `tooltips` maps a field to the field holding its tooltip;
-    `row_id` names the field that identifies a row, so a selection survives a re-sort."""
+    `row_id` names the field that identifies a row, so a selection survives a re-sort;
+    `numeric` fields sort and filter as numbers."""
     tips = tooltips or {}
     defs = []
     for field, header in columns:
@@ -25,11 +27,14 @@ def grid(grid_id: str, rows: list[dict], columns: list[tuple[str, str]], *,
             col.update(cellRenderer="markdown", linkTarget="_self")
         if field in tips:
             col["tooltipField"] = tips[field]
+        if field in numeric:
+            col.update(type="numericColumn", filter="agNumberColumnFilter")
         defs.append(col)
     # every column rendered (tables of tens of rows): a row's checkbox or link stays in the
     # page when the grid is scrolled sideways
+    # field names are flat keys ("peak_gflops.fp32" is one column, not a nested object)
     options: dict = {"tooltipShowDelay": 300, "enableCellTextSelection": True,
-                     "suppressColumnVirtualisation": True}
+                     "suppressColumnVirtualisation": True, "suppressFieldDotNotation": True}
     if selection:
         options["rowSelection"] = {"mode": MODES[selection], "checkboxes": True,
                                    "enableClickSelection": False, "headerCheckbox": False}

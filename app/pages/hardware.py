@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dash
-from dash import Input, Output, callback, dash_table, dcc, html
+from dash import Input, Output, callback, dcc, html
 
+from app.components.grids import grid
 from app.services import hardware
 
 dash.register_page(__name__, path="/hardware", name="Hardware", title="UOL Studio: Hardware",
@@ -18,15 +19,9 @@ def _table() -> html.Div:
     rows, errors = hardware.target_rows(hardware.targets())
     cols = list(hardware.COLUMNS)
     return html.Div([
-        dash_table.DataTable(
-            id="hardware-table", data=rows, sort_action="native", page_action="none",
-            columns=[{"name": c, "id": c, "type": "numeric" if c not in ("name", "kind")
-                      else "text"} for c in cols],
-            tooltip_data=[{c: {"value": r.get(f"{c} (source)") or "", "type": "text"}
-                           for c in cols[2:-1]} for r in rows],
-            tooltip_delay=200, tooltip_duration=None,
-            style_table={"overflowX": "auto"}, style_cell={"fontSize": 12, "padding": "3px 6px"},
-            style_header={"fontWeight": 600}),
+        grid("hardware-table", rows, [(c, c) for c in cols], page_size=None, row_id="name",
+             tooltips={c: f"{c} (source)" for c in cols[2:-1]},
+             numeric=tuple(c for c in cols if c not in ("name", "kind"))),
         html.Div(errors and ["Targets that failed to load: ", *errors], className="odl-error"),
         html.Div("Click a cell to see the provenance of that target's numbers "
                  "(datasheet with source, measured by the probe, or assumed).", className="muted"),
@@ -101,15 +96,15 @@ def draw_rooflines(names, dtype):
         return empty_figure(f"roofline unavailable: {exc}")
 
 
-@callback(Output("hardware-provenance", "children"), Input("hardware-table", "active_cell"),
-          Input("hardware-table", "derived_viewport_data"), prevent_initial_call=True)
-def show_provenance(cell, rows):
+@callback(Output("hardware-provenance", "children"), Input("hardware-table", "cellClicked"),
+          prevent_initial_call=True)
+def show_provenance(cell):
     """Every number of the clicked target with its provenance."""
-    if not cell or not rows:
-        return ""
-    from uol_core.hfl import load_target
+    from uol_core.hfl import list_targets, load_target
 
-    name = rows[cell["row"]]["name"]
+    name = cell.get("rowId") if isinstance(cell, dict) else None
+    if name not in list_targets():  # only a row the table offered: a target's name
+        return ""
     try:
         return html.Div([html.H3(f"{name}: provenance"), _facts(load_target(name).to_dict())])
     except Exception as exc:
