@@ -20,6 +20,7 @@ import numpy as np
 from hcf_sim import nccl_model as nm
 from hcf_sim.errors import HcfError, human_bytes
 from hcf_sim.flowsim import Router, drain
+from hcf_sim.timing import phase
 from hcf_sim.topology import Topology
 
 INTRA_PRESETS = ("nvlink", "pcie")  # links inside a server; anything else (or a NIC) is network
@@ -102,7 +103,8 @@ def fabric(topo: Topology, ranks: int | None = None) -> Fabric:
     nvs = tuple(_common_switch(topo, gpus[k * g:(k + 1) * g], prefix) for k in range(nodes)) \
         if g > 1 else ()
     nvls = bool(nvs) and all(nvs) and gen in nm.constants()["nccl_tuning"]["nvls_efficiency"]
-    sharp_sw = tuple(_sharp_switch(topo, x) for x in gpus[:p]) if nodes > 1 else ()
+    any_sharp = any(d.get("sharp") for _, d in topo.graph.nodes(data=True))
+    sharp_sw = tuple(_sharp_switch(topo, x) for x in gpus[:p]) if nodes > 1 and any_sharp else ()
     sharp = bool(sharp_sw) and all(sharp_sw)
     intra_hw = "nvlink" if all(x.startswith("nvlink") for x in presets) and intra else "pci"
     c = nm.Cluster(topo.name, g, nodes, intra_bw, nic, nics, nvls, sharp, gen,
@@ -133,14 +135,16 @@ def _flows(router: Router, pairs: list[tuple[int, int]], nbytes: list[float], ro
            load: np.ndarray | None = None, repeat: int = 1) -> float:
     """Drain time of GPU-to-GPU flows plus GPU<->switch flows (a switch that reduces ends a flow);
     adds the bytes each directed link carries (x repeat) to `load`."""
-    routes, shares, sizes = [], [], []
-    for (a, b), s in zip(pairs, nbytes, strict=True):
-        if routing == "spread":
+    routes, shares, sizes = [], [], list(nbytes)
+    if routing == "spread":
+        for a, b in pairs:
             r, w = router.spread(a, b)
-        else:
-            r = router.route(a, b, routing)
-            w = np.ones(len(r))
-        routes.append(r), shares.append(w), sizes.append(s)
+            routes.append(r), shares.append(w)
+    elif pairs:  # every GPU-to-GPU flow routed in one vectorised walk
+        f, lk = router.routes(np.array([a for a, _ in pairs]), np.array([b for _, b in pairs]), routing)
+        cuts = np.searchsorted(f, np.arange(1, len(pairs)))
+        routes += np.split(lk, cuts)
+        shares += [np.ones(len(r)) for r in routes]
     for (rank, sw, up), s in zip(to_switch, sw_bytes, strict=True):
         r = router.route_to_node(rank, sw, up)
         routes.append(r), shares.append(np.ones(len(r))), sizes.append(s)
@@ -209,8 +213,10 @@ def tune(topo: Topology, collective: str, size: float, ranks: int | None = None,
     `algorithm` forces one of NCCL's algorithms (its best protocol). With method 'analytical' the
     time is NCCL's cost itself, which is what `uol hcf predict` prints.
     """
-    fab = fabric(topo, ranks)
-    choice = nm.select(fab.cluster, collective, size)
+    with phase("NCCL machine description from the topology"):
+        fab = fabric(topo, ranks)
+    with phase("NCCL tuner: every (algorithm, protocol)"):
+        choice = nm.select(fab.cluster, collective, size)
     coll = nm.canonical_collective(collective)
     cands = choice.candidates
     if algorithm:
@@ -224,14 +230,17 @@ def tune(topo: Topology, collective: str, size: float, ranks: int | None = None,
     stretch: dict[str, float] = {}
     links: dict[tuple[str, str], float] = {}
     if method == "flow":
-        router = router or Router(topo)
+        if router is None:
+            with phase("routing table"):
+                router = Router(topo)
         for algo in dict.fromkeys(x.algorithm for x in cands):
             simple = next(x for x in cands if x.algorithm == algo and x.protocol == "Simple")
             ideal = size / (simple.algbw_gbps * 1e9)
             load = np.zeros(len(router.links))
             # NCCL's bandwidths are what its channels reach on free links (measured rates), so
             # link sharing can only slow a pick down: spare capacity does not speed NCCL up
-            got = traffic_drain(fab, router, coll, algo, size, routing, load) / ideal if ideal else 1.0
+            with phase(f"flow: {algo} traffic"):
+                got = traffic_drain(fab, router, coll, algo, size, routing, load) / ideal if ideal else 1.0
             stretch[algo] = max(1.0, got)
             if algo == best.algorithm:
                 links = {router.links[i]: float(load[i]) for i in np.flatnonzero(load)}

@@ -22,6 +22,7 @@ from hcf_sim.links import get_protocol
 from hcf_sim.nccl_flow import unfit
 from hcf_sim.nccl_model import MODELLED
 from hcf_sim.selector import candidates
+from hcf_sim.timing import phase
 from hcf_sim.topology import Topology
 
 
@@ -126,8 +127,11 @@ def simulate(topo: Topology, collective: str, size: float, algorithm: str = "aut
         loads: list[dict] = []
         util = 0.0
     else:
-        router = router or Router(topo, protocol)
-        run = flow_simulate(topo, collective, algorithm, size, p, protocol, routing, gamma, router)
+        if router is None:
+            with phase("routing table"):
+                router = Router(topo, protocol)
+        with phase(f"flow: {algorithm}"):
+            run = flow_simulate(topo, collective, algorithm, size, p, protocol, routing, gamma, router)
         t = run.time
         ranked = sorted(run.link_bytes, key=run.link_bytes.get, reverse=True)
         loads = [{"link": f"{u}->{v}", "bytes": run.link_bytes[(u, v)],
@@ -158,7 +162,8 @@ def tuned(topo: Topology, collective: str, size: float, algorithm: str | None = 
     p = check_ranks(ranks or len(topo.gpus))
     flow = method == "flow" and p <= MAX_FLOW_RANKS
     if flow and router is None:
-        router = Router(topo)
+        with phase("routing table"):
+            router = Router(topo)
     t = tune(topo, collective, size, p, routing, "flow" if flow else "analytical", router, algorithm)
     secs = t.time_us * 1e-6
     model = ("NCCL's tuner picks (NCCL's cost model, nccl_constants.json); "
@@ -195,7 +200,8 @@ def compare(topo: Topology, collective: str, size: float, method: str = "flow", 
     p = check_ranks(ranks or len(topo.gpus))
     _, _, group = topology_params(topo, protocol, gamma, p)
     if method == "flow" and router is None and p <= MAX_FLOW_RANKS:
-        router = Router(topo, protocol)  # one routing table for every candidate
+        with phase("routing table"):
+            router = Router(topo, protocol)  # one routing table for every candidate
     why_not = unfit(topo, p) if collective in MODELLED else None
     if collective in MODELLED and p > 1 and not why_not:
         # NCCL's candidates, chosen as its tuner does; `alternatives` holds each one's time

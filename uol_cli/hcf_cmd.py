@@ -99,13 +99,24 @@ def simulate(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: in
              topology_file: str = typer.Option(None, help="custom topology JSON (with --topology custom)"),
              fail: str = typer.Option(None, help="fault: link:U,V | switch:NAME | node:GPU"),
              sharp: bool = typer.Option(False, "--sharp", help=SHARP_HELP),
+             profile: bool = typer.Option(False, "--profile", help="print the wall time of each phase"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Simulate one collective: time, algbw, busbw (nccl-tests definitions), cost terms and the busiest links."""
+    from hcf_sim.timing import phase, record
+    with record() as spent:
+        with phase("topology"):
+            t = _topo(topology, nodes, link, oversubscription, topology_file, sharp)
+        _simulate(t, collective, algorithm, size, method, protocol, routing, fail, as_json, spent if profile else None)
+
+
+def _simulate(t, collective: str, algorithm: str, size: str, method: str, protocol: str, routing: str,
+              fail: str | None, as_json: bool, spent: list | None) -> None:
+    import time
+
     from hcf_sim.collectives import canonical_collective
     from hcf_sim.faults import fault_scenario
     from hcf_sim.service import simulate as run
     collective = canonical_collective(collective)
-    t = _topo(topology, nodes, link, oversubscription, topology_file, sharp)
     nbytes = parse_size(size)
     if fail:
         kind, _, target = fail.partition(":")
@@ -117,7 +128,11 @@ def simulate(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: in
         if not as_json:
             console.print(f"{rep.replanned}; {rep.rerouted_pairs} of {rep.pairs_checked} rank pairs rerouted")
         return
+    t0 = time.perf_counter()
     r = run(t, collective, nbytes, algorithm, method, protocol, routing)
+    if spent is not None:
+        spent.append(("simulate (all of it)", time.perf_counter() - t0))
+        _print_profile(spent, as_json)
     tab = Table("collective", "algorithm", "protocol", "method", "ranks", "size", "time us", "algbw GB/s",
                 "busbw GB/s", title=t.name)
     tab.add_row(r.collective, r.algorithm, r.protocol, r.method, str(r.ranks), human_bytes(r.size), _us(r.time),
@@ -136,6 +151,14 @@ def simulate(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: in
             for x in r.link_load[:5]:
                 lt.add_row(x["link"], f"{x['bytes']:.3g}", f"{x['utilisation']:.0%}")
             console.print(lt)
+
+
+def _print_profile(spent: list[tuple[str, float]], as_json: bool) -> None:
+    # phases nest (a flow run inside 'simulate'), so the total row is measured, not summed
+    tab = Table("phase", "ms", title="time per phase")
+    for name, secs in spent:
+        tab.add_row(name, f"{secs * 1e3:,.1f}")
+    Console(stderr=True).print(tab) if as_json else console.print(tab)
 
 
 @app.command()
