@@ -25,7 +25,9 @@ def test_guide_browses_filters_and_opens_the_studio(page, live_server, tmp_path)
     expect(table).not_to_contain_text("vecext")  # the GEMM cases are compute-bound
     expect(table).to_contain_text("softmax")
 
-    page.locator("#guide-table tbody tr input[type=radio]").first.check()
+    # a click on a row selects it (one case at a time)
+    page.locator("#guide-table .ag-center-cols-container .ag-row").first.locator(
+        '[col-id="family"]').click()
     wait_idle(page)
     detail = page.locator("#guide-detail")
     expect(detail).to_contain_text("Binding constraints")

@@ -68,7 +68,7 @@ def with_measured(cases: list[dict] | None, measured: dict | None) -> list[dict]
     return [{**c, **(measured or {}).get(c["id"], {})} for c in cases or []]
 
 
-@callback(Output("guide-table", "data"), Output("guide-table", "selected_rows"),
+@callback(Output("guide-table", "rowData"), Output("guide-table", "selectedRows"),
           Input("guide-cases", "data"), Input("guide-bound", "value"),
           Input("guide-measured", "data"))
 def show_rows(cases, bound, measured):
@@ -78,14 +78,13 @@ def show_rows(cases, bound, measured):
     return [case_row(c) for c in shown], []
 
 
-@callback(Output("guide-detail", "children"), Input("guide-table", "selected_rows"),
-          State("guide-table", "data"), State("guide-cases", "data"),
-          State("guide-measured", "data"))
-def show_case(selected, rows, cases, measured):
+@callback(Output("guide-detail", "children"), Input("guide-table", "selectedRows"),
+          State("guide-cases", "data"), State("guide-measured", "data"))
+def show_case(selected, cases, measured):
     """The selected case: binding constraints, one-knob moves, roofline and time labels."""
-    if not selected or not rows:
+    if not isinstance(selected, list) or not selected or not isinstance(selected[0], dict):
         return no_update
-    case_id = rows[selected[0]]["id"]
+    case_id = selected[0].get("id")
     case = next((c for c in with_measured(cases, measured) if c["id"] == case_id), None)
     if case is None:
         return no_update

@@ -36,8 +36,11 @@ def grid(grid_id: str, rows: list[dict], columns: list[tuple[str, str]], *,
     options: dict = {"tooltipShowDelay": 300, "enableCellTextSelection": True,
                      "suppressColumnVirtualisation": True, "suppressFieldDotNotation": True}
     if selection:
+        # one row: a click on it selects it too (as a radio list); several: by the boxes only,
+        # so a click on a permalink does not change the selection
         options["rowSelection"] = {"mode": MODES[selection], "checkboxes": True,
-                                   "enableClickSelection": False, "headerCheckbox": False}
+                                   "enableClickSelection": selection == "single",
+                                   "headerCheckbox": False}
         options["selectionColumnDef"] = {"pinned": "left"}  # the box stays beside the row
     if page_size:
         options.update(pagination=True, paginationPageSize=page_size,

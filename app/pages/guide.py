@@ -4,10 +4,11 @@ each case opens its kernel in the Studio."""
 from __future__ import annotations
 
 import dash
-from dash import dash_table, dcc, html
+from dash import dcc, html
 
 from app.callbacks import guide as _callbacks  # noqa: F401  (registers callbacks)
 from app.callbacks import guide_measure
+from app.components.grids import grid
 
 dash.register_page(__name__, path="/guide", name="Guide", title="UOL Studio: Guide", order=5.5)
 
@@ -59,14 +60,8 @@ def layout(targets: str | None = None, families: str | None = None, **_query) ->
         html.Span(guide_measure.measuring_where(), id="guide-measure-status",
                   className="muted"),
     ], className="toolbar")
-    table = dash_table.DataTable(
-        id="guide-table", columns=[{"name": label, "id": cid, **(
-            {"presentation": "markdown"} if cid == "kernel" else {})} for cid, label in COLUMNS],
-        data=[], sort_action="native", filter_action="native", page_size=25,
-        row_selectable="single", markdown_options={"link_target": "_self"},
-        style_table={"overflowX": "auto"}, style_cell={"fontSize": 12, "padding": "3px 6px",
-                                                       "whiteSpace": "normal"},
-        style_header={"fontWeight": 600})
+    table = grid("guide-table", [], list(COLUMNS), selection="single", page_size=25,
+                 links=("kernel",), height=640)
     return html.Div([
         html.H2("Optimisation guide"),
         html.Div("For every target and operator family: the config the ACG picks at typical "

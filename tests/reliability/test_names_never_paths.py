@@ -38,7 +38,8 @@ NAME_FIELDS = {
     ("ktrain-optimizer", "value"), ("debug-launch", "value"), ("debug-tensor", "value"),
     ("flame-function", "value"), ("_pages_location", "pathname"), ("_pages_location", "search"),
     ("guide-cases", "data"), ("guide-measured", "data"), ("comm-state", "data"),
-    ("runs-table", "selectedRows"), ("guide-table", "data"), ("hardware-table", "cellClicked"),
+    ("runs-table", "selectedRows"), ("guide-table", "selectedRows"),
+    ("hardware-table", "cellClicked"),
 }
 # Values that name nothing (numbers, flags, free text parsed as values, clicks, choices whose
 # handlers map them through a fixed dict).
