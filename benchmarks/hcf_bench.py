@@ -24,14 +24,57 @@ def _best(fn, reps: int = 3) -> float:
     return min(ts)
 
 
-def sim_speed() -> dict:
-    """Wall time of one 1024-GPU fat-tree all-reduce: flow-level (incl. routing) and analytical."""
+def sim_speed(baseline: str | None = None) -> dict:
+    """Wall time of one 1024-GPU fat-tree all-reduce: flow-level (incl. routing) and analytical.
+
+    `textbook_all_s` is every textbook schedule flow by flow on one routing table (what 'auto'
+    ran before NCCL's tuner chose); with `baseline` (a git revision) the same work runs on that
+    revision's flow simulator too, alternating in one process, so the ratio is load-independent.
+    """
+    from hcf_sim import flowsim
+    from hcf_sim.selector import candidates
+
     ft = build_topology("fat-tree", 1024)
-    out = {"topology": ft.summary()}
+    out: dict = {"topology": ft.summary()}
     for algo in ("ring", "rabenseifner", "auto"):
         out[f"flow_{algo}_s"] = _best(lambda a=algo: simulate(ft, "allreduce", 64 << 20, a, "flow"), 2)
     out["analytical_auto_s"] = _best(lambda: simulate(ft, "allreduce", 64 << 20, "auto", "analytical"), 5)
+
+    def textbook(mod) -> list[float]:
+        router = mod.Router(ft)
+        return [mod.flow_simulate(ft, "allreduce", a, 64 << 20, routing="ecmp", router=router).time
+                for a in candidates("allreduce", 1024, 1)]
+
+    out["textbook_all_s"] = _best(lambda: textbook(flowsim), 2)
+    if baseline:
+        old = _module_at(baseline, "hcf_sim/flowsim.py")
+        assert textbook(old) == textbook(flowsim), "the same flows must give the same times"
+        runs: dict[str, list[float]] = {"baseline": [], "now": []}
+        for _ in range(3):
+            for name, mod in (("baseline", old), ("now", flowsim)):
+                t0 = time.perf_counter()
+                textbook(mod)
+                runs[name].append(time.perf_counter() - t0)
+        out["textbook_vs_baseline"] = {"revision": baseline, **runs, "speedup_of_medians":
+                                       statistics.median(runs["baseline"]) / statistics.median(runs["now"])}
     return out
+
+
+def _module_at(revision: str, path: str):
+    import importlib.util
+    import subprocess
+    import sys
+    import tempfile
+
+    text = subprocess.run(["git", "show", f"{revision}:{path}"], check=True, capture_output=True,
+                          text=True).stdout
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(text)
+    spec = importlib.util.spec_from_file_location("flowsim_baseline", f.name)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["flowsim_baseline"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def claims_128_nodes() -> dict:
@@ -69,8 +112,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="simulator figures only (no gloo processes)")
     ap.add_argument("--out", default="docs/benchmarks/hcf.json")
+    ap.add_argument("--baseline", help="a git revision whose flow simulator to time beside this one")
+    ap.add_argument("--speed-only", action="store_true", help="the simulator's speed only")
     args = ap.parse_args()
-    res: dict = {"sim_speed": sim_speed(), "claims_128_nodes": claims_128_nodes(), "pipeline_7": pipeline_7_stages()}
+    if args.speed_only:
+        print(json.dumps(sim_speed(args.baseline), indent=1))
+        return
+    res: dict = {"sim_speed": sim_speed(args.baseline), "claims_128_nodes": claims_128_nodes(), "pipeline_7": pipeline_7_stages()}
     if not args.quick:
         from hcf_sim.calibrate import validate
         from hcf_sim.errors import parse_sizes

@@ -259,10 +259,14 @@ def tune(topo: Topology, collective: str, size: float, ranks: int | None = None,
         notes.append(f"on this fabric {fastest} would be faster by the flow model ({flow[fastest]:,.2f} us); "
                      "NCCL's tuner does not see congestion, so it picks as shown")
     who = "forced" if algorithm else "NCCL's tuner picks"
+    why = choice.reason.split(": ", 1)[1] if not algorithm else (
+        f"{best.time_us:.2f} us = {best.latency_us:.2f} us latency + {best.time_us - best.latency_us:.2f} us "
+        f"at {best.algbw_gbps:.1f} GB/s; NCCL's own pick is {choice.best.algorithm}/{choice.best.protocol} "
+        f"({choice.best.time_us:.2f} us)")
     reason = (f"{who} {key} for {human_bytes(size)} on {fab.cluster.ranks} GPUs "
               f"({fab.cluster.nodes} node{'s' if fab.cluster.nodes > 1 else ''}"
               f"{', NVLS' if fab.cluster.nvls else ''}{', SHARP' if fab.cluster.sharp else ''}) "
-              f"by NCCL's cost model: " + choice.reason.split(": ", 1)[1])
+              f"by NCCL's cost model: " + why)
     if method == "flow":
         reason += f"; flow-level {flow[key]:.2f} us"
     return Tuned(best.algorithm, best.protocol, best.latency_us, best.time_us,

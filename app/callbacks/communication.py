@@ -59,8 +59,12 @@ def _figures(topo, p: dict, res: dict, curves: dict, failed: list[str] | None = 
 def algorithms(collective, current):
     """Algorithms of the chosen collective, plus auto (the selector)."""
     from hcf_sim.collectives import ALGORITHMS
+    from hcf_sim.nccl_model import MODELLED
+    from hcf_sim.service import NCCL_ONLY
 
-    opts = ["auto", *ALGORITHMS.get(collective, ())]
+    # NCCL's in-switch reductions are all-reduce algorithms too (the fabric may refuse them)
+    extra = NCCL_ONLY if collective == "allreduce" and collective in MODELLED else ()
+    opts = ["auto", *ALGORITHMS.get(collective, ()), *extra]
     return opts, current if current in opts else "auto"
 
 

@@ -18,7 +18,8 @@ def _size(b: float) -> str:
 
 def result_card(res: dict, crossovers: list[dict]) -> html.Div:
     """Time, algbw, busbw, link utilisation, the selector's reason, crossovers and notes."""
-    rows = [("algorithm", f"{res['algorithm']} ({res['method']})"), ("ranks", res["ranks"]),
+    algo = f"{res['algorithm']}/{res['protocol']}" if res.get("model", "").startswith("NCCL") else res["algorithm"]
+    rows = [("algorithm", f"{algo} ({res['method']})"), ("ranks", res["ranks"]),
             ("time", _us(res["time"])), ("algbw", f"{res['algbw'] / 1e9:.2f} GB/s"),
             ("busbw", f"{res['busbw'] / 1e9:.2f} GB/s"),
             ("busiest link", f"{res['max_link_utilisation']:.0%} utilised"),

@@ -116,7 +116,7 @@ def simulate(topo, collective: str, size: float, algorithm: str, codec: str = "n
     so the page cannot show a winner that its own numbers contradict.
     """
     from hcf_sim.errors import HcfError
-    from hcf_sim.service import compare
+    from hcf_sim.service import compare, tuned
     from hcf_sim.service import simulate as sim
 
     p = len(topo.gpus)
@@ -125,22 +125,35 @@ def simulate(topo, collective: str, size: float, algorithm: str, codec: str = "n
     links = topo.graph.number_of_edges() * 2
     runs = compare(topo, collective, wire, METHOD, routing=ROUTING, top_links=links)
     times = runs[0].alternatives
+    nccl = runs[0].model.startswith("NCCL")
+    if nccl:  # one row per algorithm (its best protocol), the names the algorithm menu offers
+        times = by_algorithm(times)
     if algorithm == "auto":
         chosen = runs[0]
-    else:
-        # a named schedule is timed as that schedule; 'auto' is NCCL's tuner (as `uol hcf simulate`)
-        chosen = next((r for r in runs if r.algorithm == algorithm and r.model == runs[0].model
-                       and not r.model.startswith("NCCL")), None)
+    elif nccl and algorithm in times:
+        # NCCL's own ring, tree, nvls: the same model as auto, forced to that algorithm
+        chosen = tuned(topo, collective, wire, algorithm, METHOD, ROUTING, top_links=links)
+    else:  # a textbook schedule NCCL does not run (rabenseifner, ...), timed as that schedule
+        chosen = next((r for r in runs if r.algorithm == algorithm and not nccl), None)
         if chosen is None:
             chosen = sim(topo, collective, wire, algorithm, METHOD, routing=ROUTING, top_links=links)
-        if chosen.time > runs[0].time:
-            chosen.notes.append(f"{runs[0].algorithm} would take {runs[0].time * 1e6:.2f} us "
-                                f"({chosen.time / runs[0].time:.2f}x faster); choose auto for it")
-        chosen.alternatives = times
+    if algorithm != "auto" and chosen.time > runs[0].time * (1 + 1e-12):
+        chosen.notes.append(f"{runs[0].algorithm} would take {runs[0].time * 1e6:.2f} us "
+                            f"({chosen.time / runs[0].time:.2f}x faster); choose auto for it")
+    chosen.alternatives = times
     if not chosen.time:
         raise HcfError(f"{collective} on {p} rank(s) moves no data; use at least 2 GPUs")
     res = chosen.to_dict()
     return _finish(res, codec, ratio, size)
+
+
+def by_algorithm(times: dict[str, float]) -> dict[str, float]:
+    """{'ring/LL': t, 'ring/Simple': u, ...} -> {'ring': min(t, u), ...}: each algorithm at its best protocol."""
+    out: dict[str, float] = {}
+    for key, t in times.items():
+        algo = key.split("/")[0]
+        out[algo] = min(t, out.get(algo, t))
+    return out
 
 
 def _finish(res: dict, codec: str, ratio: float, size: float) -> dict:
@@ -168,18 +181,23 @@ def sweep_curves(topo, collective: str, lo: int = 1 << 10, hi: int = 1 << 30,
     _, _, group = topology_params(topo, "Simple", 0.0, p)
     router = Router(topo)
     sizes = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
-    algos = candidates(collective, p, group)
-    times = {a: [sim(topo, collective, s, a, METHOD, routing=ROUTING, router=router).time
-                 for s in sizes] for a in algos}
+    auto = [sim(topo, collective, s, "auto", METHOD, routing=ROUTING, router=router) for s in sizes]
+    nccl = bool(auto) and auto[0].model.startswith("NCCL")
+    named = by_algorithm(auto[0].alternatives) if nccl else {}
+    # NCCL's algorithms are drawn as the page times them (their best protocol per size); the
+    # textbook schedules NCCL does not run keep their own lines, and only those (affine in the
+    # size) give the exact crossovers
+    times = {a: [by_algorithm(r.alternatives)[a] for r in auto] for a in named}
+    algos = [a for a in candidates(collective, p, group) if a not in named]
+    textbook = {a: [sim(topo, collective, s, a, METHOD, routing=ROUTING, router=router).time
+                    for s in sizes] for a in algos}
+    times.update(textbook)
     lines = {a: (t[0] - (t[-1] - t[0]) / (hi - lo) * lo, (t[-1] - t[0]) / (hi - lo))
-             for a, t in times.items()}
+             for a, t in textbook.items()}
     cross = [{"size": c.size, "frm": c.frm, "to": c.to,
               "time_s": lines[c.to][0] + lines[c.to][1] * c.size}
-             for c in envelope_crossovers(lines, lo, hi)]
-    # the headline's model over the same sizes: NCCL's tuner changes protocol with size, so this
-    # curve is not a line and stays out of the crossovers of the textbook schedules above
-    auto = [sim(topo, collective, s, "auto", METHOD, routing=ROUTING, router=router) for s in sizes]
-    if auto and auto[0].model.startswith("NCCL"):
+             for c in (envelope_crossovers(lines, lo, hi) if len(lines) > 1 else [])]
+    if nccl:
         times["auto (NCCL tuner)"] = [r.time for r in auto]
     return {"sizes": sizes, "times": times, "crossovers": cross}
 
