@@ -272,7 +272,8 @@ def calibrate(ranks: int = typer.Option(None, help="rank count, when the logs do
               as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Fit the model to your nccl-tests logs (--from), or measure alpha/beta by gloo ping-pong on 127.0.0.1."""
     if from_:
-        _calibrate_logs(from_, collective, ranks, save, as_json)
+        from uol_cli.hcf_logs_cmd import calibrate_logs
+        calibrate_logs(from_, collective, ranks, save, as_json)
         return
     from hcf_sim.calibrate import calibrate as run
     with console.status("ping-pong over gloo...", spinner="dots"):
@@ -281,27 +282,6 @@ def calibrate(ranks: int = typer.Option(None, help="rank count, when the logs do
     tab.add_row(f"{c.alpha * 1e6:.1f}", f"{c.beta * 1e9:.3f} ({1 / c.beta / 1e9:.2f})", f"{c.gamma * 1e9:.3f}",
                 f"{c.fit_error:.1%}")
     _emit(c.to_dict(), as_json, tab)
-
-
-def _calibrate_logs(paths: list[str], collective: str | None, ranks: int | None, save: str | None,
-                    as_json: bool) -> None:
-    from pathlib import Path
-
-    from hcf_sim.nccl_fit import calibrate_from_logs, preset_topology
-    fit = calibrate_from_logs(paths, collective, ranks)
-    data = fit.to_dict()
-    if save:
-        preset = preset_topology(fit, f"calibrated-{Path(paths[0]).stem}"[:100])
-        Path(save).write_text(json.dumps(preset, indent=1))
-        data["saved"] = save
-    tab = Table("sizes", "latency us", "busbw GB/s",
-                title=f"{fit.collective} on {fit.ranks} ranks, fitted on {len(fit.fit_sizes)} sizes "
-                      f"(median error {fit.fit_error:.1%})")
-    for g in fit.regimes:
-        tab.add_row(f"{human_bytes(g.lo)} - {human_bytes(g.hi)}", f"{g.latency_us:.2f}", f"{g.busbw_gbps:.1f}")
-    _emit(data, as_json, tab)
-    if save and not as_json:
-        console.print(f"saved {save}: load it on the Communication page (Upload topology JSON)")
 
 
 @app.command()
@@ -314,7 +294,8 @@ def validate(ranks: str = typer.Option("2,4", help="process counts to test (gloo
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Held-out errors: fit on half the sizes of your nccl-tests logs (--from), or gloo all-reduce on local processes."""
     if from_:
-        _validate_logs(from_, collective, int(ranks) if ranks.isdigit() else None, as_json)
+        from uol_cli.hcf_logs_cmd import validate_logs
+        validate_logs(from_, collective, int(ranks) if ranks.isdigit() else None, as_json)
         return
     from hcf_sim.calibrate import validate as run
     with console.status("running gloo all-reduce sweeps...", spinner="dots"):
@@ -331,21 +312,6 @@ def validate(ranks: str = typer.Option("2,4", help="process counts to test (gloo
                       "oversubscription factors (held-in fit, used when ranks outnumber cores): "
                       f"per step {v['oversubscription_eta']['per_step']:.2f}, "
                       f"per byte {v['oversubscription_eta']['per_byte']:.2f}")
-
-
-def _validate_logs(paths: list[str], collective: str | None, ranks: int | None, as_json: bool) -> None:
-    from hcf_sim.nccl_fit import validate_from_logs
-    v = validate_from_logs(paths, collective, ranks)
-    tab = Table("held out", "collective", "size", "measured us", "predicted us", "error",
-                title=f"fitted on every other size of {v['fit']['collective']} ({v['fit']['ranks']} ranks)")
-    for r in v["rows"]:
-        tab.add_row(r["kind"], r["collective"], human_bytes(r["size"]), f"{r['measured_us']:,.2f}",
-                    f"{r['predicted_us']:,.2f}", f"{r['error']:.1%}")
-    _emit(v, as_json, tab)
-    if not as_json:
-        for kind, bands in v["summary"].items():
-            console.print(f"{kind}: " + "; ".join(f"{b} median {x['median']:.1%} (geomean "
-                                                   f"{x['geomean']:.1%}, n={x['n']})" for b, x in bands.items()))
 
 
 @app.command()
