@@ -111,3 +111,27 @@ def test_a_fabric_that_cannot_run_an_algorithm_names_it():
 
     with pytest.raises(HcfError, match="nvls cannot run allreduce on fat-tree"):
         simulate(build_topology("fat-tree", 16), "allreduce", 1 << 20, "nvls")
+
+
+def test_published_logs_are_predicted_without_fitting_and_errors_are_reported():
+    from pathlib import Path
+
+    from hcf_sim.published import check
+
+    folder = Path(__file__).parent / "fixtures" / "published"
+    logs = sorted(folder.glob("*.txt"))
+    assert logs
+    for path in logs:
+        c = check(path)
+        assert c["source"].startswith("https://"), path.name  # every fixture names its source
+        assert c["rows"] and c["median_error_ge_1mib"] is not None
+
+
+def test_a_published_log_without_its_system_line_names_the_file(tmp_path):
+    from hcf_sim.errors import HcfError
+    from hcf_sim.published import check
+
+    bad = tmp_path / "log.txt"
+    bad.write_text("# hcf system: rail --nodes sixteen\n")
+    with pytest.raises(HcfError, match=r"log.txt:1: expected '# hcf system"):
+        check(bad)
