@@ -198,11 +198,10 @@ def maxmin_rates(flow_of: np.ndarray, link_of: np.ndarray, nflows: int, cap: np.
     """
     weight = np.ones(len(flow_of)) if weight is None else weight
     rates = np.zeros(nflows)
-    active = np.ones(nflows, dtype=bool)
     left = cap.astype(float).copy()
-    while active.any():
-        on = active[flow_of]
-        counts = np.bincount(link_of[on], weights=weight[on], minlength=len(cap))
+    f, lk, w = flow_of, link_of, weight
+    while len(f):
+        counts = np.bincount(lk, weights=w, minlength=len(cap))
         used = counts > 0
         if not used.any():
             break
@@ -211,12 +210,14 @@ def maxmin_rates(flow_of: np.ndarray, link_of: np.ndarray, nflows: int, cap: np.
         r = share.min()
         bottleneck = share <= r * (1 + 1e-9)
         frozen = np.zeros(nflows, dtype=bool)
-        frozen[flow_of[on & bottleneck[link_of]]] = True
+        frozen[f[bottleneck[lk]]] = True
         rates[frozen] = r
-        active &= ~frozen
-        hit = frozen[flow_of]
-        left -= r * np.bincount(link_of[hit], weights=weight[hit], minlength=len(cap))
+        hit = frozen[f]
+        left -= r * np.bincount(lk[hit], weights=w[hit], minlength=len(cap))
         np.maximum(left, 0.0, out=left)
+        # frozen flows leave the arrays: later rounds only touch the flows still growing
+        keep = ~hit
+        f, lk, w = f[keep], lk[keep], w[keep]
     return rates
 
 
