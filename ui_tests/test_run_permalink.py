@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import wait_idle
 from playwright.sync_api import expect
@@ -56,3 +58,28 @@ def test_run_permalink_restores_every_knob_and_the_kernel(page, live_server, op,
     assert [ln.rstrip() for ln in source.splitlines()] == \
         [ln.rstrip() for ln in text.strip("\n").splitlines()]
     assert page.js_errors == []
+
+
+def test_studio_run_shows_its_interval_and_a_pinned_baseline(page, live_server):
+    """A Run shows the median with its 95% CI and n, a noise badge whose tooltip names the
+    thresholds; pinning it makes it the baseline the next run's diff is compared with."""
+    rid, _, _ = _record("matmul", {"ku": 1})
+    page.goto(f"{live_server}/run/{rid}")  # small sizes: a quick compile and run
+    expect(page.locator("#kernel-source [data-odl]").first).to_be_attached(timeout=90_000)
+    wait_idle(page)
+    page.click("#run-button")
+    expect(page.locator("#run-verdict")).to_contain_text("correct", timeout=120_000)
+    result = page.locator("#run-result")
+    expect(result).to_contain_text("(95% CI ")
+    expect(result).to_contain_text(re.compile(r"n=\d+"))
+    badge = page.locator("#run-noise")
+    expect(badge).to_have_text(re.compile(r"^(⚠ noisy|quiet)$"))
+    assert "IQR/median" in badge.get_attribute("title")
+    result.get_by_role("button", name="Pin as baseline").click()
+    expect(page.locator("#history-table")).to_contain_text("(pinned baseline)")
+    pinned = page.locator("#history-table").inner_text().split("(pinned baseline)")[0]
+    page.click("#run-button")
+    expect(page.locator("#run-diff")).to_contain_text("(pinned baseline) →", timeout=120_000)
+    expect(page.locator("#diff-summary")).to_contain_text(
+        re.compile(r"no significant difference|x faster than|x slower than"))
+    assert pinned and page.js_errors == []
