@@ -12,7 +12,7 @@ from hcf_sim.collectives import ALGORITHMS, canonical_collective
 from hcf_sim.errors import HcfError, require_nonnegative, require_positive
 from hcf_sim.flowsim import Router
 from hcf_sim.schedules import phases
-from hcf_sim.service import CommResult, compare, simulate
+from hcf_sim.service import CommResult, compare, simulate, tuned
 from hcf_sim.topology import Topology
 
 FAULT_KINDS = ("link", "switch", "node")
@@ -170,9 +170,11 @@ class FaultReport:
 
 
 def _run(topo: Topology, collective: str, size: float, algorithm: str, method: str,
-         router: Router | None, routing: str, top_links: int = 10) -> CommResult:
+         router: Router | None, routing: str, top_links: int = 10, nccl: bool = False) -> CommResult:
     if algorithm == "auto":
         return compare(topo, collective, size, method, routing=routing, router=router, top_links=top_links)[0]
+    if nccl:  # NCCL's pick re-run on other routes: NCCL's algorithm, not the textbook namesake
+        return tuned(topo, collective, size, algorithm, method, routing, None, router, top_links)
     return simulate(topo, collective, size, algorithm, method, routing=routing, router=router, top_links=top_links)
 
 
@@ -217,7 +219,8 @@ def fault_scenario(topo: Topology, kind: str, target: str, collective: str, size
         # Every route of the repaired fabric exists on the intact one too, so the intact fabric
         # could run the collective this way: even splitting is not the best split (Braess)
         shown = before.time
-        before = _run(topo, collective, size, before.algorithm, method, r1, routing, top_links)
+        before = _run(topo, collective, size, before.algorithm, method, r1, routing, top_links,
+                      before.model.startswith("NCCL"))
         before.notes.append(f"routed as after the fault: {before.time * 1e6:.2f} us beats the even "
                             f"equal-cost split ({shown * 1e6:.2f} us); the intact fabric has these routes too")
         note += "; the repaired routes are also the intact fabric's best, so the fault costs nothing"
