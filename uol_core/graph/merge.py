@@ -108,10 +108,12 @@ def merge(name: str, members: list[Member], shapes: dict[str, TensorSpec],
             new = _align(new, writer_indices)
             writer_indices[target] = new.indices
             stmts.append(new)
-    dtype = {t: DType(shapes[t].dtype) for t in shapes if shapes[t] is not None}
+    outs = [t for m in members for t in m.outputs.values() if t in keep]
+    # the element types of the merged op's own tensors only: the graph may hold tensors ODL has
+    # no type for (a lookup's int64 ids), which no ODL op reads
+    dtype = {t: DType(shapes[t].dtype) for t in (*external, *outs)}
     inputs = tuple(TensorDecl(names[t], dtype[t], tuple(form(v) for v in shapes[t].shape))
                    for t in external)
-    outs = [t for m in members for t in m.outputs.values() if t in keep]
     outputs = tuple(TensorDecl(names[t], dtype[t], tuple(form(v) for v in shapes[t].shape))
                     for t in outs)
     fused = Op(ident(name), inputs, outputs, tuple(stmts))
