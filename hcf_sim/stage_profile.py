@@ -63,9 +63,17 @@ def profile_stage_work(cfg: PipeConfig, rank: int, modules: Sequence[nn.Module],
     gen = torch.Generator().manual_seed(cfg.seed + rank)
     inputs = {(mb, chunk): _input(cfg, chunk * cfg.stages + rank, rows, gen)
               for mb in range(cfg.microbatches) for chunk in range(len(modules))}
-    for _ in range(warmup):
-        _timed_pass(cfg, rank, modules, inputs)
-    passes = [_timed_pass(cfg, rank, modules, inputs) for _ in range(repeats)]
+    # one torch thread, as each rank of the real pipeline runs: with a team of threads the
+    # calling thread's CPU time would also count its spins at the team's barriers, which a busy
+    # host stretches far past the work of a small stage
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(warmup):
+            _timed_pass(cfg, rank, modules, inputs)
+        passes = [_timed_pass(cfg, rank, modules, inputs) for _ in range(repeats)]
+    finally:
+        torch.set_num_threads(threads)
     for param in (p for module in modules for p in module.parameters()):
         param.grad = None
     return {"fwd_cpu": statistics.median(p[0] for p in passes) / cfg.microbatches,
