@@ -1,0 +1,1 @@
+"""The machine a collective runs on: topologies (nodes, switches, NICs) and their link presets."""
