@@ -25,8 +25,10 @@ def layout(**_query) -> html.Div:
     from app.services.comm import CODECS, MAX_DRAW_GPUS, MAX_OVERSUBSCRIPTION, MIN_GPUS
 
     field = lambda label, comp: html.Div([html.Label(label), comp])  # noqa: E731
+    # the topology inputs are kept in the browser's local storage: a reload restores them
+    keep = {"persistence": True, "persistence_type": "local"}
     dd = lambda i, opts, v: dcc.Dropdown(id=i, options=opts, value=v, clearable=False,  # noqa: E731
-                                         className="dropdown")
+                                         className="dropdown", **keep)
     graph = lambda gid, msg: dcc.Graph(id=gid, figure=empty_figure(msg),  # noqa: E731
                                        config={"displaylogo": False}, style={"width": "100%"})
     knobs = html.Div([
@@ -36,15 +38,15 @@ def layout(**_query) -> html.Div:
         # could not say which limit it crossed; the callback checks it and names the limit
         field(f"GPUs ({MIN_GPUS}-{MAX_DRAW_GPUS})",
               dcc.Input(id="nodes-input", type="number", value=16, debounce=True,
-                        style={"width": "80px"})),
+                        style={"width": "80px"}, **keep)),
         field("Link", dd("link-select", LINKS, "default")),
         field(f"Oversubscription (1-{MAX_OVERSUBSCRIPTION:g})",
               dcc.Input(id="oversub-input", type="number", value=1, step=0.5,
-                        style={"width": "70px"})),
+                        style={"width": "70px"}, **keep)),
         field("Collective", dd("collective-select", COLLECTIVES, "allreduce")),
         field("Algorithm", dd("algorithm-select", ["auto"], "auto")),
         field("Message size", dcc.Input(id="size-input", value="64MiB", debounce=True,
-                                        style={"width": "90px"})),
+                                        style={"width": "90px"}, **keep)),
         field("Compression", dd("codec-select", list(CODECS), "none")),
         html.Button("Simulate", id="simulate-button"),
         dcc.Upload(html.Button("Upload topology JSON", className="secondary"), id="comm-upload",

@@ -20,15 +20,17 @@ def layout(**_query) -> html.Div:
     from uol_core.ops import list_ops
 
     field = lambda label, comp: html.Div([html.Label(label), comp])  # noqa: E731
+    # the mode and the kernel typed or chosen are kept in the browser's local storage
+    keep = {"persistence": True, "persistence_type": "local"}
     source = html.Div([
-        dcc.RadioItems(id="debug-mode", value="op", inline=True, options=[
+        dcc.RadioItems(id="debug-mode", value="op", inline=True, **keep, options=[
             {"label": " library operator (generated Triton)", "value": "op"},
             {"label": " your Triton kernel file", "value": "file"}]),
         html.Div([
             field("Operator", dcc.Dropdown(id="debug-op", options=list_ops(), value=DEFAULT_OP,
-                                           clearable=False, className="dropdown")),
+                                           clearable=False, className="dropdown", **keep)),
             field("Sizes", dcc.Input(id="debug-sizes", value=DEFAULT_SIZES, debounce=True,
-                                     style={"width": "160px"})),
+                                     style={"width": "160px"}, **keep)),
         ], id="debug-op-panel", className="toolbar"),
         html.Div([
             html.P("Your kernel runs only when you press Trace: in a separate worker process, "
@@ -40,13 +42,14 @@ def layout(**_query) -> html.Div:
                 html.Button("Load example (missing mask)", id="debug-example",
                             className="secondary"),
                 field("@triton.jit function", dcc.Input(id="debug-function", value="",
-                                                         style={"width": "130px"})),
-                field("Grid", dcc.Input(id="debug-grid", value="", style={"width": "70px"})),
+                                                         style={"width": "130px"}, **keep)),
+                field("Grid", dcc.Input(id="debug-grid", value="", style={"width": "70px"}, **keep)),
                 field("Arguments (tensors: randn|zeros|ones|arange:SHAPE)",
-                      dcc.Input(id="debug-args", value="", style={"width": "360px"})),
+                      dcc.Input(id="debug-args", value="", style={"width": "360px"}, **keep)),
             ], className="toolbar"),
             dcc.Textarea(id="debug-kernel-text", value="", spellCheck=False,
-                         className="kernel-text", placeholder="paste or upload a Triton kernel"),
+                         className="kernel-text", placeholder="paste or upload a Triton kernel",
+                         **keep),
         ], id="debug-file-panel", style={"display": "none"}),
         html.Div([html.Button("Trace", id="debug-run"),
                   dcc.Loading(html.Span(id="debug-status", className="muted"), delay_show=200)],
