@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import torch
 
-from uol_core.backends import c_gemm_bf16
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c_native import CKernel
+from uol_core.backends.c.gemm import bf16 as c_gemm_bf16
+from uol_core.backends.c.native import CKernel
 from uol_core.hfl.matrix import matrix_units
 from uol_core.odl import parse
 from uol_core.runtime.build import build

@@ -1,6 +1,6 @@
 """Where the C backend's erf constants come from: a rational fit erf(x) ~= x P(x^2) / Q(x^2).
 
-`uol_erff` (uol_core/backends/c_vmath.py) clamps x to [-XMAX, XMAX] and evaluates P (degree 6
+`uol_erff` (uol_core/backends/c/text/vmath.py) clamps x to [-XMAX, XMAX] and evaluates P (degree 6
 in x^2) and Q (degree 4) by Horner: 13 fused multiply-adds and one division, no exp and no
 branch, so a GELU loop stays one vector stream. This script refits the constants: a linearised
 least-squares fit of the relative error, reweighted towards its worst points (Lawson's

@@ -277,7 +277,7 @@ def check_text(text: str, rng: random.Random, build: bool = False, builder=None)
 def _lower_and_evaluate(op, sizes: dict, build: bool, builder) -> str:
     from uol_core.acg.fixtures import fixed_target
     from uol_core.api import check_memory
-    from uol_core.backends.c_route import emit_any
+    from uol_core.backends.c.route import emit_any
     from uol_core.odl.shapes import check_sizes
     from uol_core.runtime.inputs import random_inputs
     from uol_core.runtime.reference import evaluate_all
@@ -331,7 +331,7 @@ class BuildChild:
 
 def _build_loop(conn) -> None:
     from uol_core.acg.fixtures import fixed_target
-    from uol_core.backends.c_native import compile_c
+    from uol_core.backends.c.native import compile_c
     from uol_core.runtime.inputs import random_inputs
     from uol_core.runtime.reference import evaluate_all
     from uol_core.runtime.verify import compare

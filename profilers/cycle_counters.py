@@ -1,5 +1,5 @@
 """Per-ODL-line time from the instrumented build: timer reads the generator placed around each
-statement's loop nest (uol_core.backends.c_instrument), on any ISA the host runs natively.
+statement's loop nest (uol_core.backends.c.instrument), on any ISA the host runs natively.
 
 This is the hotspot source where callgrind cannot go: valgrind does not decode AVX-512 (or AMX),
 so on such hosts the kernels the ACG picks for the host can only be measured natively. The
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from profilers.hotspots import HotspotReport, LineCost, build_driver_binary
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c_instrument import InstrumentedKernel, instrument
+from uol_core.backends.c.instrument import InstrumentedKernel, instrument
 from uol_core.runtime import build as kbuild
 
 # The normal build's optimisation and math flags, one thread (no -fopenmp: the counters are

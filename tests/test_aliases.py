@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from uol_core.acg.fixtures import fixed_target
-from uol_core.backends import c_generic
-from uol_core.backends.c_native import compile_c
+from uol_core.backends.c.loops import generic as c_generic
+from uol_core.backends.c.native import compile_c
 from uol_core.odl import OdlError, parse
 from uol_core.odl.builder import OpBuilder
 from uol_core.odl.printer import format_op
@@ -277,7 +277,7 @@ def test_sgd_refuses_what_it_does_not_compute():
 def test_run_worker_verifies_by_value_then_times_in_place():
     """The Studio's Run: verified into fresh outputs, then timed as a donating caller runs it,
     on copies, so the reference's cached inputs stay as they were."""
-    from uol_core.backends.c_route import emit_any
+    from uol_core.backends.c.route import emit_any
     from uol_core.ops import op_text
     from uol_core.runtime import worker
 

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from uol_core.backends import _FACTORIES
-from uol_core.backends.c_platforms import PLATFORMS
-from uol_core.backends.c_route import routes
+from uol_core.backends.c.platforms import PLATFORMS
+from uol_core.backends.c.route import routes
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "architecture.md").read_text()
@@ -41,10 +41,10 @@ def test_platform_table_matches_the_platform_registry():
     rows = _table_rows("The platforms today:")
     assert {r[0] for r in rows} == set(PLATFORMS)
     for isa, path, math, stream in rows:
-        assert path == f"uol_core/backends/c_platforms/{isa}.py"
+        assert path == f"uol_core/backends/c/platforms/{isa}.py"
         assert PLATFORMS[isa].has_vector_math == math.startswith("yes"), isa
         assert bool(PLATFORMS[isa].stream) == stream.startswith("yes"), isa
-    files = {p.stem for p in (ROOT / "uol_core/backends/c_platforms").glob("*.py")}
+    files = {p.stem for p in (ROOT / "uol_core/backends/c/platforms").glob("*.py")}
     assert set(PLATFORMS) <= files
 
 

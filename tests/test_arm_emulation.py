@@ -16,7 +16,7 @@ import torch
 from test_scenarios import SCENARIOS, scenario_sizes  # tests/ is on sys.path (pytest prepend mode)
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c_native import compile_c
+from uol_core.backends.c.native import compile_c
 from uol_core.hfl import load_target
 from uol_core.odl.ir import DType, retyped
 from uol_core.ops import list_ops, load_op
@@ -171,8 +171,8 @@ def test_neon_vexp_matches_exp_under_qemu(tmp_path):
     and against the scalar uol_expf whose steps it repeats."""
     import subprocess
 
-    from uol_core.backends.c_platforms import platform
-    from uol_core.backends.c_vmath import SCALAR_MATH
+    from uol_core.backends.c.platforms import platform
+    from uol_core.backends.c.text.vmath import SCALAR_MATH
     from uol_core.runtime.cross import emulator_argv
 
     program = ("#include <stdint.h>\n#include <stdio.h>\n#include <math.h>\n" + SCALAR_MATH

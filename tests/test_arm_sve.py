@@ -23,8 +23,8 @@ from uol_core.acg.fixtures import fixed_target
 from uol_core.api import choose_config
 from uol_core.backends import get_backend
 from uol_core.backends.c import emit
-from uol_core.backends.c_native import compile_c
-from uol_core.backends.c_route import emit_any
+from uol_core.backends.c.native import compile_c
+from uol_core.backends.c.route import emit_any
 from uol_core.hfl import list_targets, load_target
 from uol_core.odl.grad import derive_grad
 from uol_core.odl.shapes import shape_of
@@ -136,8 +136,8 @@ def test_one_binary_is_right_at_every_vector_length(case):
 def test_sve_vexp_matches_exp_at_two_lengths(tmp_path):
     """The SVE uol_vexp against libm's exp over the clamped range, one binary at 128 and 256
     bits, and against the scalar uol_expf whose steps it repeats."""
-    from uol_core.backends.c_platforms import platform
-    from uol_core.backends.c_vmath import SCALAR_MATH
+    from uol_core.backends.c.platforms import platform
+    from uol_core.backends.c.text.vmath import SCALAR_MATH
 
     program = ("#include <stdint.h>\n#include <stdio.h>\n#include <math.h>\n" + SCALAR_MATH
                + "#include <arm_sve.h>\n" + platform("sve").vector_math(0) + r"""

@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from uol_core.acg.fixtures import fixed_target
-from uol_core.backends.c_attention import flash_plan
-from uol_core.backends.c_attention_bwd import GENERATOR, flash_grad_plan
-from uol_core.backends.c_native import compile_c
-from uol_core.backends.c_route import emit_any, whole_op_template
+from uol_core.backends.c.attention.backward import GENERATOR, flash_grad_plan
+from uol_core.backends.c.attention.forward import flash_plan
+from uol_core.backends.c.native import compile_c
+from uol_core.backends.c.route import emit_any, whole_op_template
 from uol_core.odl.grad import derive_grad
 from uol_core.odl.ir import Binary, Const
 from uol_core.ops import load_op

@@ -12,7 +12,7 @@ from uol_core import load_op
 from uol_core.acg.fixtures import fixed_target, runnable_target
 from uol_core.acg.session import open_session
 from uol_core.acg.space_patterns import build_pattern_space, choose_pattern_config
-from uol_core.backends.c_route import emit_any
+from uol_core.backends.c.route import emit_any
 from uol_core.odl.grad import derive_grad
 from uol_core.runtime.tuningdb import TuningDB
 

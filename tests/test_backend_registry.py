@@ -142,8 +142,10 @@ def test_tuning_keys_name_the_backend_hash_and_read_the_older_keys(tmp_path, mon
     its compile flags), found without emitting a kernel; rows under the key's older spelling
     (the hash of fewer files, then the template's name) are read as its own."""
     from uol_core.acg.session import open_session
-    from uol_core.backends import c, c_conv, c_rows
-    from uol_core.backends.c_backend import GENERATOR_FILES
+    from uol_core.backends import c
+    from uol_core.backends.c.backend import GENERATOR_FILES
+    from uol_core.backends.c.conv import emitter as c_conv
+    from uol_core.backends.c.rows import emitter as c_rows
     from uol_core.runtime.tuningdb import TuningDB
 
     db = TuningDB(str(tmp_path / "tuning.sqlite"))
@@ -174,4 +176,4 @@ def test_tuning_keys_name_the_backend_hash_and_read_the_older_keys(tmp_path, mon
     root = ROOT / "uol_core"
     hashed = {p.relative_to(root).as_posix() for pattern in GENERATOR_FILES
               for p in root.glob(pattern)}
-    assert {"backends/c_platforms/avx2.py", "acg/lower.py", "backends/c_rows.py"} <= hashed
+    assert {"backends/c/platforms/avx2.py", "acg/lower.py", "backends/c/rows/emitter.py"} <= hashed

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from uol_core.acg.fixtures import fixed_target
-from uol_core.backends.c_route import emit_any
+from uol_core.backends.c.route import emit_any
 from uol_core.ops import load_op
 
 WIDE = fixed_target("test-avx512", isa=("avx512f", "avx2", "fma"), vector_bits=512, registers=32)

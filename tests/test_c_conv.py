@@ -1,4 +1,4 @@
-"""Convolution template (uol_core/backends/c_conv.py): chosen for conv2d, declines what it does not
+"""Convolution template (uol_core/backends/c/conv/emitter.py): chosen for conv2d, declines what it does not
 match, verified against the reference at odd shapes; golden file updated with --update-golden."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import torch
 
 from uol_core import compile as uol_compile
 from uol_core.acg.fixtures import fixed_target
-from uol_core.backends import c_conv
-from uol_core.backends.c_conv_depthwise import depthwise_plan
-from uol_core.backends.c_native import compile_c
-from uol_core.backends.c_route import emit_any
+from uol_core.backends.c.conv import emitter as c_conv
+from uol_core.backends.c.conv.depthwise import depthwise_plan
+from uol_core.backends.c.native import compile_c
+from uol_core.backends.c.route import emit_any
 from uol_core.graph import aten_map
 from uol_core.odl import parse
 from uol_core.odl.inline import inline_maps
@@ -231,7 +231,7 @@ def test_row_blocks_keep_lanes_busy_and_every_thread_fed():
     # resnet's 28x28 3x3 conv on AVX-512: blocks of 3 rows (the fewest that fill whole 8x3
     # tiles) keep 84 of 96 lanes busy; the modelled choice keeps more, and a single image
     # still splits into a block per thread
-    from uol_core.backends.c_conv_tiles import row_tiles
+    from uol_core.backends.c.conv.tiles import row_tiles
 
     dims = {"cdim": 64, "oh": 28, "ow": 28, "rdim": 3, "sdim": 3, "mdim": 64, "threads": 2}
     three = row_tiles("avx512", 16, TARGET, {"chunk": 3}, {**dims, "nb": 8})
@@ -257,7 +257,7 @@ def test_im2col_blocks_span_images_and_the_epilogue_finds_each_pixel(sizes):
 
 
 def test_pixel_blocks_keep_both_threads_fed():
-    from uol_core.backends.c_conv_im2col import pixel_block
+    from uol_core.backends.c.conv.im2col import pixel_block
 
     # resnet's last stage: 8 images of 7x7 = 392 pixels in 13 panels of 32
     assert pixel_block(392, 32, 4, 2) == 96  # blocks of 3 panels: 7 panels to one thread, 6

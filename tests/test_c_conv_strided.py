@@ -1,4 +1,4 @@
-"""Strided convolutions on the C conv template (uol_core/backends/c_conv.py): every stride takes
+"""Strided convolutions on the C conv template (uol_core/backends/c/conv/emitter.py): every stride takes
 the im2col path (the window `s * y + r + off` packed into the panel the GEMM micro-kernel reads),
 verified against torch.nn.functional.conv2d; the kernel must be the template's, not the generic
 loop nests. Golden file updated with --update-golden."""
@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as tf
 
 from uol_core.acg.fixtures import fixed_target
-from uol_core.backends import c_conv
-from uol_core.backends.c_conv_depthwise import depthwise_plan
-from uol_core.backends.c_native import compile_c
-from uol_core.backends.c_route import emit_any
+from uol_core.backends.c.conv import emitter as c_conv
+from uol_core.backends.c.conv.depthwise import depthwise_plan
+from uol_core.backends.c.native import compile_c
+from uol_core.backends.c.route import emit_any
 from uol_core.graph.aten_map import conv2d as conv_text
 from uol_core.odl import parse
 

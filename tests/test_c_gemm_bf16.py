@@ -1,4 +1,4 @@
-"""bf16 GEMM template (backends/c_gemm_bf16.py): recognition, emitted code of every micro-kernel
+"""bf16 GEMM template (backends/c/gemm/bf16.py): recognition, emitted code of every micro-kernel
 (golden, any host), results against a float64 reference where the host has the ISA, routing,
 and the HFL matrix-unit facts it reads."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import uol_core
-from uol_core.backends import c_gemm_bf16
-from uol_core.backends.c_native import CKernel
+from uol_core.backends.c.gemm import bf16 as c_gemm_bf16
+from uol_core.backends.c.native import CKernel
 from uol_core.hfl import load_target
 from uol_core.hfl.matrix import peak_gflops, unit_for
 from uol_core.odl import parse

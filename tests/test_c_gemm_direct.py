@@ -1,4 +1,4 @@
-"""The direct GEMM path (backends/c_gemm_direct.py) for small and skinny shapes: emitted text of
+"""The direct GEMM path (backends/c/gemm/direct.py) for small and skinny shapes: emitted text of
 every split on every ISA the GEMM supports (golden, any host; update with `pytest
 tests/test_c_gemm_direct.py --update-golden` and review the diff), a build with that ISA's flags
 on a baseline -march, results against the reference evaluator where the host runs the ISA (NEON

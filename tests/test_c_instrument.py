@@ -10,7 +10,7 @@ import torch
 
 import uol_core
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c_instrument import PRELUDE, InstrumentError, instrument
+from uol_core.backends.c.instrument import PRELUDE, InstrumentError, instrument
 from uol_core.ops import op_path
 
 # ODL: line 1 the op, line 2 `s`, line 3 `t`, line 4 `Y`. One shared row loop holds lines 2 and 3

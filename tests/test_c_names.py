@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_c_patterns import check  # tests/ is on sys.path (pytest prepend mode)
 
 from uol_core import to_torch
-from uol_core.backends.c_names import KINDS, c_name
+from uol_core.backends.c.text.names import KINDS, c_name
 from uol_core.odl import parse
 
 # ODL identifiers: a letter or underscore, then letters, digits and underscores

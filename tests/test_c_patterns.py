@@ -9,8 +9,8 @@ import torch
 from uol_core.acg.fixtures import fixed_target
 from uol_core.acg.fusion import plan_fusion
 from uol_core.acg.space_patterns import build_pattern_space, choose_pattern_config
-from uol_core.backends import c_generic
-from uol_core.backends.c_native import compile_c
+from uol_core.backends.c.loops import generic as c_generic
+from uol_core.backends.c.native import compile_c
 from uol_core.odl import parse
 from uol_core.ops import load_op
 from uol_core.runtime.inputs import random_inputs
@@ -195,14 +195,14 @@ def test_naive_attention_compiles_to_flash_tiles(name):
 
 
 def test_flash_golden(golden):
-    from uol_core.backends.c_route import emit_any
+    from uol_core.backends.c.route import emit_any
     text = emit_any(load_op("causal_attention"), {"S": 40, "D": 16}, TARGET, {"threads": 2}).text
     golden("c/pattern_flash_causal_attention.c", text)
 
 
 @pytest.mark.parametrize("scan", ["cumsum", "cummax", "cumprod"])
 def test_long_scans_run_in_parallel(scan):
-    from uol_core.backends import c_scan
+    from uol_core.backends.c.scan import emitter as c_scan
     factor = " * 0.001 + 1.0" if scan == "cumprod" else ""
     op = parse(f"op s(X: f32[N]) -> Y: f32[N]:\n    Y[i] = {scan}[i](X[i]{factor})\n")
     n = c_scan.SCAN_PARALLEL_MIN * 2 + 17

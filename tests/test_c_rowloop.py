@@ -10,7 +10,7 @@ import pytest
 from tests.test_c_patterns import TARGET, check
 from uol_core.acg.fixtures import fixed_target
 from uol_core.acg.stores import store_policy
-from uol_core.backends import c_generic
+from uol_core.backends.c.loops import generic as c_generic
 from uol_core.odl import parse
 from uol_core.odl.grad import derive_grad
 from uol_core.ops import load_op

@@ -7,8 +7,8 @@ import pytest
 from test_c_patterns import check  # tests/ is on sys.path (pytest prepend mode)
 
 from uol_core.acg.fixtures import fixed_target
-from uol_core.backends.c_route import emit_any
-from uol_core.backends.c_rows import row_plan
+from uol_core.backends.c.route import emit_any
+from uol_core.backends.c.rows.emitter import row_plan
 from uol_core.odl import parse
 from uol_core.ops import load_op
 

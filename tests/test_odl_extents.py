@@ -15,12 +15,12 @@ if not torch.cuda.is_available():
 
 import uol_core
 from uol_core.acg.fixtures import runnable_target
-from uol_core.acg.plans import attention_plan, softmax_rows
-from uol_core.backends import c_rows
+from uol_core.backends.c.rows import emitter as c_rows
 from uol_core.odl import OdlError, parse
 from uol_core.odl.prefix_reads import prefix_reads
 from uol_core.odl.shapes import ShapeError, bind_sizes
 from uol_core.ops import load_op
+from uol_core.plans import attention_plan, softmax_rows
 from uol_core.runtime.reference import evaluate_all
 
 TARGET = runnable_target()

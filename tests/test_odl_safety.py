@@ -13,9 +13,9 @@ import torch
 import uol_core
 from uol_core.acg.fixtures import fixed_target, runnable_target
 from uol_core.acg.lower import UnsupportedOp, lower_contraction
-from uol_core.backends import c_conv
-from uol_core.backends.c_native import compile_c
-from uol_core.backends.c_route import emit_any
+from uol_core.backends.c.conv import emitter as c_conv
+from uol_core.backends.c.native import compile_c
+from uol_core.backends.c.route import emit_any
 from uol_core.odl import OdlError, parse
 from uol_core.odl.pad_reach import padded_escapes
 from uol_core.runtime.inputs import random_inputs
@@ -78,7 +78,7 @@ def test_the_conv_template_keeps_spatial_padding():
 REPRODUCER = """
 import sys, torch, torch.nn.functional as F
 from uol_core.acg.fixtures import fixed_target
-from uol_core.backends.c_native import compile_c
+from uol_core.backends.c.native import compile_c
 from uol_core.odl import parse
 from uol_core.runtime.inputs import random_inputs
 op = parse(sys.argv[1])
@@ -185,7 +185,7 @@ def test_a_literal_in_range_gives_the_same_value_in_c_and_the_reference():
 
 def test_topology_names_with_control_characters_are_hcf_errors(tmp_path):
     from hcf_sim.errors import HcfError
-    from hcf_sim.topology import build_topology, from_json
+    from hcf_sim.fabric.topology import build_topology, from_json
 
     topo = {"name": "t\x00x", "nodes": [{"id": "g0"}, {"id": "g1"}, {"id": "s", "kind": "switch"}],
             "links": [{"src": "g0", "dst": "s"}, {"src": "g1", "dst": "s"}]}

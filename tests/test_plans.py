@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from uol_core.acg.plans import attention_plan
-from uol_core.backends import c_attention, triton_attention
+from uol_core.backends.c.attention import forward as c_attention
+from uol_core.backends.triton import attention as triton_attention
 from uol_core.odl import parse
 from uol_core.ops import list_ops, load_op
+from uol_core.plans import attention_plan
 
 ATTENTION_OPS = [name for name in list_ops() if attention_plan(load_op(name)) is not None]
 

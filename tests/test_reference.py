@@ -165,8 +165,8 @@ def test_concrete_bounds_check_for_affine_output():
 def test_every_unary_function_has_a_rule_everywhere():
     """A function ODL accepts is evaluated, emitted for C (float and double) and Triton, and
     differentiated: adding one to the language means adding it to each of these."""
-    from uol_core.backends.c_expr import FUNCS
-    from uol_core.backends.triton_expr import UNARY_RULES as TRITON
+    from uol_core.backends.c.text.expr import FUNCS
+    from uol_core.backends.triton.expr import UNARY_RULES as TRITON
     from uol_core.odl.derivatives import Differentiator
     from uol_core.odl.ir import UNARY_FUNCTIONS, Var
     from uol_core.runtime.reference import UNARY_RULES

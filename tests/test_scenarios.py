@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 
 from uol_core.acg.fixtures import runnable_target
-from uol_core.backends.c_native import compile_c
+from uol_core.backends.c.native import compile_c
 from uol_core.odl import parse
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import DType, Op, retyped

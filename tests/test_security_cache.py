@@ -90,7 +90,7 @@ def test_planted_triton_module_is_never_imported(cache_root, tmp_path):
     import hashlib
 
     from uol_core.backends.triton import emit
-    from uol_core.backends.triton_expr import safe
+    from uol_core.backends.triton.expr import safe
     from uol_core.ops import load_op
     from uol_core.runtime import triton_runner
 

@@ -10,7 +10,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 pytest.importorskip("triton")
 
 from uol_core.backends.triton import emit
-from uol_core.backends.triton_attention import flash_plan
+from uol_core.backends.triton.attention import flash_plan
 from uol_core.odl import parse
 from uol_core.ops import load_op
 from uol_core.runtime.triton_runner import random_inputs, verify

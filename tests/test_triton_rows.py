@@ -11,7 +11,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 pytest.importorskip("triton")
 
 from uol_core.backends.triton import emit
-from uol_core.backends.triton_row import row_block_limit, row_plan
+from uol_core.backends.triton.row import row_block_limit, row_plan
 from uol_core.ops import load_op
 from uol_core.runtime.triton_runner import random_inputs, verify
 

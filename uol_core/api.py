@@ -174,7 +174,7 @@ def choose_config(op: Op, sizes: dict, target, request):
 
 def tuned_config(op: Op, sizes: dict, target) -> TileConfig | None:
     """The best recorded GEMM config, tuning with a small budget when none is recorded."""
-    from uol_core.backends.c_backend import tuned_tile
+    from uol_core.backends.c.backend import tuned_tile
 
     return tuned_tile(op, sizes, resolve_target(target))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from functools import cache
 
-from uol_core.backends.c_platforms import PLATFORMS
+from uol_core.backends.c.platforms import PLATFORMS
 
 # The vector instruction sets the C backend has a platform file for, best first (the platform
 # registry's order); "vecext" (GCC vector extensions) is the portable one.

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from uol_core.acg.config import TileConfig, lanes, target_isas
 from uol_core.acg.lower import GemmPlan
-from uol_core.backends.c_platforms import PLATFORMS
+from uol_core.backends.c.platforms import PLATFORMS
 
 F32 = 4
 # Modelling constants (not hardware facts): the calibration below learns what they miss.
@@ -32,7 +32,7 @@ UNPREFETCHED_STREAM_SHARE = 0.5
 # the direct path 6 x 4 and 8 x 2 vector tiles beat 4 x 2 by 5-10%.
 BROADCAST_CHAIN_SLACK = 1.5
 # The loads the k loop sustains per cycle, and the cycles to add a finished tile into C (what
-# makes a short kc cost), are the ISA's GemmCosts (backends/c_platforms), measured where
+# makes a short kc cost), are the ISA's GemmCosts (backends/c/platforms), measured where
 # the ISA was.
 
 

@@ -16,7 +16,7 @@ from uol_core.acg.cost_model import (
 )
 from uol_core.acg.space_core import Space
 from uol_core.acg.stores import last_level_cache
-from uol_core.backends.c_platforms import PLATFORMS
+from uol_core.backends.c.platforms import PLATFORMS
 
 HFL_FIELDS = ("isa", "vector_bits", "vector_registers", "fma_units", "fma_latency_cycles",
               "cores", "clock_ghz", "l1d_bytes", "l2_bytes", "l3_bytes", "peak_gflops.fp32",

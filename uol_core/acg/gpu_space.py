@@ -126,7 +126,7 @@ def gemm_rules(p: dict[str, Any], target: Any) -> list[Constraint]:
 
 def flash_problem(op: Op, sizes: dict[str, int]) -> dict[str, Any]:
     """S, T, D, E, batch and element type when the op is the flash attention structure."""
-    from uol_core.backends.triton_attention import flash_plan
+    from uol_core.backends.triton.attention import flash_plan
 
     plan = flash_plan(op)
     if plan is None:

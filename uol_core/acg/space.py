@@ -21,7 +21,7 @@ from uol_core.acg.formula import compile_formula
 from uol_core.acg.lower import GemmPlan
 from uol_core.acg.space_core import Constraint, Space, count_removed
 from uol_core.acg.stores import last_level_cache
-from uol_core.backends.c_platforms import PLATFORMS
+from uol_core.backends.c.platforms import PLATFORMS
 
 F32 = 4  # bytes per element: the C GEMM path is f32 only (lower.py checks)
 PREFETCH_SHARE = 4  # at most 1/PREFETCH_SHARE of L1 holds data prefetched ahead (a policy, not hw)

@@ -1,4 +1,4 @@
-"""Search space of the C flash-attention kernels (backends/c_attention.py forward,
+"""Search space of the C flash-attention kernels (backends/c/attention/forward.py forward,
 c_attention_bwd.py backward): the knobs their templates read, as named constraints over the
 HFL target.
 
@@ -70,7 +70,8 @@ def attention_shape(op: Op, sizes: Mapping[str, int], target) -> AttentionShape 
 
 
 def _recognise(op: Op, sizes: Mapping[str, int], target) -> AttentionShape | None:
-    from uol_core.backends import c_attention, c_attention_bwd
+    from uol_core.backends.c.attention import backward as c_attention_bwd
+    from uol_core.backends.c.attention import forward as c_attention
 
     forward = c_attention.flash_plan(op)
     if forward is not None:
@@ -91,7 +92,7 @@ def _recognise(op: Op, sizes: Mapping[str, int], target) -> AttentionShape | Non
     defaults = {"bq": c_attention.whole_tiles(blocks["bq"], qu, S),
                 "bk": c_attention.whole_tiles(blocks["bk"], ku, T)}
     if kind == "backward":  # the emitter halves the larger block until a task fits
-        from uol_core.backends.c_attention_bwd import shrink_blocks
+        from uol_core.backends.c.attention.backward import shrink_blocks
 
         defaults["bq"], defaults["bk"] = shrink_blocks(
             defaults["bq"], defaults["bk"], qu, ku, lambda bq, bk: _fits(shape, target, bq, bk))
@@ -101,7 +102,7 @@ def _recognise(op: Op, sizes: Mapping[str, int], target) -> AttentionShape | Non
 def _fits(shape: AttentionShape, target, bq: int, bk: int) -> bool:
     """The rule on a block pair's working set (see the module's docstring)."""
     if shape.kind == "backward":
-        from uol_core.backends.c_attention_bwd import backward_fits_l2
+        from uol_core.backends.c.attention.backward import backward_fits_l2
 
         return backward_fits_l2(bq, bk, shape.D, shape.E, target)
     return 4 * bq * (shape.D + bk + shape.E + 4) <= int(getattr(target, "l2_bytes", 0) or 1 << 20)

@@ -1,4 +1,4 @@
-"""Search space of the C backend's bf16 GEMM (backends/c_gemm_bf16.py): which micro-kernel runs
+"""Search space of the C backend's bf16 GEMM (backends/c/gemm/bf16.py): which micro-kernel runs
 it (bf16_isa) and on how many threads, as named constraints over the HFL target.
 
 The template reads only these two knobs, so the pattern space's chunk, vec and fuse are not
@@ -22,14 +22,14 @@ KNOBS = ("threads", "bf16_isa")
 def is_bf16_gemm(op: Op, sizes: Mapping[str, int]) -> bool:
     """Whether the C backend runs `op` as its bf16 GEMM (other bf16 ops, an elementwise map,
     go to the pattern templates and keep the pattern knobs)."""
-    from uol_core.backends.c_gemm_bf16 import match
+    from uol_core.backends.c.gemm.bf16 import match
 
     return any(d.dtype == DType.bf16 for d in op.inputs) and match(op, sizes) is not None
 
 
 def kernels_for(target) -> tuple[list[str], list[str]]:
     """(every bf16 GEMM micro-kernel, the ones `target` runs, preferred first)."""
-    from uol_core.backends.c_gemm_bf16 import ISA_OF_UNIT, KERNELS
+    from uol_core.backends.c.gemm.bf16 import ISA_OF_UNIT, KERNELS
 
     have = set(getattr(target, "isa", []) or [])
     usable = [ISA_OF_UNIT[u.flag] for u in matrix_units("bf16")
@@ -55,7 +55,7 @@ def bf16_domains_and_rules(target) -> tuple[dict[str, list], list[Constraint]]:
 
 def predict_bf16_seconds(flops: float, target, cfg: Mapping) -> float:
     """FLOPs over the peak of the chosen unit (HFL), scaled by the threads' share of cores."""
-    from uol_core.backends.c_gemm_bf16 import ISA_OF_UNIT
+    from uol_core.backends.c.gemm.bf16 import ISA_OF_UNIT
     from uol_core.hfl.matrix import peak_gflops
 
     unit = next((u for u in matrix_units("bf16")

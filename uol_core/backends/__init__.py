@@ -118,13 +118,13 @@ def source_hash(*patterns: str) -> str:
 
 
 def _c() -> Backend:
-    from uol_core.backends.c_backend import CBackend
+    from uol_core.backends.c.backend import CBackend
 
     return CBackend()
 
 
 def _triton() -> Backend:
-    from uol_core.backends.triton_backend import TritonBackend
+    from uol_core.backends.triton.backend import TritonBackend
 
     return TritonBackend()
 

@@ -6,7 +6,7 @@ alone, or the extent written for it (`Y: f32[R, C]` on the left, `sum[c: C](...)
 be smaller than an axis it reads. `mx[r] = max[c](X[r, c])` with `X: f32[R, C + 999]` reduces
 over all C + 999 columns, whatever the output's width. A kernel template that derives its
 loop counts and row strides from one tensor's shape is right only where every read covers
-its axes exactly; the templates' plans (acg/plans/) ask `prefix_reads` and leave any other op
+its axes exactly; the templates' plans (plans/) ask `prefix_reads` and leave any other op
 to the generic paths, which take each index's extent from the checker.
 """
 

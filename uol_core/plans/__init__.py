@@ -7,8 +7,8 @@ only f32 in the canonical layout; the Triton one any float layout but not the sp
 two languages never disagree about what an op *is*, only about what they can emit.
 """
 
-from uol_core.acg.plans.attention import AttentionPlan, attention_plan
-from uol_core.acg.plans.rows import RowSplit, SoftmaxRows, row_split, softmax_rows
+from uol_core.plans.attention import AttentionPlan, attention_plan
+from uol_core.plans.rows import RowSplit, SoftmaxRows, row_split, softmax_rows
 
 __all__ = ["AttentionPlan", "RowSplit", "SoftmaxRows", "attention_plan", "row_split",
            "softmax_rows"]

@@ -145,7 +145,7 @@ def _all_f32(tensors: Mapping[str, torch.Tensor]) -> bool:
 def whole_op_template(op: Op) -> bool:
     """Whether the C backend has a template for the op as a whole (flash attention), which
     beats splitting it at its contractions."""
-    from uol_core.backends.c_route import whole_op_template
+    from uol_core.backends.c.route import whole_op_template
 
     return whole_op_template(op)
 

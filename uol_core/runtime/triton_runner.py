@@ -13,7 +13,7 @@ from types import ModuleType
 import torch
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.triton_expr import safe
+from uol_core.backends.triton.expr import safe
 from uol_core.odl.ir import DType, Op
 from uol_core.odl.overflow import INT32, check_index_arithmetic
 from uol_core.odl.shapes import bind_sizes, shape_of

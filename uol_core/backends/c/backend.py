@@ -10,12 +10,11 @@ from uol_core.backends import Choice, Plan, generator_hash, source_hash
 from uol_core.backends.base import KernelSource
 
 DEFAULT_TUNE_BUDGET = 8
-# What the C kernels are generated from (paths from uol_core/): the entry, the templates, the
-# platform files, the shared plans and the lowering and fusion they read; `hash()` adds the
-# compile flags. The rooms a template family may move into are named already.
-GENERATOR_FILES = ("backends/c.py", "backends/c_*.py", "backends/c/**/*.py",
-                   "backends/c_platforms/*.py", "backends/base.py", "backends/emit_limits.py",
-                   "acg/plans/*.py", "acg/lower.py", "acg/fusion.py", "plans/**/*.py")
+# What the C kernels are generated from (paths from uol_core/): every file of the C package
+# (entry, text toolkit, templates, platform files), the shared plans and the lowering and
+# fusion they read; `hash()` adds the compile flags.
+GENERATOR_FILES = ("backends/c/**/*.py", "backends/base.py", "backends/emit_limits.py",
+                   "plans/**/*.py", "acg/lower.py", "acg/fusion.py")
 
 
 class CBackend:
@@ -38,7 +37,7 @@ class CBackend:
         every other bf16 op goes to another backend, with this as the reason."""
         import torch
 
-        from uol_core.backends import c_gemm_bf16
+        from uol_core.backends.c.gemm import bf16 as c_gemm_bf16
         from uol_core.odl.ir import DType
         from uol_core.odl.shapes import bind_sizes
 
@@ -60,7 +59,7 @@ class CBackend:
     def whole_op(self, op: Any) -> bool:
         """Whether a template takes `op` as a whole (flash attention), which beats splitting it
         at its contractions."""
-        from uol_core.backends.c_route import whole_op_template
+        from uol_core.backends.c.route import whole_op_template
 
         return whole_op_template(op)
 
@@ -117,7 +116,7 @@ class CBackend:
 
             return EmulatedKernel(source, plan.op, plan.sizes, float32_only=plan.kind == "gemm")
         if plan.kind != "gemm":
-            from uol_core.backends.c_native import CKernel
+            from uol_core.backends.c.native import CKernel
 
             return CKernel(source, plan.op, plan.sizes)
         from uol_core.odl.shapes import shape_of
@@ -137,8 +136,9 @@ class CBackend:
 
     def older_generators(self) -> tuple[str, ...]:
         """The generator's key before `hash` named every file and flag: the hash of the entry
-        and the templates, then the template's name ('c-<hash>/uol-c-rows-1')."""
-        return ("c-" + source_hash("c.py", "c_*.py", "base.py") + "/",)
+        and the templates, then the template's name ('c-<hash>/uol-c-rows-1'), read from the
+        package the templates live in now."""
+        return ("c-" + source_hash("c/**/*.py", "base.py") + "/",)
 
     def tuning_model(self, plan: Plan, space: Any):
         """GEMMs: the tile cost model; every other pattern: its roofline."""

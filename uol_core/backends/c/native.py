@@ -66,7 +66,7 @@ def compile_c(op: Op, shapes: Mapping, target=None, config: Mapping | None = Non
               emitter=None) -> CKernel:
     """Emit (best path unless `emitter` is given), build and load the C kernel of `op`; for a
     target of another architecture, an EmulatedKernel (same calls, run under the emulator)."""
-    from uol_core.backends.c_route import emit_any
+    from uol_core.backends.c.route import emit_any
     from uol_core.runtime.cross import for_target
 
     sizes = bind_sizes(op, shapes)

@@ -71,7 +71,8 @@ def routes() -> tuple[Route, ...]:
 def whole_op_template(op: Op) -> bool:
     """Whether a template takes `op` as a whole (flash attention, forward or backward), which
     beats splitting a multi-statement op at its contractions into one kernel per group."""
-    from uol_core.backends import c_attention, c_attention_bwd
+    from uol_core.backends.c.attention import backward as c_attention_bwd
+    from uol_core.backends.c.attention import forward as c_attention
 
     return c_attention.flash_plan(op) is not None or c_attention_bwd.flash_grad_plan(op) is not None
 
@@ -79,7 +80,7 @@ def whole_op_template(op: Op) -> bool:
 def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None) -> KernelSource:
     """The best C kernel this backend has for `op` at `sizes` (never refuses a valid op).
     The knob `generic` skips every template."""
-    from uol_core.backends import c_generic
+    from uol_core.backends.c.loops import generic as c_generic
     from uol_core.odl.pad_reach import padded_escapes
 
     cfg = dict(config or {})

@@ -14,9 +14,8 @@ block's last visible key: fully masked blocks are skipped.
 
 from __future__ import annotations
 
-from uol_core.acg.plans import AttentionPlan, attention_plan
-from uol_core.backends.triton_expr import TL_DTYPES, Ctx, ExprEmitter, Writer, extent_code, safe
-from uol_core.backends.triton_generic import KernelPart, acc_dtype, store_dtype
+from uol_core.backends.triton.expr import TL_DTYPES, Ctx, ExprEmitter, Writer, extent_code, safe
+from uol_core.backends.triton.generic import KernelPart, acc_dtype, store_dtype
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import (
     Access,
@@ -25,11 +24,12 @@ from uol_core.odl.ir import (
     Op,
     walk,
 )
+from uol_core.plans import AttentionPlan, attention_plan
 
 HALF = (DType.f16, DType.bf16)
 
 
-# The Triton template renders the shared plan (acg/plans/attention.py).
+# The Triton template renders the shared plan (plans/attention.py).
 FlashPlan = AttentionPlan
 
 

@@ -12,8 +12,7 @@ from uol_core.backends.base import KernelSource, into_given
 EXTRA_KNOBS = ("force_generic", "MAX_BLOCK_C")  # accepted by the emitter beyond its defaults
 # What the Triton kernels are generated from (paths from uol_core/): its templates and the
 # shared plans; Triton compiles them itself (its own cache key holds its flags)
-GENERATOR_FILES = ("backends/triton*.py", "backends/triton/**/*.py", "backends/base.py",
-                   "acg/plans/*.py", "plans/**/*.py")
+GENERATOR_FILES = ("backends/triton/**/*.py", "backends/base.py", "plans/**/*.py")
 
 
 class TritonKernel:
@@ -108,7 +107,7 @@ class TritonBackend:
 
     def older_generators(self) -> tuple[str, ...]:
         """The key's generator before `hash` named the plans: templates only, then 'triton'."""
-        return ("triton-" + source_hash("triton*.py", "base.py") + "/",)
+        return ("triton-" + source_hash("triton/**/*.py", "base.py") + "/",)
 
     def tuning_model(self, plan: Plan, space: Any):
         """The model's pick (`choose`) first, then the space in its order; no predictions."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from uol_core.backends.triton_expr import (
+from uol_core.backends.triton.expr import (
     COMBINE,
     REDUCE_INIT,
     REDUCE_TILE,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from uol_core.backends.triton_expr import Ctx, ExprEmitter, Writer, product_code, safe
-from uol_core.backends.triton_generic import (
+from uol_core.backends.triton.expr import Ctx, ExprEmitter, Writer, product_code, safe
+from uol_core.backends.triton.generic import (
     KernelPart,
     acc_dtype,
     store_dtype,

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from uol_core.acg.plans.rows import RowSplit, row_split
-from uol_core.backends.triton_expr import (
+from uol_core.backends.triton.expr import (
     COMBINE,
     REDUCE_INIT,
     REDUCE_TILE,
@@ -25,8 +24,9 @@ from uol_core.backends.triton_expr import (
     product_code,
     safe,
 )
-from uol_core.backends.triton_generic import KernelPart, acc_dtype, store_dtype, tensors_of
+from uol_core.backends.triton.generic import KernelPart, acc_dtype, store_dtype, tensors_of
 from uol_core.odl.ir import Access, Affine, Op, Reduce, Var, walk
+from uol_core.plans.rows import RowSplit, row_split
 
 LIVE_TILES = 4  # row tiles a fused row kernel keeps live at once (input, intermediates, output)
 
@@ -44,7 +44,7 @@ def row_block_limit(target: Any = None, num_warps: int = 4) -> int:
     return max(256, per_thread * warp * max(1, int(num_warps)))
 
 
-# The row kernel renders the shared row split (acg/plans/rows.py).
+# The row kernel renders the shared row split (plans/rows.py).
 RowPlan = RowSplit
 row_plan = row_split
 

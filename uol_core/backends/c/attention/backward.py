@@ -27,12 +27,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_attention import MAX_HEAD, _addr, flash_plan
-from uol_core.backends.c_attention_tiles import Tiles, acc_kernel, choose_tiles, score_kernel
-from uol_core.backends.c_expr import PRELUDE, ExprContext, render
-from uol_core.backends.c_frame import includes, open_entry
-from uol_core.backends.c_names import index_id, size_id
+from uol_core.backends.c.attention.forward import MAX_HEAD, _addr, flash_plan
+from uol_core.backends.c.attention.tiles import Tiles, acc_kernel, choose_tiles, score_kernel
+from uol_core.backends.c.text.expr import PRELUDE, ExprContext, render
+from uol_core.backends.c.text.frame import includes, open_entry
+from uol_core.backends.c.text.names import index_id, size_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.ir import (
     Access,
     Affine,
@@ -169,8 +169,9 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
     S, T, D, E, NB = grad_extents(op, plan, sizes)
     if D > MAX_HEAD or E > MAX_HEAD:
         return None
-    from uol_core.backends import c_attention_bwd_sve, c_attention_sve
-    from uol_core.backends.c_attention_bwd_body import body, owns_slices
+    from uol_core.backends.c.attention import backward_sve as c_attention_bwd_sve
+    from uol_core.backends.c.attention import forward_sve as c_attention_sve
+    from uol_core.backends.c.attention.backward_body import body, owns_slices
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:  # a length-agnostic ISA (SVE): the head dimension on the lanes
@@ -254,7 +255,8 @@ def shrink_blocks(bq: int, bk: int, q_unit: int, k_unit: int,
 def backward_fits_l2(bq: int, bk: int, D: int, E: int, target) -> bool:
     """Whether a task of bq queries x bk keys stays within half of the target's L2, the bound
     this emitter (or the SVE one) shrinks its blocks to."""
-    from uol_core.backends import c_attention_bwd_sve, c_attention_sve
+    from uol_core.backends.c.attention import backward_sve as c_attention_bwd_sve
+    from uol_core.backends.c.attention import forward_sve as c_attention_sve
 
     half = int(getattr(target, "l2_bytes", 0) or 1 << 20) // 2
     if c_attention_sve.vla_isa(target) is not None:
@@ -266,7 +268,7 @@ def _blocks(t: Tiles, S: int, T: int, D: int, E: int, cfg: Mapping, l2: int) -> 
     """Block sizes: BQ whole query tiles, BK whole key tiles, the task's working set within
     half the target's L2 (an HFL fact) so every re-read of a block hits the cache."""
     DP, EP = (-(-x // t.qt) * t.qt for x in (D, E))
-    from uol_core.backends.c_attention import whole_tiles
+    from uol_core.backends.c.attention.forward import whole_tiles
 
     bq, bk = whole_tiles(cfg["bq"], t.qt, S), whole_tiles(cfg["bk"], t.mr, T)
 

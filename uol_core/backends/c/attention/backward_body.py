@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_attention_tiles import Tiles
-from uol_core.backends.c_names import index_id, tensor_id
+from uol_core.backends.c.attention.tiles import Tiles
+from uol_core.backends.c.text.names import index_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.ir import Op
 
 
@@ -20,7 +20,7 @@ def owns_slices(slices: int, threads: int) -> bool:
 def body(w: CodeWriter, op: Op, plan, n: dict, t: Tiles, texts: tuple[str, str],
          batch: list[int]) -> None:
     """Emit the kernel's statements after the argument declarations (closes the function)."""
-    from uol_core.backends.c_attention_bwd import uses_index
+    from uol_core.backends.c.attention.backward import uses_index
 
     S, T, D, E, NB, BQ, BK, DP, EP, SP, KB, TH = (n[k] for k in (
         "S", "T", "D", "E", "NB", "BQ", "BK", "DP", "EP", "SP", "KB", "THREADS"))

@@ -23,16 +23,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from uol_core.acg.plans import AttentionPlan, attention_plan
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_attention_tiles import Tiles, choose_tiles, score_kernel, value_kernel
-from uol_core.backends.c_expr import PRELUDE, ExprContext, render
-from uol_core.backends.c_frame import includes, open_entry
-from uol_core.backends.c_names import index_id, size_id, tensor_id
+from uol_core.backends.c.attention.tiles import Tiles, choose_tiles, score_kernel, value_kernel
+from uol_core.backends.c.text.expr import PRELUDE, ExprContext, render
+from uol_core.backends.c.text.frame import includes, open_entry
+from uol_core.backends.c.text.names import index_id, size_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, DType, Op
 from uol_core.odl.masks import causal_offset
+from uol_core.plans import AttentionPlan, attention_plan
 
 GENERATOR = "uol-c-flash-1"
 MAX_HEAD = 512  # largest D or E kept in per-thread stack tiles
@@ -41,7 +41,7 @@ MAX_HEAD = 512  # largest D or E kept in per-thread stack tiles
 FORWARD_BLOCKS = {"bq": 64, "bk": 96}
 
 
-# The C template renders the shared plan (acg/plans/attention.py).
+# The C template renders the shared plan (plans/attention.py).
 FlashPlan = AttentionPlan
 
 
@@ -63,7 +63,7 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
     S, T, D, E, _ = attention_extents(op, plan, sizes)
     if D > MAX_HEAD or E > MAX_HEAD:
         return None
-    from uol_core.backends import c_attention_sve
+    from uol_core.backends.c.attention import forward_sve as c_attention_sve
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:
@@ -123,7 +123,7 @@ def block_units(target, backward: bool = False) -> tuple[int, int]:
     """The query and key granularity of the flash templates' blocks on `target`: whole
     register tiles (fixed-width ISAs: QT queries, MR keys; SVE: MQ queries and NJ keys, the
     backward's key blocks whole dot and dV/dK tiles)."""
-    from uol_core.backends import c_attention_sve
+    from uol_core.backends.c.attention import forward_sve as c_attention_sve
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:
@@ -158,7 +158,7 @@ def _base(prefix: tuple[str, ...], shape: list[int]) -> str:
 
 def _addr(op: Op, sizes: Mapping[str, int]):
     """Addresses of reads outside the Q.K sum (e.g. a bias in the score expression)."""
-    from uol_core.backends.c_expr import render_affine_c
+    from uol_core.backends.c.text.expr import render_affine_c
 
     def address(a: Access) -> str:
         shape = [f.evaluate(dict(sizes)) for f in op.tensor(a.tensor).shape]

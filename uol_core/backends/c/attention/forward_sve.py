@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from uol_core.acg.config import lanes, target_isas
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_expr import PRELUDE, ExprContext, render
-from uol_core.backends.c_frame import includes, open_entry
-from uol_core.backends.c_names import index_id, size_id, tensor_id
-from uol_core.backends.c_platforms import platform
+from uol_core.backends.c.platforms import platform
+from uol_core.backends.c.text.expr import PRELUDE, ExprContext, render
+from uol_core.backends.c.text.frame import includes, open_entry
+from uol_core.backends.c.text.names import index_id, size_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Op
 from uol_core.odl.masks import causal_offset
@@ -142,7 +142,7 @@ static inline void {name}(int64_t nk, const float *restrict a, const float *rest
 def emit(op: Op, plan, sizes: Mapping[str, int], target, config: Mapping | None,
          isa: str) -> KernelSource:
     """The length-agnostic flash kernel of a recognised attention (c_attention.flash_plan)."""
-    from uol_core.backends.c_attention import (
+    from uol_core.backends.c.attention.forward import (
         FORWARD_BLOCKS,
         _addr,
         _base,

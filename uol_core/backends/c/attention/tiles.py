@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from uol_core.acg.config import lanes, target_isas, vector_registers
-from uol_core.backends.c_platforms import platform
+from uol_core.backends.c.platforms import platform
 
 NV = 2  # vectors of queries per micro-tile (3 on 16 registers spills)
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_conv_plan import ConvPlan, window, window_product
-from uol_core.backends.c_names import index_id
-from uol_core.backends.c_platforms import platform
+from uol_core.backends.c.platforms import platform
+from uol_core.backends.c.text.names import index_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.ir import Op
+from uol_core.plans.conv import ConvPlan, window, window_product
 
 DEPTHWISE_CHANNEL = "dw_c"  # the plan's reduced channel: extent 1, not an index of the source
 

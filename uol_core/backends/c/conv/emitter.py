@@ -27,16 +27,15 @@ from collections.abc import Mapping
 
 from uol_core.acg.config import TileConfig, lanes, target_isas
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter, render_affine, render_const
-from uol_core.backends.c_conv_depthwise import depthwise_config, depthwise_plan
-from uol_core.backends.c_conv_im2col import im2col_driver, pack_im2col, pixel_block
-from uol_core.backends.c_conv_plan import ConvPlan, conv_plan
-from uol_core.backends.c_conv_tiles import row_driver, row_helpers, row_tiles
-from uol_core.backends.c_expr import PRELUDE, render_epilogue
-from uol_core.backends.c_frame import includes, open_entry
-from uol_core.backends.c_gemm import _micro_kernel, emit_platform_header
-from uol_core.backends.c_names import index_id, size_id, tensor_id
-from uol_core.backends.c_platforms import platform
+from uol_core.backends.c.conv.depthwise import depthwise_config, depthwise_plan
+from uol_core.backends.c.conv.im2col import im2col_driver, pack_im2col, pixel_block
+from uol_core.backends.c.conv.tiles import row_driver, row_helpers, row_tiles
+from uol_core.backends.c.gemm.emitter import _micro_kernel, emit_platform_header
+from uol_core.backends.c.platforms import platform
+from uol_core.backends.c.text.expr import PRELUDE, render_epilogue
+from uol_core.backends.c.text.frame import includes, open_entry
+from uol_core.backends.c.text.names import index_id, size_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter, render_affine, render_const
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.inline import inline_maps
 from uol_core.odl.ir import (
@@ -49,6 +48,7 @@ from uol_core.odl.ir import (
     walk,
 )
 from uol_core.odl.pad_reach import padded_escapes
+from uol_core.plans.conv import ConvPlan, conv_plan
 
 GENERATOR = "uol-c-conv-2"
 KC_MAX = 384  # deepest packed panel; longer reductions are split into even blocks
@@ -142,7 +142,8 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
         return None
     if not _pads_honoured(op, plan, sizes):
         return None
-    from uol_core.backends import c_attention_sve, c_conv_sve
+    from uol_core.backends.c.attention import forward_sve as c_attention_sve
+    from uol_core.backends.c.conv import sve as c_conv_sve
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:  # a length-agnostic ISA (SVE): pixels on lanes of a run-time count

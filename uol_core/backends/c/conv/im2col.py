@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_conv_plan import ConvPlan, makespan
-from uol_core.backends.c_names import index_id, tensor_id
+from uol_core.backends.c.text.names import index_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter
+from uol_core.plans.conv import ConvPlan, makespan
 
 
 def pixel_block(pixels: int, nr: int, most_panels: int, threads: int) -> int:

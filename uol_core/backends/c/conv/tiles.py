@@ -16,12 +16,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_conv_depthwise import emit_sliding_kernel, emit_strided_fill
-from uol_core.backends.c_conv_plan import ConvPlan, makespan
-from uol_core.backends.c_gemm import emit_rank1, emit_tile_store
-from uol_core.backends.c_names import index_id, tensor_id
-from uol_core.backends.c_platforms import platform
+from uol_core.backends.c.conv.depthwise import emit_sliding_kernel, emit_strided_fill
+from uol_core.backends.c.gemm.emitter import emit_rank1, emit_tile_store
+from uol_core.backends.c.platforms import platform
+from uol_core.backends.c.text.names import index_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter
+from uol_core.plans.conv import ConvPlan, makespan
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_gemm_bf16_kernels import KERNELS, driver_text, packing_text
+from uol_core.backends.c.gemm.bf16_kernels import KERNELS, driver_text, packing_text
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.ir import Access, Binary, DType, Op, Reduce
 from uol_core.odl.shapes import shape_of
 

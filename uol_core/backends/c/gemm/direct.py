@@ -22,16 +22,16 @@ from __future__ import annotations
 from uol_core.acg.config import TileConfig, lanes
 from uol_core.acg.lower import GemmPlan
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import GENERATOR_VERSION, MICRO_KERNEL, CodeWriter
-from uol_core.backends.c_frame import open_entry
-from uol_core.backends.c_names import index_id, tensor_id
-from uol_core.backends.c_platforms import platform
+from uol_core.backends.c.platforms import platform
+from uol_core.backends.c.text.frame import open_entry
+from uol_core.backends.c.text.names import index_id, tensor_id
+from uol_core.backends.c.text.writer import GENERATOR_VERSION, MICRO_KERNEL, CodeWriter
 from uol_core.odl.ir import Access, Affine
 
 
 def emit_gemm_direct(plan: GemmPlan, cfg: TileConfig, target) -> KernelSource:
     """The complete C source of one GEMM-family kernel on the direct path."""
-    from uol_core.backends.c_gemm import _header, _packing
+    from uol_core.backends.c.gemm.emitter import _header, _packing
 
     w = CodeWriter(default_line=plan.op.line)
     tensors = [d.name for d in plan.op.inputs] + list(plan.stores)
@@ -124,7 +124,7 @@ def _store_to_c(w: CodeWriter, ops, acc: list[list[str]], lane: int, line: int) 
 
 
 def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], entry: str) -> None:
-    from uol_core.backends.c_gemm import _operand_strides, _store, batch_extent
+    from uol_core.backends.c.gemm.emitter import _operand_strides, _store, batch_extent
 
     line = plan.stmts[0].line
     a_off, a_rs, a_cs = _operand_strides(plan, plan.lhs, plan.m, plan.k)
@@ -201,7 +201,7 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
 def _c_operand(w: CodeWriter, plan: GemmPlan, plain: bool, line: int) -> None:
     """C's base, row stride and the micro-kernel's store mode for full tiles (mode 0 everywhere
     when an epilogue or a depth split needs the tile buffer)."""
-    from uol_core.backends.c_gemm import _operand_strides
+    from uol_core.backends.c.gemm.emitter import _operand_strides
 
     if not plain:
         w.emit("#define UOL_MODE 0", line)
@@ -247,7 +247,7 @@ def _reduce(w: CodeWriter, plan: GemmPlan, line: int) -> None:
     """After the barrier: each thread adds the partial sums of its share of the MR-row strips
     (threads whose depth share was empty wrote nothing and are skipped), then runs the epilogue
     through the ordinary store with first = last = 1."""
-    from uol_core.backends.c_gemm import _store
+    from uol_core.backends.c.gemm.emitter import _store
 
     w.emit("""\
 #pragma omp barrier

@@ -11,11 +11,16 @@ from __future__ import annotations
 from uol_core.acg.config import TileConfig, lanes
 from uol_core.acg.lower import GemmPlan, epilogue_reads
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import GENERATOR_VERSION, MICRO_KERNEL, CodeWriter, render_affine
-from uol_core.backends.c_expr import PRELUDE, render_epilogue
-from uol_core.backends.c_frame import includes, open_entry
-from uol_core.backends.c_names import fused_id, index_id, size_id, stride_id, tensor_id
-from uol_core.backends.c_platforms import Platform, platform
+from uol_core.backends.c.platforms import Platform, platform
+from uol_core.backends.c.text.expr import PRELUDE, render_epilogue
+from uol_core.backends.c.text.frame import includes, open_entry
+from uol_core.backends.c.text.names import fused_id, index_id, size_id, stride_id, tensor_id
+from uol_core.backends.c.text.writer import (
+    GENERATOR_VERSION,
+    MICRO_KERNEL,
+    CodeWriter,
+    render_affine,
+)
 from uol_core.odl.ir import Access, Affine
 
 F32_BYTES = 4
@@ -24,11 +29,11 @@ F32_BYTES = 4
 def emit_gemm(plan: GemmPlan, cfg: TileConfig, target) -> KernelSource:
     """The complete C source of one GEMM-family kernel (the direct path: c_gemm_direct)."""
     if platform(cfg.isa).vla:  # the lane count is read at run time (SVE)
-        from uol_core.backends.c_gemm_sve import emit_gemm_sve
+        from uol_core.backends.c.gemm.sve import emit_gemm_sve
 
         return emit_gemm_sve(plan, cfg, target)
     if cfg.path == "direct":
-        from uol_core.backends.c_gemm_direct import emit_gemm_direct
+        from uol_core.backends.c.gemm.direct import emit_gemm_direct
 
         return emit_gemm_direct(plan, cfg, target)
     stmt_line = plan.stmts[0].line

@@ -17,10 +17,7 @@ from __future__ import annotations
 from uol_core.acg.config import TileConfig, lanes
 from uol_core.acg.lower import GemmPlan, epilogue_reads
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import GENERATOR_VERSION, CodeWriter
-from uol_core.backends.c_expr import PRELUDE
-from uol_core.backends.c_frame import includes
-from uol_core.backends.c_gemm import (
+from uol_core.backends.c.gemm.emitter import (
     PACK_A,
     _access_c,
     _affine,
@@ -30,8 +27,11 @@ from uol_core.backends.c_gemm import (
     batch_extent,
     line_floats,
 )
-from uol_core.backends.c_names import index_id, size_id
-from uol_core.backends.c_platforms import platform
+from uol_core.backends.c.platforms import platform
+from uol_core.backends.c.text.expr import PRELUDE
+from uol_core.backends.c.text.frame import includes
+from uol_core.backends.c.text.names import index_id, size_id
+from uol_core.backends.c.text.writer import GENERATOR_VERSION, CodeWriter
 from uol_core.odl.ir import Access
 
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 import math
 
 from uol_core.acg.fusion import column_reduce
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_expr import (
+from uol_core.backends.c.text.expr import (
     REDUCE_C,
     ExprContext,
     kind,
     render,
     store,
 )
-from uol_core.backends.c_names import index_id
+from uol_core.backends.c.text.names import index_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.ir import Op, Reduce
 
 COLUMN_BLOCK = 2048  # most columns one thread accumulates at a time in a column reduction

@@ -23,9 +23,20 @@ from uol_core.acg.fusion import (
     short_inner_axis,
 )
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_columns import column_reduction
-from uol_core.backends.c_expr import (
+from uol_core.backends.c.loops.columns import column_reduction
+from uol_core.backends.c.loops.interchange import interchangeable, interchanged
+from uol_core.backends.c.loops.maprun import emit_map_run, map_runs
+from uol_core.backends.c.loops.regions import column_rider, hoist_invariant_reads, region_pointers
+from uol_core.backends.c.loops.rowloop import RowLoop, plan_row_loops, stream_prelude
+from uol_core.backends.c.loops.siblings import emit_siblings, sibling_runs
+from uol_core.backends.c.loops.stencil import (
+    emit_halo_copies,
+    halo_address,
+    halo_margins,
+    halo_name,
+)
+from uol_core.backends.c.platforms import platform
+from uol_core.backends.c.text.expr import (
     PRELUDE,
     STORAGE,
     ExprContext,
@@ -35,20 +46,9 @@ from uol_core.backends.c_expr import (
     render,
     store,
 )
-from uol_core.backends.c_frame import includes, open_entry
-from uol_core.backends.c_interchange import interchangeable, interchanged
-from uol_core.backends.c_maprun import emit_map_run, map_runs
-from uol_core.backends.c_names import index_id, size_id, tensor_id
-from uol_core.backends.c_platforms import platform
-from uol_core.backends.c_regions import column_rider, hoist_invariant_reads, region_pointers
-from uol_core.backends.c_rowloop import RowLoop, plan_row_loops, stream_prelude
-from uol_core.backends.c_siblings import emit_siblings, sibling_runs
-from uol_core.backends.c_stencil import (
-    emit_halo_copies,
-    halo_address,
-    halo_margins,
-    halo_name,
-)
+from uol_core.backends.c.text.frame import includes, open_entry
+from uol_core.backends.c.text.names import index_id, size_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, DType, Op, Scan, walk
 from uol_core.odl.shapes import shape_of
@@ -116,7 +116,7 @@ class _Layout:
         return f"{name}[{' + '.join(reversed(terms)) or '0'}]"
 
     def access(self, a: Access) -> str:
-        from uol_core.backends.c_expr import render_affine_c
+        from uol_core.backends.c.text.expr import render_affine_c
         key = (a.tensor, float(a.pad)) if a.pad is not None else None
         if key in self.halos:
             return halo_address(a, key, list(self.halos), list(self.shapes[a.tensor]),
@@ -125,7 +125,7 @@ class _Layout:
         return self.hoisted.get(text, text)
 
     def bounds(self, a: Access) -> str:
-        from uol_core.backends.c_expr import render_affine_c
+        from uol_core.backends.c.text.expr import render_affine_c
         if (a.tensor, float(a.pad)) in self.halos:
             return "1"  # the halo buffer holds the pad value outside the tensor
         parts = []

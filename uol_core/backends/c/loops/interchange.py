@@ -5,9 +5,9 @@ sum[k](a[i, k] * b[k, j]) adds b's rows into acc[j] rather than reducing k lane 
 
 from __future__ import annotations
 
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_expr import REDUCE_C, ExprContext, kind, render
-from uol_core.backends.c_names import index_id
+from uol_core.backends.c.text.expr import REDUCE_C, ExprContext, kind, render
+from uol_core.backends.c.text.names import index_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.ir import Access, Reduce, walk
 
 MAX_VECTOR_ACC = 16384  # elements of a stack accumulator row (64 KiB of f32)

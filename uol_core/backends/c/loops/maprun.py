@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_expr import kind, render, store
-from uol_core.backends.c_names import index_id
-from uol_core.backends.c_regions import hoist_invariant_reads
+from uol_core.backends.c.loops.regions import hoist_invariant_reads
+from uol_core.backends.c.text.expr import kind, render, store
+from uol_core.backends.c.text.names import index_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Op, Reduce, Scan, walk
 

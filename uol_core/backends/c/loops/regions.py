@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from uol_core.acg.fusion import FusionGroup
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_columns import ColumnRider
-from uol_core.backends.c_names import invariant_id, region_id, tensor_id
+from uol_core.backends.c.loops.columns import ColumnRider
+from uol_core.backends.c.text.names import invariant_id, region_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.ir import Access, Op, Reduce, Scan, children, walk
 
 

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from uol_core.acg.config import lanes
 from uol_core.acg.fusion import FusionPlan, column_reduce
 from uol_core.acg.stores import StorePolicy, store_policy
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_columns import ColumnRider
-from uol_core.backends.c_expr import free_names, outer_reduces
-from uol_core.backends.c_names import index_id
-from uol_core.backends.c_platforms import PLATFORMS, platform
-from uol_core.backends.c_regions import hoist_invariant_reads
+from uol_core.backends.c.loops.columns import ColumnRider
+from uol_core.backends.c.loops.regions import hoist_invariant_reads
+from uol_core.backends.c.platforms import PLATFORMS, platform
+from uol_core.backends.c.text.expr import free_names, outer_reduces
+from uol_core.backends.c.text.names import index_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.ir import Access, DType, Op, Scan, walk
 
 STAGE = "stage"  # the C name of a streamed row's buffer

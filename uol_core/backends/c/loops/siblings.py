@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_expr import (
+from uol_core.backends.c.text.expr import (
     REDUCE_C,
     ExprContext,
     kind,
@@ -23,7 +22,8 @@ from uol_core.backends.c_expr import (
     render_as,
     store,
 )
-from uol_core.backends.c_names import index_id
+from uol_core.backends.c.text.names import index_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.ir import Access, Op, Reduce, Scan, walk
 
 

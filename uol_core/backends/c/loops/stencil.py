@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_names import halo_id, tensor_id
+from uol_core.backends.c.text.names import halo_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.check import index_range, stmt_extents
 from uol_core.odl.ir import Access, Affine, DType, Op, walk
 

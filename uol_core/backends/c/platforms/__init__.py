@@ -97,7 +97,7 @@ class Platform:
 
 
 def _registry() -> dict[str, Platform]:
-    from uol_core.backends.c_platforms import avx2, avx512, neon, sve, vecext
+    from uol_core.backends.c.platforms import avx2, avx512, neon, sve, vecext
 
     return {p.name: p for p in (avx512.PLATFORM, avx2.PLATFORM, sve.PLATFORM, neon.PLATFORM,
                                 vecext.PLATFORM)}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from uol_core.backends.c_platforms.x86 import x86_platform
+from uol_core.backends.c.platforms.x86 import x86_platform
 
 _HORIZONTAL = r"""
 static inline float uol_hmax8(__m256 v)

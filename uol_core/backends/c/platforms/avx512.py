@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from uol_core.backends.c_platforms import GemmCosts
-from uol_core.backends.c_platforms.x86 import x86_platform
+from uol_core.backends.c.platforms import GemmCosts
+from uol_core.backends.c.platforms.x86 import x86_platform
 
 # Measured on a 2-core Sapphire Rapids class host (python benchmarks/gemm_tiles.py: tiles
 # alternated with torch.matmul inside whole GEMMs; docs/benchmarks.md, "Register tiles"):

@@ -8,7 +8,7 @@ vmaxvq_f32 and vaddvq_f32 reduce a vector's lanes in one instruction.
 
 from __future__ import annotations
 
-from uol_core.backends.c_platforms import Platform
+from uol_core.backends.c.platforms import Platform
 
 LANES = 4  # float32x4_t: the lanes every spelling below assumes
 

@@ -16,7 +16,7 @@ the target's fixed-width ISA (NEON).
 
 from __future__ import annotations
 
-from uol_core.backends.c_platforms import Platform
+from uol_core.backends.c.platforms import Platform
 
 # exp(x) on every lane: the constants and steps of the scalar uol_expf (c_vmath) and of the NEON
 # uol_vexp. svmls(a, b, c) = a - b * c and svmla(a, b, c) = a + b * c round once (FMLS/FMLA);

@@ -6,7 +6,7 @@ is no explicit vector exp here (the generic kernels auto-vectorise the scalar uo
 
 from __future__ import annotations
 
-from uol_core.backends.c_platforms import Platform
+from uol_core.backends.c.platforms import Platform
 
 _FLASH = """typedef float uol_v __attribute__((vector_size({bytes})));  /* {lanes} f32 lanes (vecext) */
 static inline uol_v uol_vld(const float *p) {{ uol_v x; __builtin_memcpy(&x, p, sizeof x); return x; }}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from uol_core.backends.c_platforms import GemmCosts, Platform
+from uol_core.backends.c.platforms import GemmCosts, Platform
 
 # The flash template's vector vocabulary as thin wrappers over the intrinsics.
 _FLASH = """#include <immintrin.h>

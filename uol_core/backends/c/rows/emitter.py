@@ -1,6 +1,6 @@
 """Row softmax and log-softmax template: three passes over a row that stays in L1/L2, explicit SIMD.
 
-The plan (`softmax_rows` in acg/plans/rows.py) recognises softmax and log-softmax over the
+The plan (`softmax_rows` in plans/rows.py) recognises softmax and log-softmax over the
 trailing axis, optionally scaled by a constant or scalar input; this template takes it in f32.
 Pass 1 takes the row max with four accumulators; pass 2 computes exp and its sum in one loop
 (softmax keeps e in a per-thread row buffer); pass 3 writes Y. Each row is read from memory once:
@@ -15,21 +15,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from uol_core.acg.config import lanes, target_isas
-from uol_core.acg.plans.rows import SoftmaxRows, softmax_rows
 from uol_core.acg.stores import store_policy
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter, render_const
-from uol_core.backends.c_expr import PRELUDE
-from uol_core.backends.c_frame import includes, open_entry
-from uol_core.backends.c_names import size_id, tensor_id
-from uol_core.backends.c_platforms import has_vector_math, platform
+from uol_core.backends.c.platforms import has_vector_math, platform
+from uol_core.backends.c.text.expr import PRELUDE
+from uol_core.backends.c.text.frame import includes, open_entry
+from uol_core.backends.c.text.names import size_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter, render_const
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Const, DType, Op
+from uol_core.plans.rows import SoftmaxRows, softmax_rows
 
 GENERATOR = "uol-c-rows-1"
 
 
-# The template renders the shared plan (acg/plans/rows.py).
+# The template renders the shared plan (plans/rows.py).
 RowPlan = SoftmaxRows
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_expr import PRELUDE, STORAGE, ExprContext, render, store
-from uol_core.backends.c_frame import includes, open_entry
-from uol_core.backends.c_names import index_id, size_id, tensor_id
+from uol_core.backends.c.text.expr import PRELUDE, STORAGE, ExprContext, render, store
+from uol_core.backends.c.text.frame import includes, open_entry
+from uol_core.backends.c.text.names import index_id, size_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Access, Op, Reduce, Scan, walk
 
@@ -40,7 +40,7 @@ def scan_fits(op: Op, sizes: Mapping[str, int], threads: int) -> bool:
 
 def emit(op: Op, sizes: Mapping[str, int], threads: int) -> KernelSource:
     """The two-pass parallel scan kernel (call only when `scan_fits`)."""
-    from uol_core.backends.c_generic import compute_type
+    from uol_core.backends.c.loops.generic import compute_type
 
     stmt = op.stmts[0]
     scan: Scan = stmt.expr
@@ -51,7 +51,7 @@ def emit(op: Op, sizes: Mapping[str, int], threads: int) -> KernelSource:
     shapes = {d.name: [f.evaluate(dict(sizes)) for f in d.shape] for d in op.inputs + op.outputs}
 
     def address(a: Access) -> str:
-        from uol_core.backends.c_expr import render_affine_c
+        from uol_core.backends.c.text.expr import render_affine_c
         terms, stride = [], 1
         for p in range(len(a.indices) - 1, -1, -1):
             terms.append(f"{render_affine_c(a.indices[p], set(op.dims))} * {stride}")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from uol_core.backends.c import render_affine
-from uol_core.backends.c_names import index_id, size_id
-from uol_core.backends.c_vmath import SCALAR_MATH
+from uol_core.backends.c.text.names import index_id, size_id
+from uol_core.backends.c.text.vmath import SCALAR_MATH
+from uol_core.backends.c.text.writer import render_affine
 from uol_core.backends.emit_limits import checkpoint
 from uol_core.odl.ir import (
     COMPARISONS,

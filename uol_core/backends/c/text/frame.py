@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from uol_core.backends.c import CodeWriter
-from uol_core.backends.c_names import stride_id, tensor_id
+from uol_core.backends.c.text.names import stride_id, tensor_id
+from uol_core.backends.c.text.writer import CodeWriter
 
 
 def includes(*headers: str) -> str:

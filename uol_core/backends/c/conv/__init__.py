@@ -1,0 +1,1 @@
+"""The convolution templates: the direct row kernels, depthwise, im2col and SVE variants."""

@@ -1,0 +1,1 @@
+"""The row template: softmax and log-softmax over the trailing axis, three passes per row."""
