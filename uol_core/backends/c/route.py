@@ -40,14 +40,12 @@ class Route:
 def routes() -> tuple[Route, ...]:
     """The template rows, in the order they are tried (imported on first use: the emitters
     import this package's shared modules)."""
-    from uol_core.backends import (
-        c_attention,
-        c_attention_bwd,
-        c_conv,
-        c_gemm_bf16,
-        c_rows,
-        c_scan,
-    )
+    from uol_core.backends.c.attention import backward as c_attention_bwd
+    from uol_core.backends.c.attention import forward as c_attention
+    from uol_core.backends.c.conv import emitter as c_conv
+    from uol_core.backends.c.gemm import bf16 as c_gemm_bf16
+    from uol_core.backends.c.rows import emitter as c_rows
+    from uol_core.backends.c.scan import emitter as c_scan
 
     return (
         Route("scan", lambda op, c: True if c_scan.scan_fits(op, c.sizes, c.threads) else None,
