@@ -1,0 +1,230 @@
+"""Per-layer benchmark: each layer type the model zoos use, UOL's compiled kernel against torch's
+own kernel for it (oneDNN / MKL / its native CPU kernels), calls alternated round by round in one
+process; writes docs/benchmarks/layers.json.
+
+    python benchmarks/layer_bench.py [--repeat 15 --only linear --packing both --out FILE]
+
+Each layer is an `nn.Module` (nn.Conv2d, nn.Linear, nn.LayerNorm, nn.GroupNorm, scaled dot-product
+attention) imported whole with `import_model` and compiled with `compile_graph`, as a model's layers
+are. Both sides allocate their output on every call (the compiled graph returns a fresh tensor, as
+the module does), so the ratio compares kernels under the same memory policy. The ratio of a row is
+torch's median time over UOL's; its spread is the interquartile range of the per-round ratios (each
+round calls every contender once, starting at the next one each round), which cancels most of the
+load other processes put on shared cores. `--packing both` adds, for GEMM layers, UOL with the
+constant weights packed once at compile time against UOL packing them on every call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from uol_core.graph.export_import import import_model  # noqa: E402
+from uol_core.graph.run import compile_graph, max_error  # noqa: E402
+
+OUT = ROOT / "docs" / "benchmarks" / "layers.json"
+
+
+class Attention(nn.Module):
+    """Scaled dot-product attention over [batch, heads, seq, dim] (a transformer's core)."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One benchmark row: a module, its inputs and its floating-point work."""
+
+    kind: str
+    label: str
+    build: Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]
+    flops: float
+
+
+def _conv(cin: int, cout: int, kernel: int, stride: int, size: int, groups: int = 1):
+    def build():
+        module = nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=True)
+        return module, (torch.randn(1, cin, size, size),)
+    out = (size + 2 * (kernel // 2) - kernel) // stride + 1
+    return build, 2.0 * cout * out * out * (cin // groups) * kernel * kernel
+
+
+def _linear(m: int, k: int, n: int):
+    return (lambda: (nn.Linear(k, n), (torch.randn(m, k),))), 2.0 * m * k * n
+
+
+def _attention(seq: int, heads: int, dim: int):
+    def build():
+        return Attention(), tuple(torch.randn(1, heads, seq, dim) for _ in range(3))
+    return build, 4.0 * heads * seq * seq * dim
+
+
+def _norm(module_fn, shape: tuple[int, ...]):
+    return (lambda: (module_fn(), (torch.randn(*shape),))), 8.0 * torch.Size(shape).numel()
+
+
+def layers(size: str) -> list[Layer]:
+    """The rows: ResNet-50 / MobileNetV2 convolutions at batch 1, transformer linears at the
+    token counts models run at (1 and 8 decode steps, 128 and 197 tokens, 1024), attention,
+    and the norms. `size="tiny"` keeps every kind at toy sizes (for the test)."""
+    if size == "tiny":
+        convs = [("conv3x3", "3x3 8->8 @8x8", _conv(8, 8, 3, 1, 8)),
+                 ("conv1x1", "1x1 16->8 @8x8", _conv(16, 8, 1, 1, 8)),
+                 ("depthwise3x3", "dw3x3 16 @8x8", _conv(16, 16, 3, 1, 8, groups=16)),
+                 ("strided3x3", "3x3/s2 8->8 @8x8", _conv(8, 8, 3, 2, 8))]
+        linears = [(m, 32, 64) for m in (1, 8)]
+        attention = [(16, 2, 8)]
+        norms = [("layernorm", "[1, 16, 32]", _norm(lambda: nn.LayerNorm(32), (1, 16, 32))),
+                 ("groupnorm", "G4 [1, 16, 8, 8]", _norm(lambda: nn.GroupNorm(4, 16), (1, 16, 8, 8)))]
+    else:
+        convs = [("conv3x3", "3x3 64->64 @56x56 (ResNet-50 stage 1)", _conv(64, 64, 3, 1, 56)),
+                 ("conv1x1", "1x1 256->64 @56x56 (ResNet-50 stage 1)", _conv(256, 64, 1, 1, 56)),
+                 ("depthwise3x3", "dw3x3 144 @56x56 (MobileNetV2)", _conv(144, 144, 3, 1, 56, groups=144)),
+                 ("strided3x3", "3x3/s2 128->128 @56x56 (ResNet-50 stage 2)", _conv(128, 128, 3, 2, 56))]
+        linears = [(m, k, n) for m in (1, 8, 128, 197, 1024) for k, n in ((768, 3072), (3072, 768))]
+        attention = [(s, 12, 64) for s in (128, 512, 1024)]
+        norms = [("layernorm", "768 over [1, 197, 768] (ViT-B)", _norm(lambda: nn.LayerNorm(768), (1, 197, 768))),
+                 ("groupnorm", "G32 over [1, 256, 56, 56]", _norm(lambda: nn.GroupNorm(32, 256), (1, 256, 56, 56)))]
+    rows = [Layer(kind, label, *made) for kind, label, made in convs]
+    rows += [Layer("linear", f"M={m} K={k} N={n}", *_linear(m, k, n)) for m, k, n in linears]
+    rows += [Layer("attention", f"S={s} heads={h} dim={d}", *_attention(s, h, d)) for s, h, d in attention]
+    rows += [Layer(kind, label, *made) for kind, label, made in norms]
+    return rows
+
+
+def alternated(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+    """Seconds of each call, contenders alternated, each round starting at the next one (in a
+    fixed order the first always runs right after the last); two warm-up calls each."""
+    for fn in fns.values():
+        fn()
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    order = list(fns.items())
+    for turn in range(rounds):
+        for name, fn in order[turn % len(order):] + order[:turn % len(order)]:
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def ratio_stats(base: list[float], ours: list[float]) -> dict:
+    """base/ours per round: the median ratio, and its interquartile range as the spread."""
+    ratios = sorted(b / o for b, o in zip(base, ours))
+    if len(ratios) >= 4:
+        q1, med, q3 = statistics.quantiles(ratios, n=4)
+    else:
+        q1, med, q3 = ratios[0], statistics.median(ratios), ratios[-1]
+    return {"ratio": statistics.median(base) / statistics.median(ours), "ratio_round_median": med,
+            "ratio_q1": q1, "ratio_q3": q3}
+
+
+def compiled_layer(module: nn.Module, inputs: tuple[torch.Tensor, ...], prepack: bool):
+    """The layer imported whole and compiled; its call on `inputs` and max relative error."""
+    graph = import_model(module, *inputs)
+    ours = compile_graph(graph, "c", "host")
+    ours.verify = False  # checked below into the row: a mismatch is a row, not an exception
+    if hasattr(ours, "prepack"):
+        ours.prepack = prepack
+    env = dict(zip(graph.inputs, inputs))
+    with torch.no_grad():
+        error = max_error(ours(env), dict(zip(graph.outputs, (module(*inputs),))))
+    engines = sorted({r.engine for r in ours.routes.values()})
+    return (lambda: ours(env)), error, engines, len(ours.plan.groups)
+
+
+def run_layer(layer: Layer, rounds: int, packing: str) -> dict:
+    """One row: UOL (and UOL without packed weights, with `packing="both"`) against torch."""
+    torch.manual_seed(0)
+    module, inputs = layer.build()
+    module.eval()
+    ours, error, engines, groups = compiled_layer(module, inputs, packing != "off")
+    with torch.no_grad():
+        fns = {"uol": ours, "torch": lambda: module(*inputs)}
+        if packing == "both" and layer.kind == "linear":
+            fns["uol_unpacked"] = compiled_layer(module, inputs, False)[0]
+        times = alternated(fns, rounds)
+    ms = {name: statistics.median(v) * 1e3 for name, v in times.items()}
+    row = {"kind": layer.kind, "layer": layer.label, "flops": layer.flops, "engines": engines,
+           "groups": groups, "verified": error <= 1e-3, "max_rel_error": error, "rounds": rounds,
+           "uol_ms": ms["uol"], "torch_ms": ms["torch"],
+           "uol_gflops": layer.flops / ms["uol"] / 1e6, "torch_gflops": layer.flops / ms["torch"] / 1e6,
+           **ratio_stats(times["torch"], times["uol"])}
+    if "uol_unpacked" in times:
+        row["uol_unpacked_ms"] = ms["uol_unpacked"]
+        row["packed_vs_unpacked"] = ratio_stats(times["uol_unpacked"], times["uol"])
+    return row
+
+
+def host_record() -> dict:
+    """CPU model, widest vector ISA, threads, the probed fp32 peak (HFL host target), the BLAS
+    and OpenMP pools torch runs on (threadpoolctl) and the load average."""
+    from threadpoolctl import threadpool_info
+
+    from uol_core.hfl import load_target
+    from uol_core.hfl.sysinfo import host_info, widest_vector_isa
+
+    info = host_info()
+    isa = widest_vector_isa(info.flags)
+    target = load_target("host")
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor() or platform.machine())
+    return {"cpu": cpu, "isa": f"{isa.get('flag', 'unknown')} ({isa.get('vector_bits', '?')}-bit)",
+            "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "probed_fp32_peak_gflops": target.peak_gflops.get("fp32"),
+            "threadpools": [{k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version")}
+                            for p in threadpool_info()]}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=15, help="alternated rounds per row")
+    ap.add_argument("--size", choices=("bench", "tiny"), default="bench")
+    ap.add_argument("--only", default="", help="comma-separated kinds (conv3x3, linear, ...)")
+    ap.add_argument("--packing", choices=("on", "off", "both"), default="on",
+                    help="UOL's GEMMs with weights packed once (on), per call (off), or both timed")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    kinds = set(filter(None, args.only.split(",")))
+    report = {"benchmark": "per-layer: UOL compiled layer against torch's kernel (CPU fp32, batch 1)",
+              "command": shlex.join(["python", "benchmarks/layer_bench.py", *(argv or sys.argv[1:])]),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "host": host_record(),
+              "load_average_start": list(os.getloadavg()), "packing": args.packing, "rows": []}
+    for layer in layers(args.size):
+        if kinds and layer.kind not in kinds:
+            continue
+        row = run_layer(layer, args.repeat, args.packing)
+        report["rows"].append(row)
+        extra = f" | packed/unpacked {row['packed_vs_unpacked']['ratio']:.2f}x" \
+            if "packed_vs_unpacked" in row else ""
+        print(f"{row['kind']:<13} {row['layer']:<44} uol {row['uol_ms']:8.3f} ms | torch "
+              f"{row['torch_ms']:8.3f} ms | {row['ratio']:.2f}x [{row['ratio_q1']:.2f}, "
+              f"{row['ratio_q3']:.2f}] | verified {row['verified']}{extra}", flush=True)
+    report["load_average_end"] = list(os.getloadavg())
+    ratios = [r["ratio"] for r in report["rows"]]
+    report["median_ratio"] = statistics.median(ratios) if ratios else None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"median {report['median_ratio']:.2f}x torch; wrote {args.out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
