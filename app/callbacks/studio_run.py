@@ -144,15 +144,19 @@ def _untuned_default(state: dict) -> dict:
           running=[(Output("tune-button", "disabled"), True, False),
                    (Output("tune-cancel", "disabled"), False, True)],
           progress=[Output("tune-progress", "value"), Output("tune-progress", "max"),
-                    Output("tune-status", "children"), Output("tune-plot", "figure")],
+                    Output("tune-status", "children"), Output("tune-plot", "figure"),
+                    Output("tune-job", "data")],
           cancel=[Input("tune-cancel", "n_clicks")],
           prevent_initial_call=True)
 def tune_kernel(set_progress, _clicks, state, budget_text, odl=None, sizes_text=None,
                 backend=None, target=None):
     """Measure up to `budget` configs of the page's inputs (`as_shown`), updating the progress
-    bar and best-so-far plot live."""
+    bar and best-so-far plot live. The tune is a job with an id (app.services.tune_jobs): the
+    page keeps the id, and a reloaded page reattaches to the job by it."""
+    from app.services import tune_jobs
     from app.services.job_queue import client_id, only_one
     from app.services.system import activity
+    from app.services.tune_runs import TuneStopped
 
     state = as_shown(state, odl, sizes_text, backend, target)
 
@@ -163,33 +167,54 @@ def tune_kernel(set_progress, _clicks, state, budget_text, odl=None, sizes_text=
         return "Compile a kernel first.", empty_figure("nothing tuned"), None, True
     trail: list[dict] = []
     client = client_id()
+    job = tune_jobs.start(client, state, budget)
+    set_progress(("0", str(budget), f"0/{budget} measured", no_update, {"id": job}))
     with activity(f"tune {state['op']}"):
         try:
             with only_one(client, "tune"):
-                best = _tune(state, budget, trail, set_progress, client)
+                best = _tune(state, budget, trail, set_progress, client, job)
+        except TuneStopped:
+            text = f"■ stopped at the user's request after {len(trail)} measured"
+            tune_jobs.finish(job, text, trail, None)
+            return text, tune_figure(trail), None, True
         except Exception as exc:  # shown in the page; the server keeps serving
-            return (f"✗ tuning failed after {len(trail)} measured: {type(exc).__name__}: {exc}",
-                    tune_figure(trail), None, True)
+            text = f"✗ tuning failed after {len(trail)} measured: {type(exc).__name__}: {exc}"
+            tune_jobs.finish(job, text, trail, None)
+            return text, tune_figure(trail), None, True
     fig = tune_figure(trail)
     if not best:
+        tune_jobs.finish(job, tune_summary(trail, budget, None), trail, None)
         return tune_summary(trail, budget, None), fig, None, True
     # what Apply loads: only for the op, backend, target and sizes it was measured with
     tuned = {"op": state["op"], "backend": state["backend"], "target": state["target"],
              "sizes": state["sizes"], "config": best["config"], "gflops": best["gflops"]}
+    tune_jobs.finish(job, tune_summary(trail, budget, best), trail, tuned)
     return tune_summary(trail, budget, best), fig, tuned, False
 
 
-def _tune(state: dict, budget: int, trail: list, set_progress, client: str) -> dict | None:
+def progress_line(trail: list[dict], i: int, total: int) -> str:
+    """'3/6 measured, 3 verified, best 12.34 GFLOP/s': a running tune's status line."""
+    top = max((t.get("gflops") or 0 for t in trail), default=0)
+    verified = sum(1 for t in trail if t.get("ok"))
+    return f"{i}/{total} measured, {verified} verified, best {top:.2f} GFLOP/s"
+
+
+def _tune(state: dict, budget: int, trail: list, set_progress, client: str,
+          job: str) -> dict | None:
     """Backends the worker measures (C): the ACG tuner (model top-k, then local search; every
-    row in the tuning DB). Others (Triton): the same search over queued Runs."""
+    row in the tuning DB). Others (Triton): the same search over queued Runs. Each measurement
+    is reported to the page and to the job's record; a stop asked for there ends the tune."""
+    from app.services import tune_jobs
+    from app.services.tune_runs import TuneStopped
+
     best: dict | None = None
 
     def report(i: int, total: int) -> None:
-        top = max((t.get("gflops") or 0 for t in trail), default=0)
-        verified = sum(1 for t in trail if t.get("ok"))
-        set_progress((str(i), str(total), f"{i}/{total} measured, {verified} verified, "
-                                          f"best {top:.2f} GFLOP/s",
-                      tune_figure(trail)))
+        line = progress_line(trail, i, total)
+        tune_jobs.progress(job, i, line, trail)
+        set_progress((str(i), str(total), line, tune_figure(trail), {"id": job}))
+        if tune_jobs.stop_requested(job):
+            raise TuneStopped
 
     from uol_core.backends import get_backend
 

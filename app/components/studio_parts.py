@@ -64,7 +64,9 @@ def run_result(res: dict) -> list:
     verdict = "✓ correct" if res.get("ok") else "✗ wrong result"
     roof = res.get("roofline") or {}
     frac = roof.get("fraction_of_roofline")
-    rows = [("time (median)", _time_with_ci(res)),
+    # no time: say why (an emulated run is verified, never timed), never a bare "-"
+    untimed = f"not timed: {res.get('error') or res.get('mode') or 'no measurement'}"
+    rows = [("time (median)", _time_with_ci(res) if res.get("median_s") else untimed),
             ("IQR", _fmt_time(res.get("iqr_s"))),
             ("noise", _noise_badge(res)),
             ("GFLOP/s", _fmt_rate(res.get("gflops"))),

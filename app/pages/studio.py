@@ -9,6 +9,8 @@ from app.callbacks import studio as _compile_callbacks  # noqa: F401  (registers
 from app.callbacks import studio_inspect as _inspect_callbacks  # noqa: F401
 from app.callbacks import studio_pin as _pin_callbacks  # noqa: F401
 from app.callbacks import studio_run as _run_callbacks  # noqa: F401
+from app.callbacks import studio_state as _state_callbacks  # noqa: F401
+from app.callbacks import studio_tune_job as _tune_job_callbacks  # noqa: F401
 from app.callbacks.studio import EDITED, op_identity
 from app.components.codeview import code_host
 from app.figures.studio import empty_figure
@@ -35,15 +37,22 @@ def _initial(run_id: str | None, query: dict | None = None) -> dict:
             return {"op": row["op"], "odl": row["odl"], "backend": row["backend"],
                     "target": row["target"], "sizes": row["sizes"], "config": row["config"],
                     "note": f"Reopened run #{row['id']}"}
-    if query and query.get("op") in list_ops():
+    if query and (query.get("op") in list_ops() or query.get("odl")):
+        # ?odl= is text of the user's own (the page keeps its state in the URL: a reload
+        # reopens it); ?op= a library op
         pairs = lambda text: dict(p.split("=", 1) for p in (text or "").split(",") if "=" in p)  # noqa: E731
         sizes = {k: int(v) for k, v in pairs(query.get("sizes")).items() if v.isdigit()}
         config = {k: int(v) if v.lstrip("-").isdigit() else v
                   for k, v in pairs(query.get("config")).items()}
-        odl = op_text(query["op"])
-        return {"op": query["op"], "odl": odl, "backend": query.get("backend") or "c",
+        odl = query.get("odl") or op_text(query["op"])
+        name = (op_identity(odl) or {}).get("op") or query.get("op") or ""
+        try:
+            defaults = kernels.default_sizes(odl)
+        except Exception:  # text with an error: the compile shows it, the page still opens
+            defaults = {}
+        return {"op": name, "odl": odl, "backend": query.get("backend") or "c",
                 "target": query.get("target") or "host",
-                "sizes": sizes or kernels.default_sizes(odl), "config": config, "note": ""}
+                "sizes": sizes or defaults, "config": config, "note": ""}
     odl = op_text(DEFAULT_OP)
     return {"op": DEFAULT_OP, "odl": odl, "backend": "c", "target": "host",
             "sizes": kernels.default_sizes(odl), "config": {}, "note": ""}
@@ -84,11 +93,13 @@ def _inspect_row(backend: str) -> html.Div:
         html.Div([
             html.Div([html.Label("B: backend"), dcc.Dropdown(
                 id="diff-backend", clearable=False, className="dropdown", value=backend,
+                persistence=True, persistence_type="local",
                 options=[{"label": get_backend(name).label, "value": name}
                          for name in kernel_backend_names()])]),
             html.Div([html.Label("B: knobs (blank: the defaults)"),
                       dcc.Input(id="diff-config", placeholder="e.g. ku=1,mr=4",
-                                style={"width": "220px"})]),
+                                style={"width": "220px"}, persistence=True,
+                                persistence_type="local")]),
             html.Button("Diff A (this kernel) with B", id="diff-button", className="secondary"),
         ], className="toolbar"),
         html.Div(id="diff-status", className="muted inspect-status"),
@@ -131,7 +142,7 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
         # an empty value, and the tune must say what was wrong with what the user typed
         field(f"Tune budget (1 to {MAX_TUNE_BUDGET})",
               dcc.Input(id="tune-budget", type="text", inputMode="numeric", value="6",
-                        style={"width": "70px"})),
+                        style={"width": "70px"}, persistence=True, persistence_type="local")),
         html.Button("Tune", id="tune-button"),
         html.Button("Cancel", id="tune-cancel", className="secondary", disabled=True),
         html.Button("Apply best", id="tune-apply", className="secondary", disabled=True,
@@ -176,7 +187,16 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
     ], className="studio-grid studio-results", style={"marginTop": "10px"})
     return html.Div([
         dcc.Store(id="studio-state"),
-        dcc.Store(id="studio-init", data={"config": init["config"], "sizes": init["sizes"]}),
+        dcc.Store(id="studio-init", data={"config": init["config"], "sizes": init["sizes"],
+                                          "odl": init["odl"], "backend": init["backend"],
+                                          "target": init["target"]}),
+        # the page's state as data (app/callbacks/studio_state.py): kept in the URL and the
+        # browser's local storage; "/" without a query reopens the state last kept
+        dcc.Store(id="studio-restore", data=not run_id and not _query),
+        dcc.Store(id="studio-saved"), dcc.Store(id="panels-of"),
+        # the tune job this page started or reattached to (app/services/tune_runs.py)
+        dcc.Store(id="tune-job", storage_type="local"),
+        dcc.Interval(id="tune-watch", interval=1000, disabled=True),
         # what the sizes and knobs belong to; the editor's header lines, seen last
         dcc.Store(id="op-loaded", data={**identity, "odl": library_text}),
         dcc.Store(id="odl-signature"), dcc.Store(id="tune-best"),

@@ -91,6 +91,10 @@ def _c_worker(request: dict, timeout: float, slot: int) -> dict:
            "tolerance": res.get("atol")}
     if res.get("reason"):
         out["error"] = res["reason"]
+    if res.get("emulated"):  # cross-built and run by the emulator: checked, never timed
+        from uol_core.runtime.cross import EMULATED_NOTE
+
+        out["mode"] = EMULATED_NOTE
     for key in ("median_s", "iqr_s", "repeats", "samples"):
         if res.get(key) is not None:
             out[key] = res[key]
