@@ -1,5 +1,5 @@
 """Search space of the C flash-attention kernels (backends/c/attention/forward.py forward,
-c_attention_bwd.py backward): the knobs their templates read, as named constraints over the
+c/attention/backward.py backward): the knobs their templates read, as named constraints over the
 HFL target.
 
 Knobs: bq (queries a task or block covers), bk (keys a block covers) and threads. A block is
@@ -159,8 +159,8 @@ def computed_share(shape: AttentionShape, bq: int, bk: int) -> float:
     """Scores the kernel computes over the S x T of the op, as its loops visit them: every
     query block whole (the last one padded); under a causal mask the forward stops a query
     block's keys at its last query + c, in whole key blocks, and the backward starts a key
-    block's queries at the query block holding its first key - c (c_attention.py,
-    c_attention_bwd_body.py)."""
+    block's queries at the query block holding its first key - c (c/attention/forward.py,
+    c/attention/backward_body.py)."""
     S, T, c = shape.S, shape.T, shape.causal
     computed = 0
     if shape.kind == "forward":

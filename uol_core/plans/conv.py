@@ -29,7 +29,7 @@ class ConvPlan:
     off_y: int
     off_x: int
     reduce: Reduce
-    depthwise: bool = False  # each channel its own plane and filter (c_conv_depthwise.py)
+    depthwise: bool = False  # each channel its own plane and filter (c/conv/depthwise.py)
     stride_y: int = 1
     stride_x: int = 1
 

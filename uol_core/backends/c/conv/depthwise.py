@@ -4,7 +4,7 @@
     Y[b, m, y, x] = epi(sum[r, s](X[b, m, sy * y + r + o1, sx * x + s + o2] * F[m, 0, r, s]), reads)
 
 Each channel is a convolution of one input plane with one filter: the direct path of
-c_conv_tiles.py with one channel reduced (CDIM = 1) and one filter row per tile (MR = 1), work
+c/conv/tiles.py with one channel reduced (CDIM = 1) and one filter row per tile (MR = 1), work
 items (image, channel, block of output rows). Its micro-kernel keeps NV vectors of output pixels
 (the platform file's `conv_depthwise` tile) in registers over the R x S window. The generic loop
 nests accumulated each output row in memory instead: a load and a store per vector and tap, and

@@ -5,12 +5,12 @@ Recognised statement (any index and tensor names; NCHW order; any stride, no dil
                         reads)
 where X may be read through pad(.., v) and `epi` is any map of the sum and tensors indexed by the
 free indices (bias + relu). Per image it is the GEMM Y[m, pixel] = F[m, (c,r,s)] x B[(c,r,s), pixel]:
-F is packed once into MR-row panels. Direct path (c_conv_tiles.py), when output rows fill at least
+F is packed once into MR-row panels. Direct path (c/conv/tiles.py), when output rows fill at least
 half of their vectors: each thread takes (image, block of output rows) work items, copies the
 input rows they read into a padded row buffer and reads B from it as shifted vectors, no im2col.
-Narrow outputs and strided windows (c_conv_im2col.py: the direct path's shifted vector loads
+Narrow outputs and strided windows (c/conv/im2col.py: the direct path's shifted vector loads
 need unit stride; depthwise ones excepted, whose row buffer splits rows into stride phases,
-c_conv_depthwise.py): each thread takes blocks of pixels of the whole batch, packs
+c/conv/depthwise.py): each thread takes blocks of pixels of the whole batch, packs
 the im2col panel B (KC x NCB, in NR-column micro-panels, pad values filled in while packing) and
 runs the c_gemm micro-kernel, accumulating in a private M x NCB buffer. Both apply the epilogue while the tile
 is stored. A padded X must stay inside its batch and channel axes at the bound sizes (only the
@@ -155,7 +155,7 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     kdim, pix = cdim * rdim * sdim, oh * ow
     # a depthwise plan's geometry knobs are derived here, not the user's config (which the
     # kernel records as given: the Studio checks it against the space's legal values)
-    # (a strided one keeps the row-vector micro-kernel: see c_conv_depthwise.py)
+    # (a strided one keeps the row-vector micro-kernel: see c/conv/depthwise.py)
     dw_cfg = {**cfg, "slide": 0} if plan.strided else cfg
     tiles_cfg = depthwise_config(isa, dw_cfg, target, oh, math.ceil(ow / lane)) if plan.depthwise \
         else cfg

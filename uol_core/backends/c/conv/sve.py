@@ -70,7 +70,7 @@ def vla_rows(target, cfg: Mapping, dims: Mapping[str, int]) -> VlaRows:
 
 def emit(op: Op, plan, sizes: Mapping[str, int], target, cfg: Mapping, isa: str,
          threads: int) -> KernelSource:
-    """The length-agnostic convolution kernel of a recognised plan (c_conv.conv_plan)."""
+    """The length-agnostic convolution kernel of a recognised plan (plans/conv.py, conv_plan)."""
     from uol_core.backends.c.conv.emitter import _entry_head, _epilogue, _pack_filter, _strides
     from uol_core.odl.check import stmt_extents
 

@@ -7,7 +7,7 @@ B[(c, r, s), pixel] is then buf[c][row + r][x + s]: for fixed (c, r, s), LANES c
 pixels of one output row are one unaligned vector load, so no im2col panel is packed. The
 micro-kernel keeps MR output channels x NV such vectors (which may lie on different output rows)
 in registers over the whole reduction and the epilogue runs while the tile is stored. Widths
-that would leave most vector lanes idle keep the im2col path (see c_conv.py).
+that would leave most vector lanes idle keep the im2col path (see c/conv/emitter.py).
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ class RowTiles:
     flat: bool = False
     tail: int = 0
     # slide: the tile is `slide` whole output rows and the depthwise micro-kernel slides its
-    # window down them (c_conv_depthwise.emit_sliding_kernel); a block's last tile may run past
+    # window down them (depthwise.emit_sliding_kernel); a block's last tile may run past
     # its rows, so the buffer holds whole tiles of rows (those past the input take the pad value)
     slide: int = 0
     # a strided (depthwise) window: output row y reads buffer rows SY * y + r; each buffer row
     # holds SX phases of WPH floats, phase p's column j being input column SX * j + p + OFFX,
     # so tap s of an output vector is the shifted load at phase s % SX, column x + s / SX
-    # (c_conv_depthwise.emit_strided_fill)
+    # (depthwise.emit_strided_fill)
     sy: int = 1
     sx: int = 1
     wph: int = 0

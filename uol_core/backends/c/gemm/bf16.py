@@ -8,7 +8,7 @@ is contiguous, k fills whole 32-deep steps and its rows are not a multiple of 4 
 in the same L1 sets evict each other); AMX also needs whole 32-row blocks, while VDPBF16PS takes
 a last, short block row from a padded copy. Every other case packs A, zero padded, in the
 layout its micro-kernel reads (packing cost 3-8% of a call on Zen 5). Three micro-kernels share the
-packing and the driver (c_gemm_bf16_kernels.py):
+packing and the driver (c/gemm/bf16_kernels.py):
   amx        AMX tiles: a 32 x 32 block in 4 accumulator tiles, 2 A and 2 B tiles per k step
   avx512bf16 VDPBF16PS: 12 rows x 32 columns in 24 zmm accumulators
   f32        any host: bf16 pairs widened to f32 by shifts, FMAs on GCC vector types

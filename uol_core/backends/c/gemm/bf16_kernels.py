@@ -1,4 +1,4 @@
-"""C text of the bf16 GEMM template (c_gemm_bf16.py): B packing, A packing, block write-back,
+"""C text of the bf16 GEMM template (c/gemm/bf16.py): B packing, A packing, block write-back,
 one micro-kernel per unit and the OpenMP driver.
 
 Packed B layout, per 32-column panel and 32-deep k step: two 16-column halves of 16 rows (k

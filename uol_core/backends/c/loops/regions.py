@@ -31,7 +31,7 @@ def region_pointers(w: CodeWriter, op: Op, lay, g: FusionGroup, pad: str, line: 
         lay.region_names[name] = local
     for name in sorted(used & set(written_over)):
         # read through the copy of the output written over it, when this pass writes that
-        # output: one restrict pointer per object (see c_frame._aliased_inputs)
+        # output: one restrict pointer per object (see text/frame.py, _aliased_inputs)
         out = written_over[name]
         base, qual = (region_id(out), "") if out in used else (tensor_id(name), "restrict ")
         w.emit(f"{pad}const {lay.elem_type(name)} *{qual}{region_id(name)} = {base};", line)
