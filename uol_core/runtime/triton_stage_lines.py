@@ -105,22 +105,29 @@ def ptx_source_lines(text: str, file_name: str) -> dict[int, int]:
     """Stage line -> kernel source line, for PTX: each `.loc` holds until the next one.
 
     A `.loc` into another file (a library function inlined into the kernel) keeps the last
-    line of the kernel's own file, the line that called it."""
+    line of the kernel's own file, the line that called it; so does a `.loc` inside an inline
+    asm block."""
     lines = text.splitlines()
     ours = {m.group(1) for m in map(_PTX_FILE.match, lines)
             if m and _is_ours(m.group(2), file_name)}
     out: dict[int, int] = {}
     current: int | None = None
+    in_asm = False
     for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if stripped in ("// begin inline asm", "// end inline asm"):
+            in_asm = stripped == "// begin inline asm"
+            continue
         if m := _PTX_LOC.match(line):
-            if m.group(1) in ours:
+            # inside an inline asm block LLVM numbers the block's own lines on from the call
+            # (56, 57, 58 for one load): the .loc before the block is the true one
+            if m.group(1) in ours and not in_asm:
                 current = int(m.group(2))
             continue
-        stripped = line.strip()
-        if current and stripped and not stripped.startswith(("//", ".file", "$L")):
-            out[number] = current
         if stripped == "}":  # the end of the function: what follows is not its code
             current = None
+        if current and stripped and not stripped.startswith(("//", ".file", "$L")):
+            out[number] = current
     return out
 
 
