@@ -8,11 +8,11 @@ import statistics
 import time
 from pathlib import Path
 
-from hcf_sim.collectives import AlphaBeta, analytical_cost
-from hcf_sim.links import get_preset
-from hcf_sim.pipeline import simulate_pipeline
+from hcf_sim.collectives.analytical import AlphaBeta, analytical_cost
+from hcf_sim.fabric.links import get_preset
+from hcf_sim.fabric.topology import build_topology
+from hcf_sim.pipelines.simulator import simulate_pipeline
 from hcf_sim.service import simulate
-from hcf_sim.topology import build_topology
 
 
 def _best(fn, reps: int = 3) -> float:
@@ -31,8 +31,8 @@ def sim_speed(baseline: str | None = None) -> dict:
     ran before NCCL's tuner chose); with `baseline` (a git revision) the same work runs on that
     revision's flow simulator too, alternating in one process, so the ratio is load-independent.
     """
-    from hcf_sim import flowsim
-    from hcf_sim.selector import candidates
+    from hcf_sim.collectives.selector import candidates
+    from hcf_sim.simulation import flowsim
 
     ft = build_topology("fat-tree", 1024)
     out: dict = {"topology": ft.summary()}
@@ -47,7 +47,7 @@ def sim_speed(baseline: str | None = None) -> dict:
 
     out["textbook_all_s"] = _best(lambda: textbook(flowsim), 2)
     if baseline:
-        old = _module_at(baseline, "hcf_sim/flowsim.py")
+        old = _module_at(baseline, "hcf_sim/simulation/flowsim.py")
         assert textbook(old) == textbook(flowsim), "the same flows must give the same times"
         runs: dict[str, list[float]] = {"baseline": [], "now": []}
         for _ in range(3):
@@ -120,9 +120,9 @@ def main() -> None:
         return
     res: dict = {"sim_speed": sim_speed(args.baseline), "claims_128_nodes": claims_128_nodes(), "pipeline_7": pipeline_7_stages()}
     if not args.quick:
-        from hcf_sim.calibrate import validate
+        from hcf_sim.calibration.alpha_beta import validate
         from hcf_sim.errors import parse_sizes
-        from hcf_sim.training import CODECS, compare
+        from hcf_sim.runtime.training import CODECS, compare
         v = validate([2, 3, 4], parse_sizes("4KiB:16MiB"), 15)
         res["validation"] = {k: v[k] for k in ("median_error_large", "median_error_small",
                                                 "geomean_error_large", "geomean_error_small",

@@ -8,12 +8,12 @@ from functools import cache
 
 import numpy as np
 
-from hcf_sim.collectives import ALGORITHMS, canonical_collective
+from hcf_sim.collectives.analytical import ALGORITHMS, canonical_collective
 from hcf_sim.errors import HcfError, require_nonnegative, require_positive
-from hcf_sim.flowsim import Router
-from hcf_sim.schedules import phases
+from hcf_sim.fabric.topology import Topology
 from hcf_sim.service import CommResult, compare, simulate, tuned
-from hcf_sim.topology import Topology
+from hcf_sim.simulation.flowsim import Router
+from hcf_sim.simulation.schedules import phases
 
 FAULT_KINDS = ("link", "switch", "node")
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from hcf_sim.errors import HcfError
-from hcf_sim.topology import Topology
+from hcf_sim.fabric.topology import Topology
 
 # our algorithm names -> ASTRA-sim's collective implementation names (astraccl/CollectiveImplLookup.cc)
 ASTRA_IMPL = {"ring": "ring", "tree": "doubleBinaryTree", "recursive_doubling": "halvingDoubling",
@@ -53,7 +53,7 @@ def astra_network(topo: Topology) -> dict:
 def _astra_link(link: dict) -> tuple[float, float]:
     """(GB/s, ns) of a link in ASTRA-sim's conventions: their validated figures where they publish
     one for this link technology (nccl_constants.json), else our bandwidth and a switch's 2 hops."""
-    from hcf_sim.nccl_model import constants
+    from hcf_sim.collectives.nccl_model import constants
 
     published = constants()["astra_sim"].get(link.get("preset", ""))
     if published:
@@ -90,7 +90,7 @@ def export_astra(topo: Topology, out_dir: str | Path, algorithm: str = "ring") -
 
 
 def read_nccl_tests(path: str | Path) -> dict:
-    """The first run of an nccl-tests file (any layout); see hcf_sim.nccl_log for every run."""
-    from hcf_sim.nccl_log import read_nccl_tests as read
+    """The first run of an nccl-tests file (any layout); see hcf_sim.calibration.nccl_log for every run."""
+    from hcf_sim.calibration.nccl_log import read_nccl_tests as read
 
     return read(path)

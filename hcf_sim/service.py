@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 import networkx as nx
 
-from hcf_sim.collectives import (
+from hcf_sim.collectives.analytical import (
     AlphaBeta,
     algbw,
     analytical_cost,
@@ -16,14 +16,14 @@ from hcf_sim.collectives import (
     canonical_collective,
     check_collective,
 )
+from hcf_sim.collectives.nccl_model import MODELLED
+from hcf_sim.collectives.selector import candidates
 from hcf_sim.errors import MAX_FLOW_RANKS, HcfError, check_ranks, check_size, human_bytes
-from hcf_sim.flowsim import Router, flow_simulate
-from hcf_sim.links import get_protocol
-from hcf_sim.nccl_flow import unfit
-from hcf_sim.nccl_model import MODELLED
-from hcf_sim.selector import candidates
-from hcf_sim.timing import phase
-from hcf_sim.topology import Topology
+from hcf_sim.fabric.links import get_protocol
+from hcf_sim.fabric.topology import Topology
+from hcf_sim.simulation.flowsim import Router, flow_simulate
+from hcf_sim.simulation.nccl_flow import unfit
+from hcf_sim.simulation.timing import phase
 
 
 @dataclass
@@ -94,7 +94,7 @@ def simulate(topo: Topology, collective: str, size: float, algorithm: str = "aut
     """Simulate one collective on a topology, analytically or flow-by-flow.
 
     'auto' (and NCCL's own algorithms, nvls and collnet_direct) go through NCCL's tuner: the
-    (algorithm, protocol) NCCL would pick, timed by the flow model (`hcf_sim.nccl_flow`), so
+    (algorithm, protocol) NCCL would pick, timed by the flow model (`hcf_sim.simulation.nccl_flow`), so
     this, `predict`, `sweep`, `pipeline` and the IDE give one answer. A named MPI-style
     algorithm (ring, tree, rabenseifner, ...) is timed as that textbook schedule.
     """
@@ -157,7 +157,7 @@ def tuned(topo: Topology, collective: str, size: float, algorithm: str | None = 
           method: str = "flow", routing: str = "spread", ranks: int | None = None,
           router: Router | None = None, top_links: int = 10) -> CommResult:
     """NCCL's pick (or `algorithm`, one of NCCL's) timed by the flow model, as a CommResult."""
-    from hcf_sim.nccl_flow import tune
+    from hcf_sim.simulation.nccl_flow import tune
 
     p = check_ranks(ranks or len(topo.gpus))
     flow = method == "flow" and p <= MAX_FLOW_RANKS

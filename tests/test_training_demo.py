@@ -5,7 +5,7 @@ import math
 
 from typer.testing import CliRunner
 
-from hcf_sim.compression import ddp_hook
+from hcf_sim.runtime.compression import ddp_hook
 from uol_cli.main import app
 from uol_cli.training_demo import run_ddp, run_demo
 

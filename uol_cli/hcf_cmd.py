@@ -42,7 +42,7 @@ def _emit(data: Any, as_json: bool, table: Table | None = None) -> None:
 
 def _topo(topology: str, nodes: int, link: str | None, oversubscription: float, topology_file: str | None,
           sharp: bool = False):
-    from hcf_sim.topology import build_topology
+    from hcf_sim.fabric.topology import build_topology
     return build_topology(topology, nodes, link, oversubscription, path=topology_file, sharp=sharp)
 
 
@@ -63,7 +63,7 @@ def topology(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: in
              export: str = typer.Option(None, help="write the topology as custom JSON to this path"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Build a topology and show its GPUs, NICs, switches and links (and the link presets with sources)."""
-    from hcf_sim.links import PRESETS
+    from hcf_sim.fabric.links import PRESETS
     t = _topo(topology, nodes, link, oversubscription, topology_file)
     if export:
         with open(export, "w") as f:
@@ -102,7 +102,7 @@ def simulate(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: in
              profile: bool = typer.Option(False, "--profile", help="print the wall time of each phase"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Simulate one collective: time, algbw, busbw (nccl-tests definitions), cost terms and the busiest links."""
-    from hcf_sim.timing import phase, record
+    from hcf_sim.simulation.timing import phase, record
     with record() as spent:
         with phase("topology"):
             t = _topo(topology, nodes, link, oversubscription, topology_file, sharp)
@@ -113,7 +113,7 @@ def _simulate(t, collective: str, algorithm: str, size: str, method: str, protoc
               fail: str | None, as_json: bool, spent: list | None) -> None:
     import time
 
-    from hcf_sim.collectives import canonical_collective
+    from hcf_sim.collectives.analytical import canonical_collective
     from hcf_sim.faults import fault_scenario
     from hcf_sim.service import simulate as run
     collective = canonical_collective(collective)
@@ -175,8 +175,8 @@ def sweep(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: int =
           sharp: bool = typer.Option(False, "--sharp", help=SHARP_HELP),
           as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Time every algorithm at every size; show NCCL's pick per size (as `simulate`) and the crossovers."""
-    from hcf_sim.collectives import canonical_collective
-    from hcf_sim.selector import candidates, crossovers
+    from hcf_sim.collectives.analytical import canonical_collective
+    from hcf_sim.collectives.selector import candidates, crossovers
     from hcf_sim.service import sweep as run
     from hcf_sim.service import topology_params
     collective = canonical_collective(collective)
@@ -226,7 +226,7 @@ def pipeline(stages: int = typer.Option(4, help="pipeline stages (ranks per pipe
              rebalance_layers: int = typer.Option(0, "--rebalance", help="re-assign this many layers from measured stage times"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Simulate a pipeline step: per-rank compute/comm/bubbles, exposed DP communication, cluster utilisation."""
-    from hcf_sim.pipeline import rebalance, simulate_pipeline
+    from hcf_sim.pipelines.simulator import rebalance, simulate_pipeline
     from hcf_sim.service import simulate as sim
     factors = [float(x) for x in slow.split(",")] if slow else None
     ar, dp_run = 0.0, None
@@ -275,7 +275,7 @@ def calibrate(ranks: int = typer.Option(None, help="rank count, when the logs do
         from uol_cli.hcf_logs_cmd import calibrate_logs
         calibrate_logs(from_, collective, ranks, save, as_json)
         return
-    from hcf_sim.calibrate import calibrate as run
+    from hcf_sim.calibration.alpha_beta import calibrate as run
     with console.status("ping-pong over gloo...", spinner="dots"):
         c = run()
     tab = Table("alpha us", "beta ns/B (GB/s)", "gamma ns/B", "fit error", title="gloo calibration")
@@ -297,7 +297,7 @@ def validate(ranks: str = typer.Option("2,4", help="process counts to test (gloo
         from uol_cli.hcf_logs_cmd import validate_logs
         validate_logs(from_, collective, int(ranks) if ranks.isdigit() else None, as_json)
         return
-    from hcf_sim.calibrate import validate as run
+    from hcf_sim.calibration.alpha_beta import validate as run
     with console.status("running gloo all-reduce sweeps...", spinner="dots"):
         v = run([int(x) for x in ranks.split(",")], parse_sizes(sizes), iters)
     tab = Table("ranks", "size", "measured us", "predicted us", "error", title="all-reduce: model vs gloo")
@@ -328,10 +328,10 @@ def predict(cluster: str = typer.Option("dgx-h100", help="dgx-h100 | dgx-h100-sh
     """NCCL-style prediction (ring/tree x LL/LL128/Simple, NVLS, SHARP) with NCCL's tuning constants; says why.
 
     The same model `simulate --algorithm auto` uses (there timed flow by flow as well)."""
-    from hcf_sim.nccl_model import busbw_gbps, select
-    from hcf_sim.nccl_model import cluster as make
+    from hcf_sim.collectives.nccl_model import busbw_gbps, select
+    from hcf_sim.collectives.nccl_model import cluster as make
     if topology:
-        from hcf_sim.nccl_flow import fabric
+        from hcf_sim.simulation.nccl_flow import fabric
         c = fabric(_topo(topology, gpus, None, 1.0, topology_file, sharp)).cluster
         nodes = c.nodes
     else:
@@ -357,7 +357,7 @@ def train(compression: str = typer.Option("int8", help="none | fp16 | int8 | top
           ranks: int = typer.Option(2, help="gloo processes"), epochs: int = typer.Option(8, help="epochs"),
           as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """DDP-train an MLP on scikit-learn's digits with a compression hook; bytes sent, step time, accuracy vs uncompressed."""
-    from hcf_sim.training import CODECS, compare
+    from hcf_sim.runtime.training import CODECS, compare
     names = list(CODECS) if compression == "all" else ["none", compression] if compression != "none" else ["none"]
     with Progress(console=Console(stderr=True), disable=as_json, transient=True) as prog:
         task = prog.add_task("training", total=len(names))
@@ -386,7 +386,7 @@ def export_astra(topology: str = typer.Option("rail", help=TOPO_HELP), nodes: in
 def nccl_tests(path: str = typer.Argument(..., help="an nccl-tests output file"),
                as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Read an nccl-tests output file, any layout (size, time, algbw, busbw per row, per collective)."""
-    from hcf_sim.nccl_log import read_nccl_log
+    from hcf_sim.calibration.nccl_log import read_nccl_log
     runs = read_nccl_log(path)
     if as_json:
         _emit([r.to_dict() for r in runs], True)

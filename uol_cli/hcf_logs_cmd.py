@@ -15,7 +15,7 @@ def calibrate_logs(paths: list[str], collective: str | None, ranks: int | None, 
     """Fit the model to the logs; optionally save the fitted cluster as a topology JSON."""
     from pathlib import Path
 
-    from hcf_sim.nccl_fit import calibrate_from_logs, preset_topology
+    from hcf_sim.calibration.nccl_fit import calibrate_from_logs, preset_topology
     fit = calibrate_from_logs(paths, collective, ranks)
     data = fit.to_dict()
     if save:
@@ -34,7 +34,7 @@ def calibrate_logs(paths: list[str], collective: str | None, ranks: int | None, 
 
 def validate_logs(paths: list[str], collective: str | None, ranks: int | None, as_json: bool) -> None:
     """Held-out errors: fit on every other size, predict the rest and the other collectives."""
-    from hcf_sim.nccl_fit import validate_from_logs
+    from hcf_sim.calibration.nccl_fit import validate_from_logs
     v = validate_from_logs(paths, collective, ranks)
     tab = Table("held out", "collective", "size", "measured us", "predicted us", "error",
                 title=f"fitted on every other size of {v['fit']['collective']} ({v['fit']['ranks']} ranks)")

@@ -95,7 +95,7 @@ def run_pipeline_command(
         as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Train a small transformer split into stages with torch.distributed.pipelining (gloo, 127.0.0.1): per-rank
     forward/backward/send/recv times, the simulator's step for them, a straggler's rebalance, elastic recovery."""
-    from hcf_sim.pipeline_model import PipeConfig
+    from hcf_sim.pipelines.stage_model import PipeConfig
 
     names = [s.strip() for s in schedule.split(",") if s.strip()]
     if not names:
@@ -122,8 +122,8 @@ def _measure(cfg, names: list[str], folder: str, timeout: float, quiet: bool) ->
     import dataclasses
     import os
 
-    from hcf_sim.pipeline_paired import run_paired, variant_name
-    from hcf_sim.real_pipeline import run_pipeline
+    from hcf_sim.pipelines.paired import run_paired, variant_name
+    from hcf_sim.pipelines.real_pipeline import run_pipeline
 
     with Progress(console=Console(stderr=True), disable=quiet, transient=True) as prog:
         if len(names) == 1:
@@ -147,7 +147,7 @@ def _elastic(cfg, kill_rank: int, kill_after: int, every: int, folder: str, time
              reference: list[float]) -> dict:
     import os
 
-    from hcf_sim.elastic import ElasticPlan, run_elastic
+    from hcf_sim.pipelines.elastic import ElasticPlan, run_elastic
 
     if cfg.slow_rank >= 0 or cfg.rebalance_at:
         raise HcfError("run the elastic recovery without --slow-rank and --rebalance-at")

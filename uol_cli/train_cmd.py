@@ -46,7 +46,7 @@ def train_demo(
         result = run_demo(steps, backend, progress=lambda _: bar.advance(task),
                           optimizer=optimizer)
     if ddp:
-        from hcf_sim.compression import ddp_hook
+        from hcf_sim.runtime.compression import ddp_hook
 
         hook = None if compression == "none" else ddp_hook
         result["ddp"] = {"compression": compression,

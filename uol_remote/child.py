@@ -56,7 +56,7 @@ def run_profile(request: dict) -> dict:
 def run_gloo(request: dict) -> dict:
     """The Communication page's real measurement: a collective on `ranks` gloo processes of
     this machine (hcf_sim's benchmark task), its rows as measured."""
-    from hcf_sim.runtime import run_local
+    from hcf_sim.runtime.gloo import run_local
 
     return run_local(request["task"], int(request["ranks"]))
 

@@ -58,8 +58,8 @@ def _figures(topo, p: dict, res: dict, curves: dict, failed: list[str] | None = 
           Input("collective-select", "value"), State("algorithm-select", "value"))
 def algorithms(collective, current):
     """Algorithms of the chosen collective, plus auto (the selector)."""
-    from hcf_sim.collectives import ALGORITHMS
-    from hcf_sim.nccl_model import MODELLED
+    from hcf_sim.collectives.analytical import ALGORITHMS
+    from hcf_sim.collectives.nccl_model import MODELLED
     from hcf_sim.service import NCCL_ONLY
 
     # NCCL's in-switch reductions are all-reduce algorithms too (the fabric may refuse them)

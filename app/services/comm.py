@@ -26,7 +26,7 @@ def build(kind: str, nodes: int, link: str | None = None, oversubscription: floa
           custom: dict | None = None):
     """A validated topology from a preset and its parameters, or from custom JSON."""
     from hcf_sim.errors import HcfError
-    from hcf_sim.topology import build_topology, from_json
+    from hcf_sim.fabric.topology import build_topology, from_json
 
     if kind != "custom":
         nodes = check_number("GPUs", nodes, MIN_GPUS, MAX_DRAW_GPUS, integer=True,
@@ -172,10 +172,10 @@ def sweep_curves(topo, collective: str, lo: int = 1 << 10, hi: int = 1 << 30,
     A flow-level time is affine in the size (latencies fixed, every byte count scales), so the
     crossovers are exact intersections of each candidate's line through its two end points.
     """
-    from hcf_sim.flowsim import Router
-    from hcf_sim.selector import candidates, envelope_crossovers
+    from hcf_sim.collectives.selector import candidates, envelope_crossovers
     from hcf_sim.service import simulate as sim
     from hcf_sim.service import topology_params
+    from hcf_sim.simulation.flowsim import Router
 
     p = len(topo.gpus)
     _, _, group = topology_params(topo, "Simple", 0.0, p)
@@ -243,8 +243,8 @@ def fault(topo, element: list, collective: str, size: float, algorithm: str,
 def overlap(topo, collective_algo: str, kind: str, stages: int = 4, microbatches: int = 8,
             layers: int = 8, layer_mib: float = 4.0) -> dict:
     """Per-rank Gantt rows of a DDP step (bucketed all-reduces) or a pipeline schedule."""
-    from hcf_sim.flowsim import Router
     from hcf_sim.service import simulate as sim
+    from hcf_sim.simulation.flowsim import Router
 
     # the same model as the Result panel; buckets repeat sizes, so each size is simulated once
     router, known = Router(topo), {}
@@ -257,7 +257,7 @@ def overlap(topo, collective_algo: str, kind: str, stages: int = 4, microbatches
         return known[size]
 
     if kind == "ddp":
-        from hcf_sim.overlap import ddp_step
+        from hcf_sim.simulation.overlap import ddp_step
 
         nbytes = [int(layer_mib * (1 << 20))] * layers
         # backward per layer sized so compute and communication are of the same order
@@ -267,7 +267,7 @@ def overlap(topo, collective_algo: str, kind: str, stages: int = 4, microbatches
                    f"comm {r.comm_time * 1e3:.2f} ms of which {r.exposed_comm * 1e3:.2f} ms "
                    f"exposed ({r.overlap_fraction:.0%} hidden), {len(r.buckets)} buckets")
     else:
-        from hcf_sim.pipeline import simulate_pipeline
+        from hcf_sim.pipelines.simulator import simulate_pipeline
 
         p2p = (sim(topo, "broadcast", 1 << 20, "tree", METHOD, routing=ROUTING, router=router).time
                if len(topo.gpus) > 1 else 0.0)
@@ -287,7 +287,7 @@ def measure_gloo(sizes: list[int], ranks: int = 2, iters: int = 5,
     `uol serve --broker` and a live worker of `target` it runs on that worker's machine,
     else here in a child process; "ran_on" says which."""
     from app.services import remote
-    from hcf_sim.calibrate import fit_alpha_beta
+    from hcf_sim.calibration.alpha_beta import fit_alpha_beta
     from uol_core.hfl import HflError, target_name
 
     try:
@@ -297,7 +297,7 @@ def measure_gloo(sizes: list[int], ranks: int = 2, iters: int = 5,
     task = {"kind": "allreduce", "sizes": sizes, "iters": iters, "warmup": 2}
     res = remote.gloo_on_worker(task, ranks, target, timeout)
     if res is None:
-        code = ("import json, sys\nfrom hcf_sim.runtime import run_local\n"
+        code = ("import json, sys\nfrom hcf_sim.runtime.gloo import run_local\n"
                 "t = json.loads(sys.argv[1])\n"
                 f"print({MARK!r} + json.dumps(run_local(t, int(sys.argv[2]))))\n")
         res = run_json_child(["-c", code, json.dumps(task), str(ranks)], MARK, None, timeout,

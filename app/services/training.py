@@ -19,8 +19,8 @@ KIND = "training-runs"
 _CHILD = """
 import json, sys
 from pathlib import Path
-from hcf_sim.pipeline_model import PipeConfig
-from hcf_sim.real_pipeline import run_pipeline
+from hcf_sim.pipelines.stage_model import PipeConfig
+from hcf_sim.pipelines.real_pipeline import run_pipeline
 folder = Path(sys.argv[1])
 cfg = PipeConfig.from_dict(json.loads((folder / "config.json").read_text()))
 report = run_pipeline(cfg, folder / "events", float(sys.argv[2]))
@@ -35,7 +35,7 @@ def run_folder(run_id: str):
 
 def make_config(stages: int, microbatches: int, schedule: str, steps: int, straggler: bool):
     """The page's knobs as a checked PipeConfig (a straggler: the last rank 2x slow, rebalanced mid-run)."""
-    from hcf_sim.pipeline_model import PipeConfig
+    from hcf_sim.pipelines.stage_model import PipeConfig
 
     if not 2 <= int(stages) <= MAX_STAGES:
         raise ValueError(f"Stages: use 2-{MAX_STAGES} on this machine, got {stages}")
@@ -60,9 +60,9 @@ def start(cfg, client: str) -> str:
 
 def snapshot(run_id: str) -> dict:
     """State, config and what to draw now: the live view while running, the report once done."""
-    from hcf_sim.pipeline_model import PipeConfig
-    from hcf_sim.rank_events import read_events
-    from hcf_sim.real_pipeline import live_snapshot
+    from hcf_sim.pipelines.rank_events import read_events
+    from hcf_sim.pipelines.real_pipeline import live_snapshot
+    from hcf_sim.pipelines.stage_model import PipeConfig
 
     folder = run_folder(run_id)
     status = child_runs.read_status(folder)

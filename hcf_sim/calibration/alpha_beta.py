@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from hcf_sim.collectives import AlphaBeta, analytical_cost
+from hcf_sim.collectives.analytical import AlphaBeta, analytical_cost
 from hcf_sim.errors import HcfError
-from hcf_sim.runtime import run_local
+from hcf_sim.runtime.gloo import run_local
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hcf_sim.collectives import canonical_collective
+from hcf_sim.calibration.nccl_log import NcclRun, read_nccl_log
+from hcf_sim.collectives.analytical import canonical_collective
 from hcf_sim.errors import HcfError, check_name, human_bytes
-from hcf_sim.nccl_log import NcclRun, read_nccl_log
 
 BANDS = (("<= 64 KiB", 0, 64 << 10), ("64 KiB - 1 MiB", (64 << 10) + 1, (1 << 20) - 1),
          (">= 1 MiB", 1 << 20, 1 << 62))

@@ -3,7 +3,7 @@
 Each log in a folder names its source and, in a `# hcf system: <topology> --nodes N [--link L]
 [--sharp]` line, the topology that describes its machine. Every row is predicted by the one
 model every view uses (`simulate --algorithm auto`, NCCL's tuner timed flow by flow) and the
-bus bandwidths are compared. Run `python -m hcf_sim.published FOLDER` for the table.
+bus bandwidths are compared. Run `python -m hcf_sim.calibration.published FOLDER` for the table.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import statistics
 import sys
 from pathlib import Path
 
+from hcf_sim.calibration.nccl_log import read_nccl_log
 from hcf_sim.errors import HcfError
-from hcf_sim.nccl_log import read_nccl_log
+from hcf_sim.fabric.topology import build_topology
 from hcf_sim.service import simulate
-from hcf_sim.topology import build_topology
 
 MIB = 1 << 20
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
-from hcf_sim.collectives import canonical_collective
+from hcf_sim.collectives.analytical import canonical_collective
 from hcf_sim.errors import HcfError, check_ranks, check_size, human_bytes
 
 PROTOCOLS = ("LL", "LL128", "Simple")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hcf_sim.collectives import ALGORITHMS, AlphaBeta, CostTerms, analytical_cost, check_collective
+from hcf_sim.collectives.analytical import (
+    ALGORITHMS,
+    AlphaBeta,
+    CostTerms,
+    analytical_cost,
+    check_collective,
+)
 from hcf_sim.errors import check_ranks, check_size, human_bytes
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import networkx as nx
 
 from hcf_sim.errors import MAX_PATH_CHARS, HcfError, check_name, check_ranks, require_positive
-from hcf_sim.links import LinkPreset, custom_link, get_preset
+from hcf_sim.fabric.links import LinkPreset, custom_link, get_preset
 
 
 @dataclass

@@ -1,13 +1,13 @@
 """Elastic recovery of a real pipeline training: torchrun restarts, distributed checkpoints, SIGKILL.
 
-`run_elastic` launches the 1F1B pipeline training of hcf_sim.real_pipeline under torchrun's
+`run_elastic` launches the 1F1B pipeline training of hcf_sim.pipelines.real_pipeline under torchrun's
 elastic agent (`python -m torch.distributed.run --standalone --max-restarts N`, rendezvous on
 the loopback), with a torch.distributed.checkpoint every K steps. When asked, it kills one rank
 with SIGKILL once that rank has finished a given step; the agent sees the failure, stops the
 other rank, restarts the group, and the ranks resume from the last complete checkpoint.
 `recovery` measures detection, restart, reload and the steps lost, from the ranks' event files.
 
-Run as a module (`-m hcf_sim.elastic FOLDER`), it is one rank of that training.
+Run as a module (`-m hcf_sim.pipelines.elastic FOLDER`), it is one rank of that training.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from hcf_sim.errors import HcfError  # noqa: E402
-from hcf_sim.pipeline_model import PipeConfig  # noqa: E402
-from hcf_sim.rank_events import RankEventTail, now, read_events  # noqa: E402
+from hcf_sim.pipelines.rank_events import RankEventTail, now, read_events  # noqa: E402
+from hcf_sim.pipelines.stage_model import PipeConfig  # noqa: E402
 
 CHECKPOINTS = "checkpoints"
 
@@ -65,9 +65,9 @@ def _rank_main(folder: Path) -> None:
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    from hcf_sim.pipeline_model import RankClock, even_split, full_state, train_step
-    from hcf_sim.rank_events import RankEventWriter
-    from hcf_sim.real_pipeline import _Pipe
+    from hcf_sim.pipelines.rank_events import RankEventWriter
+    from hcf_sim.pipelines.real_pipeline import _Pipe
+    from hcf_sim.pipelines.stage_model import RankClock, even_split, full_state, train_step
 
     torch.set_num_threads(1)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -140,7 +140,7 @@ def run_elastic(cfg: PipeConfig, plan: ElasticPlan, folder: str | os.PathLike, t
     (out / "elastic.json").write_text(json.dumps({"config": cfg.to_dict(), "checkpoint_every": plan.checkpoint_every}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
            f"--nproc-per-node={cfg.stages}", f"--max-restarts={plan.max_restarts}", "--monitor-interval=0.1",
-           "-m", "hcf_sim.elastic", str(out)]
+           "-m", "hcf_sim.pipelines.elastic", str(out)]
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1"}
     log = open(out / "torchrun.log", "w")  # noqa: SIM115 (closed below, after the agent exits)
     agent = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -1,6 +1,6 @@
 """A pipeline step on a host whose cores are shared: the simulator calibrated from one real run.
 
-The plain simulator (`hcf_sim.pipeline.simulate_pipeline`) takes each stage's wall time per
+The plain simulator (`hcf_sim.pipelines.simulator.simulate_pipeline`) takes each stage's wall time per
 micro-batch as a constant. On a host where the ranks compete with each other and with other
 jobs for cores, a micro-batch's wall time is not a property of the stage: the same forward
 takes 2 ms of CPU in every schedule but 3-10 ms of wall time, depending on who else runs.
@@ -25,8 +25,8 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from hcf_sim.errors import HcfError
-from hcf_sim.overlap import Event
-from hcf_sim.pipeline import _chunks, _order
+from hcf_sim.pipelines.simulator import _chunks, _order
+from hcf_sim.simulation.overlap import Event
 
 HANDOVER_SEARCH_S = 0.2  # upper end of the handover fit: a delay above this is a broken run, not a host
 
@@ -44,7 +44,7 @@ class HostCalibration:
     microbatches: int = 0
     step_s: float = 0.0  # the calibration run's measured step (mean over its steps)
     chunks_per_rank: int = 1
-    # per rank: forward/backward CPU per micro-batch of the stage modules alone (hcf_sim.stage_profile),
+    # per rank: forward/backward CPU per micro-batch of the stage modules alone (hcf_sim.pipelines.stage_profile),
     # when the run profiled them; what fwd_cpu_s/bwd_cpu_s hold beyond it is the runtime's, per action
     profile_fwd_s: list[float] | None = None
     profile_bwd_s: list[float] | None = None

@@ -6,9 +6,9 @@ in one run with another schedule measured in the next compares two loads as much
 schedules. Here the ranks build every configuration (its own model copy and schedule) and run
 one step of each in turn, so every configuration sees the same load over the same minutes.
 Each configuration's events go to a folder of its own, in the format of a single run, so
-`hcf_sim.real_pipeline.analyse` reads each as it reads a single run.
+`hcf_sim.pipelines.real_pipeline.analyse` reads each as it reads a single run.
 
-The first configuration calibrates the host model (`hcf_sim.pipeline_host`); the others are
+The first configuration calibrates the host model (`hcf_sim.pipelines.host_model`); the others are
 held out: their steps are predicted from that calibration and compared with their measurement.
 """
 
@@ -23,11 +23,17 @@ import torch
 import torch.distributed as dist
 
 from hcf_sim.errors import HcfError
-from hcf_sim.pipeline_model import PipeConfig, RankClock, even_split, full_state, train_step
-from hcf_sim.rank_events import RankEventWriter, now, read_events
-from hcf_sim.real_pipeline import _Pipe, analyse, fresh_folder, launch_ranks, predict_held_out
-from hcf_sim.stage_profile import profile_stage_work
-from hcf_sim.training import free_port
+from hcf_sim.pipelines.rank_events import RankEventWriter, now, read_events
+from hcf_sim.pipelines.real_pipeline import (
+    _Pipe,
+    analyse,
+    fresh_folder,
+    launch_ranks,
+    predict_held_out,
+)
+from hcf_sim.pipelines.stage_model import PipeConfig, RankClock, even_split, full_state, train_step
+from hcf_sim.pipelines.stage_profile import profile_stage_work
+from hcf_sim.runtime.training import free_port
 
 
 def variant_name(cfg: PipeConfig) -> str:

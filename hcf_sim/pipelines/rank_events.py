@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hcf_sim.overlap import Event
+from hcf_sim.simulation.overlap import Event
 
 COMPUTE_KINDS = ("F", "B")
 COMM_KINDS = ("send", "recv")

@@ -2,8 +2,8 @@
 micro-batch, compared with the simulator, and re-partitioned at a step boundary when a stage lags.
 
 `run_pipeline` spawns one process per stage on 127.0.0.1. Every rank streams its events to a
-JSON-lines file (hcf_sim.rank_events); `analyse` turns them into per-stage times, feeds those to
-`hcf_sim.pipeline.simulate_pipeline` and reports the simulated against the measured step.
+JSON-lines file (hcf_sim.pipelines.rank_events); `analyse` turns them into per-stage times, feeds those to
+`hcf_sim.pipelines.simulator.simulate_pipeline` and reports the simulated against the measured step.
 """
 
 from __future__ import annotations
@@ -19,19 +19,8 @@ import torch
 import torch.distributed as dist
 
 from hcf_sim.errors import HcfError
-from hcf_sim.pipeline import rebalance, simulate_pipeline
-from hcf_sim.pipeline_host import HostCalibration, calibrate, retarget, simulate_host
-from hcf_sim.pipeline_model import (
-    PipeConfig,
-    RankClock,
-    build_stage,
-    even_split,
-    full_state,
-    make_schedule,
-    timed_stage,
-    train_step,
-)
-from hcf_sim.rank_events import (
+from hcf_sim.pipelines.host_model import HostCalibration, calibrate, retarget, simulate_host
+from hcf_sim.pipelines.rank_events import (
     RankEventTail,
     RankEventWriter,
     completed_steps,
@@ -43,7 +32,18 @@ from hcf_sim.rank_events import (
     timeline_rows,
     transfer_times,
 )
-from hcf_sim.training import free_port
+from hcf_sim.pipelines.simulator import rebalance, simulate_pipeline
+from hcf_sim.pipelines.stage_model import (
+    PipeConfig,
+    RankClock,
+    build_stage,
+    even_split,
+    full_state,
+    make_schedule,
+    timed_stage,
+    train_step,
+)
+from hcf_sim.runtime.training import free_port
 
 STRAGGLER_RATIO = 1.25  # a rank this much slower than the median rank is called a straggler
 PING_ROUNDS = 10
@@ -90,7 +90,7 @@ def _ping(cfg: PipeConfig, rank: int) -> float:
 def _rebalanced(cfg: PipeConfig, rank: int, split: list[int], pipe: _Pipe, clock: RankClock,
                 writer: RankEventWriter, step: int) -> tuple[list[int], _Pipe]:
     """At a step boundary: gather every rank's measured busy time, re-split the blocks with
-    `hcf_sim.pipeline.rebalance`, move the weights and rebuild the stages."""
+    `hcf_sim.pipelines.simulator.rebalance`, move the weights and rebuild the stages."""
     t0 = now()
     mine = statistics.median([clock.busy[s] for s in range(cfg.warmup, step)])
     measured: list[float] = [0.0] * cfg.stages

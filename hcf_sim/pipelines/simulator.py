@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hcf_sim.errors import HcfError, require_nonnegative, require_positive
-from hcf_sim.overlap import Event
+from hcf_sim.simulation.overlap import Event
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 

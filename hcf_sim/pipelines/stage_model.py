@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from hcf_sim.errors import HcfError
-from hcf_sim.rank_events import RankEventWriter, now
+from hcf_sim.pipelines.rank_events import RankEventWriter, now
 
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 

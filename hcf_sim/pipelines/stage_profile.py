@@ -1,6 +1,6 @@
 """The work of a rank's stages per micro-batch, measured outside the pipelining runtime.
 
-The host model (`hcf_sim.pipeline_host`) takes a rank's forward and backward CPU per micro-batch
+The host model (`hcf_sim.pipelines.host_model`) takes a rank's forward and backward CPU per micro-batch
 from the run it is calibrated on. A held-out run with another micro-batch count or schedule
 gives the rank other work: smaller micro-batches, or the same blocks cut into more chunks. At
 this model's size (64-wide, 16-token sequences) the work does not scale with the tokens: halving
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from hcf_sim.pipeline import _order
-from hcf_sim.pipeline_model import PipeConfig
+from hcf_sim.pipelines.simulator import _order
+from hcf_sim.pipelines.stage_model import PipeConfig
 
 PROFILE_WARMUP = 1  # the first step allocates and picks kernels
 PROFILE_REPEATS = 5  # the median of these is kept: a burst of other work moves one call, not the median

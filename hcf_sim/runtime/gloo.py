@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from hcf_sim.errors import HcfError
-from hcf_sim.training import free_port
+from hcf_sim.runtime.training import free_port
 
 
 def backend() -> str:
@@ -145,7 +145,7 @@ def run_local(task: dict, world: int) -> dict:
 
 
 def main() -> None:
-    """torchrun entry: `torchrun --nnodes N --nproc-per-node G -m hcf_sim.runtime` times all-reduce across real machines."""
+    """torchrun entry: `torchrun --nnodes N --nproc-per-node G -m hcf_sim.runtime.gloo` times all-reduce across real machines."""
     dist.init_process_group(backend())
     if dist.get_backend() == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
@@ -165,7 +165,7 @@ def _selfcheck_worker(rank: int, world: int, store: str, out: str) -> None:
 
     from torch import nn
 
-    from hcf_sim.compression import comm_hook, make_codec
+    from hcf_sim.runtime.compression import comm_hook, make_codec
     torch.set_num_threads(1)
     # A file store in the run's private folder: no port to lose between choosing and binding it,
     # and a rendezvous that waits out a busy host (the gloo pairs themselves still use TCP).

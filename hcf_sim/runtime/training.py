@@ -15,8 +15,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from hcf_sim.compression import comm_hook, make_codec
 from hcf_sim.errors import HcfError
+from hcf_sim.runtime.compression import comm_hook, make_codec
 
 CODECS = ("none", "fp16", "int8", "topk", "powersgd", "torch_powersgd")
 

@@ -9,9 +9,9 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from hcf_sim.errors import MAX_FLOW_RANKS, HcfError, check_ranks, check_size
-from hcf_sim.links import get_protocol
-from hcf_sim.schedules import Phase, phases
-from hcf_sim.topology import Topology
+from hcf_sim.fabric.links import get_protocol
+from hcf_sim.fabric.topology import Topology
+from hcf_sim.simulation.schedules import Phase, phases
 
 # ecmp: one hashed path per flow; shortest: always the first; spread: even split over equal-cost hops
 ROUTINGS = ("ecmp", "shortest", "spread")

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from hcf_sim import nccl_model as nm
+from hcf_sim.collectives import nccl_model as nm
 from hcf_sim.errors import HcfError, human_bytes
-from hcf_sim.flowsim import Router, drain
-from hcf_sim.timing import phase
-from hcf_sim.topology import Topology
+from hcf_sim.fabric.topology import Topology
+from hcf_sim.simulation.flowsim import Router, drain
+from hcf_sim.simulation.timing import phase
 
 INTRA_PRESETS = ("nvlink", "pcie")  # links inside a server; anything else (or a NIC) is network
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hcf_sim.collectives import check_collective
+from hcf_sim.collectives.analytical import check_collective
 from hcf_sim.errors import HcfError
 
 

@@ -5,11 +5,11 @@ import itertools
 import numpy as np
 import pytest
 
-from hcf_sim import topology as T
 from hcf_sim.errors import HcfError
+from hcf_sim.fabric import topology as T
 from hcf_sim.faults import fail_link, fault_scenario, recovery_time
-from hcf_sim.flowsim import Router, maxmin_rates
 from hcf_sim.service import simulate
+from hcf_sim.simulation.flowsim import Router, maxmin_rates
 
 S = 8 << 20
 

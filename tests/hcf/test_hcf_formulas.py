@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from hcf_sim.collectives import AlphaBeta, algbw, analytical_cost, bus_factor, busbw
+from hcf_sim.collectives.analytical import AlphaBeta, algbw, analytical_cost, bus_factor, busbw
+from hcf_sim.collectives.selector import crossovers, select
 from hcf_sim.errors import HcfError
-from hcf_sim.selector import crossovers, select
 
 AB = AlphaBeta(alpha=1e-5, beta=1e-9, gamma=2e-10)
 S = 1 << 20

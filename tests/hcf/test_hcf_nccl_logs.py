@@ -6,9 +6,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from hcf_sim.calibration.nccl_fit import (
+    calibrate_from_logs,
+    fit_envelope,
+    preset_topology,
+    validate_from_logs,
+)
+from hcf_sim.calibration.nccl_log import parse_nccl_log, read_nccl_log
 from hcf_sim.errors import HcfError
-from hcf_sim.nccl_fit import calibrate_from_logs, fit_envelope, preset_topology, validate_from_logs
-from hcf_sim.nccl_log import parse_nccl_log, read_nccl_log
 from uol_cli.hcf_cmd import app
 
 FIX = Path(__file__).parent / "fixtures" / "nccl_tests"

@@ -2,8 +2,7 @@
 
 import pytest
 
-from hcf_sim.interchange import astra_network
-from hcf_sim.nccl_model import (
+from hcf_sim.collectives.nccl_model import (
     busbw_gbps,
     cluster,
     compare_published,
@@ -11,7 +10,8 @@ from hcf_sim.nccl_model import (
     latency_us,
     select,
 )
-from hcf_sim.topology import rail_optimized
+from hcf_sim.fabric.topology import rail_optimized
+from hcf_sim.interchange import astra_network
 
 # ASTRA-sim examples/network/analytical/HGX-H100-validated.yml, as published in their repository
 ASTRA_HGX_H100 = {"topology": ["Switch"], "npus_count": [8], "bandwidth": [400.0], "latency": [936.25]}

@@ -3,8 +3,8 @@
 import pytest
 
 from hcf_sim.errors import HcfError
-from hcf_sim.overlap import ddp_step, make_buckets
-from hcf_sim.pipeline import balance_layers, rebalance, simulate_pipeline
+from hcf_sim.pipelines.simulator import balance_layers, rebalance, simulate_pipeline
+from hcf_sim.simulation.overlap import ddp_step, make_buckets
 
 
 def test_buckets_follow_reverse_layer_order_and_first_bucket_cap():

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from app.services import comm
-from hcf_sim import topology as T
-from hcf_sim.collectives import ALGORITHMS
+from hcf_sim.collectives.analytical import ALGORITHMS
+from hcf_sim.collectives.selector import candidates
 from hcf_sim.errors import HcfError
+from hcf_sim.fabric import topology as T
 from hcf_sim.faults import fault_scenario
-from hcf_sim.selector import candidates
 from hcf_sim.service import simulate
 
 MIB64 = float(64 << 20)

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hcf_sim.calibrate import fit_alpha_beta, fit_cpu_cost, fit_eta, ring_prediction
-from hcf_sim.collectives import AlphaBeta
+from hcf_sim.calibration.alpha_beta import fit_alpha_beta, fit_cpu_cost, fit_eta, ring_prediction
+from hcf_sim.collectives.analytical import AlphaBeta
+from hcf_sim.fabric.topology import rail_optimized
 from hcf_sim.interchange import export_astra, read_nccl_tests
-from hcf_sim.runtime import selfcheck
-from hcf_sim.topology import rail_optimized
-from hcf_sim.training import compare
+from hcf_sim.runtime.gloo import selfcheck
+from hcf_sim.runtime.training import compare
 from uol_cli.hcf_cmd import app
 
 

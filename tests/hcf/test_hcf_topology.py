@@ -2,9 +2,9 @@
 
 import pytest
 
-from hcf_sim import topology as T
 from hcf_sim.errors import HcfError, parse_size, parse_sizes
-from hcf_sim.links import PRESETS, custom_link
+from hcf_sim.fabric import topology as T
+from hcf_sim.fabric.links import PRESETS, custom_link
 
 
 def test_builders_have_expected_counts():

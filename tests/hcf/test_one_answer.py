@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from app.services import comm
-from hcf_sim import nccl_model as nm
-from hcf_sim.nccl_flow import fabric
+from hcf_sim.collectives import nccl_model as nm
+from hcf_sim.fabric.topology import build_topology
 from hcf_sim.service import simulate
-from hcf_sim.topology import build_topology
+from hcf_sim.simulation.nccl_flow import fabric
 from uol_cli.hcf_cmd import app
 
 TOPOLOGIES = [("rail", 8, False), ("rail", 16, False), ("rail", 16, True), ("fat-tree", 16, False),
@@ -116,7 +116,7 @@ def test_a_fabric_that_cannot_run_an_algorithm_names_it():
 def test_published_logs_are_predicted_without_fitting_and_errors_are_reported():
     from pathlib import Path
 
-    from hcf_sim.published import check
+    from hcf_sim.calibration.published import check
 
     folder = Path(__file__).parent / "fixtures" / "published"
     logs = sorted(folder.glob("*.txt"))
@@ -128,8 +128,8 @@ def test_published_logs_are_predicted_without_fitting_and_errors_are_reported():
 
 
 def test_a_published_log_without_its_system_line_names_the_file(tmp_path):
+    from hcf_sim.calibration.published import check
     from hcf_sim.errors import HcfError
-    from hcf_sim.published import check
 
     bad = tmp_path / "log.txt"
     bad.write_text("# hcf system: rail --nodes sixteen\n")

@@ -3,8 +3,8 @@
 import pytest
 
 from hcf_sim.errors import HcfError
-from hcf_sim.pipeline import simulate_pipeline
-from hcf_sim.pipeline_host import HostCalibration, calibrate, retarget, simulate_host
+from hcf_sim.pipelines.host_model import HostCalibration, calibrate, retarget, simulate_host
+from hcf_sim.pipelines.simulator import simulate_pipeline
 
 FWD, BWD = [2e-3, 3e-3], [4e-3, 5e-3]
 

@@ -6,12 +6,12 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from hcf_sim.elastic import ElasticPlan, run_elastic
-from hcf_sim.pipeline import simulate_pipeline
-from hcf_sim.pipeline_model import PipeConfig
-from hcf_sim.pipeline_paired import run_paired
-from hcf_sim.rank_events import RankEventTail, RankEventWriter, read_events
-from hcf_sim.real_pipeline import run_pipeline
+from hcf_sim.pipelines.elastic import ElasticPlan, run_elastic
+from hcf_sim.pipelines.paired import run_paired
+from hcf_sim.pipelines.rank_events import RankEventTail, RankEventWriter, read_events
+from hcf_sim.pipelines.real_pipeline import run_pipeline
+from hcf_sim.pipelines.simulator import simulate_pipeline
+from hcf_sim.pipelines.stage_model import PipeConfig
 from uol_cli.hcf_cmd import app
 
 pytestmark = pytest.mark.timeout(240)  # a wedged gloo rank must fail the test, not hang CI

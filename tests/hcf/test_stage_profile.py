@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from hcf_sim.pipeline_model import PipeConfig, build_stage, even_split, full_state
-from hcf_sim.stage_profile import profile_stage_work
+from hcf_sim.pipelines.stage_model import PipeConfig, build_stage, even_split, full_state
+from hcf_sim.pipelines.stage_profile import profile_stage_work
 
 TINY = {"layers": 4, "d_model": 32, "seq": 8, "batch": 8, "stages": 2}
 

@@ -22,7 +22,7 @@ from typer._click import exceptions as click_exc
 from typer.core import TyperGroup
 
 from hcf_sim.errors import HcfError, parse_size, parse_sizes
-from hcf_sim.topology import from_json
+from hcf_sim.fabric.topology import from_json
 from uol_core.acg.config import TileConfig, parse_config
 from uol_core.graph import GraphError, graph_from_dict, load_graph, validate
 from uol_core.hfl.loader import TARGETS_DIR, load_file
