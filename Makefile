@@ -33,10 +33,12 @@ run: install
 	@if $(VENV)/bin/uol serve --help >/dev/null 2>&1; then $(VENV)/bin/uol serve; \
 	else echo "The IDE is not part of this build yet; the command line:"; $(VENV)/bin/uol --help; fi
 
-# ruff (style, bugs, complexity <= 15) and the layer contracts of .importlinter
+# ruff (style, bugs, complexity <= 15), the layer contracts of .importlinter, and no import
+# circle between files of different families (tools/import_cycles.py)
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/python tools/import_cycles.py
 
 test: install lint
 # The whole suite, never -x: one failure must not hide the others. --durations names the

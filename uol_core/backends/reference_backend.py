@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from uol_core.backends import Choice, Plan
 from uol_core.backends.base import KernelSource, into_given
+from uol_core.backends.contract import Choice, Plan
 
 VERSION = "reference-1"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from uol_core.backends import Choice, Plan, generator_hash, source_hash
 from uol_core.backends.base import KernelSource
+from uol_core.backends.contract import Choice, Plan, generator_hash, source_hash
 
 DEFAULT_TUNE_BUDGET = 8
 # What the C kernels are generated from (paths from uol_core/): every file of the C package

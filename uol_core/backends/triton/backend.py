@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from uol_core.backends import Choice, Plan, generator_hash, source_hash
 from uol_core.backends.base import KernelSource, into_given
+from uol_core.backends.contract import Choice, Plan, generator_hash, source_hash
 
 EXTRA_KNOBS = ("force_generic", "MAX_BLOCK_C")  # accepted by the emitter beyond its defaults
 # What the Triton kernels are generated from (paths from uol_core/): its templates and the
