@@ -115,7 +115,7 @@ def list_opaque(structure):
 def run_graph(_n, source, target, peers):
     """Compile, run, verify and time every group in the worker, against torch eager; a zoo
     model with the peers ticked also beside torch.compile, ONNX Runtime and OpenVINO."""
-    from app.callbacks.graph_views import peers_view
+    from app.callbacks.graph_views import peers_view, per_group_line, whole_graph_line
     from app.services.graph_zoo import run_zoo
     from app.services.graphs import check_source, run
     from app.services.system import activity
@@ -147,11 +147,9 @@ def run_graph(_n, source, target, peers):
     summary = html.Div([
         html.Span(f"{verdict} against {rep['against']} (max rel. error "
                   f"{rep['max_rel_error']:.1e})", className=cls, id="graph-verdict"),
-        html.P((f"whole graph {rep['total_ms']:.2f} ms vs torch eager "
-                f"{rep['torch_eager_ms']:.2f} ms ({rep['speedup_vs_eager']:.2f}x); "
-                if rep.get("torch_eager_ms") is not None else
-                f"whole graph {rep['total_ms']:.2f} ms ({rep.get('speed_baseline', '')}); ")
-               + f"hotspots: {', '.join(rep['hotspots'])}"),
+        html.P(whole_graph_line(rep), id="graph-headline"),
+        html.P(per_group_line(rep), id="graph-groups-baseline", className="muted"),
+        html.P(f"hotspots: {', '.join(rep['hotspots'])}"),
         # where a wrong result starts (the first group, replay step or import node that differs)
         *([html.P(rep["mismatch"]["message"], className="result-bad", id="graph-mismatch")]
           if rep.get("mismatch") else []),
@@ -164,7 +162,8 @@ def run_graph(_n, source, target, peers):
           Input("graph-view", "clickData"), State("graph-source", "data"),
           prevent_initial_call=True)
 def open_node(click, source):
-    """Open the clicked node's operator in the Studio (a history entry: /run/<id>)."""
+    """Open the fused group of the clicked node in the Studio (its kernel's op at its graph
+    shapes, a history entry: /run/<id>), naming the group's nodes."""
     from app.services.graphs import open_in_studio
 
     point = (click or {}).get("points", [{}])[0]
@@ -172,9 +171,11 @@ def open_node(click, source):
     if not source or not isinstance(data, list) or not data:
         return no_update, no_update
     try:
-        rid = open_in_studio(source, str(data[0]))
+        rid, found = open_in_studio(source, str(data[0]))
     except (KeyError, ValueError) as exc:  # a torch node: nothing to open, say why
-        return no_update, html.Span(str(exc), className="muted")
+        return no_update, html.Span(str(exc).strip("'\""), className="muted")
     if ctx.triggered_id is None:
         return no_update, no_update
-    return f"/run/{rid}", f"opening {data[0]} in the Studio (run #{rid})"
+    return f"/run/{rid}", (f"opening fused group {found['group']} (nodes "
+                           f"{', '.join(found['nodes'])}; op {found['op']}) in the Studio "
+                           f"(run #{rid})")

@@ -1,4 +1,6 @@
-"""Graph page: open an operator graph, draw it by measured time with fused groups, run it vs torch eager."""
+"""Graph page: open an operator graph, draw it in layers with its fused groups, run it: the
+whole graph against torch eager, each fused group against the reference evaluator (each chart
+names its baseline), and a zoo model beside the deployment runtimes."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ DEFAULT_SAMPLE = "mlp.json"
 
 
 def layout(**_query) -> html.Div:
-    """Source picker and Run; the graph (click a node: Studio) | per-group time vs eager, fusion;
+    """Source picker and Run; the graph (click a node: its fused group in the Studio) | the
+    whole graph vs torch eager and per-group time vs the reference evaluator, fusion;
     the opaque nodes with their reasons | the run beside the deployment runtimes."""
     from app.services.graph_zoo import BATCHES, SIZES, zoo_options
     from app.services.graphs import MODELS, sample_names
@@ -60,11 +63,14 @@ def layout(**_query) -> html.Div:
         toolbar, zoo_bar,
         html.Div([
             html.Div([
-                html.P("Colour and size: measured time of the node's kernel (after Run). Dashed "
-                       "boxes: fused groups. Click a node to open its operator in the Studio at "
-                       "its shapes.", className="muted"),
-                dcc.Graph(id="graph-view", figure=empty_figure("Open a graph"),
-                          config={"displaylogo": False}, style={"width": "100%"}),
+                html.P("Data flows top to bottom. Fill: measured time of the node's fused group "
+                       "(after Run). Coloured border and dashed outline: a fused group (one "
+                       "kernel). Click a node to open its fused group (the group's op, its "
+                       "kernel and nodes) in the Studio at its shapes.", className="muted"),
+                # drawn one pixel per layout unit so labels never overlap: a big graph scrolls
+                html.Div(dcc.Graph(id="graph-view", figure=empty_figure("Open a graph"),
+                                   config={"displaylogo": False, "responsive": False}),
+                         className="graph-scroll-box"),
                 html.Div(id="graph-node-info", className="graph-node-info"),
             ], className="panel"),
             html.Div([

@@ -133,25 +133,28 @@ def run(source: dict, target: str = "host", timeout: float = RUN_TIMEOUT_S) -> d
 
 
 def node_operator(graph, node_name: str) -> dict:
-    """The operator of one node of the graph as drawn (its plan) at its graph shapes:
-    {"odl", "sizes", "op", "graph"}; ValueError for a node that runs in torch."""
+    """The fused group a node runs in, as one operator at its graph shapes: {"odl", "sizes",
+    "op", "graph", "group", "nodes"} (the group's kernel is built from this op; a group of
+    one library node opens the library's text). ValueError for a node that runs in torch."""
     from uol_core.graph import plan_graph
     from uol_core.odl.printer import format_op
-    from uol_core.odl.shapes import bind_sizes
     from uol_core.ops import list_ops, op_text
 
-    graph = plan_graph(graph, "c", "host").graph  # the graph as drawn
-    node = graph.node(node_name)
-    if node.kind != "odl" or node.op is None:
-        raise ValueError(f"node {node_name} runs in torch ({node.source}): no operator to open")
-    odl = op_text(node.source) if node.source in list_ops() else format_op(node.op)
-    sizes = bind_sizes(node.op, {k: graph.shapes[v].shape for k, v in node.inputs.items()})
-    return {"odl": odl, "sizes": sizes, "op": node.op.name, "graph": graph.name}
+    plan = plan_graph(graph, "c", "host")  # the graph as drawn, with its groups
+    node = plan.graph.node(node_name)  # KeyError for a name that is not in the plan
+    group = next(g for g in plan.groups if node_name in g.nodes)
+    if group.kind != "odl" or group.op is None:
+        raise ValueError(f"node {node_name} runs in torch ({node.source}): no kernel to open")
+    alone = len(group.nodes) == 1 and node.source in list_ops()
+    odl = op_text(node.source) if alone else format_op(group.op)
+    return {"odl": odl, "sizes": group.sizes(plan.graph), "op": group.op.name,
+            "graph": plan.graph.name, "group": group.name, "nodes": list(group.nodes)}
 
 
-def open_in_studio(source: dict, node_name: str) -> int:
-    """Record the node's operator at its graph shapes as a history entry; /run/<id> opens it.
-    A zoo model's node is looked up in the graph worker (the server exports no model)."""
+def open_in_studio(source: dict, node_name: str) -> tuple[int, dict]:
+    """Record the fused group a node runs in (its op at its graph shapes) as a history entry;
+    /run/<id> opens it. A zoo model's node is looked up in the graph worker (the server
+    exports no model). Returns the run id and the group's name and nodes."""
     from app.services import history
 
     if check_source(source) == "zoo":
@@ -160,7 +163,10 @@ def open_in_studio(source: dict, node_name: str) -> int:
         found = zoo_node(source, node_name)
     else:
         found = node_operator(load_graph_source(source), node_name)
-    return history.record("graph-node", {"odl": found["odl"], "backend": "c", "target": "host",
-                                         "sizes": found["sizes"], "config": {}, "op": found["op"]},
-                          {"ok": True, "op": found["op"],
-                           "note": f"node {node_name} of graph {found['graph']}"})
+    nodes = ", ".join(found["nodes"])
+    rid = history.record("graph-node", {"odl": found["odl"], "backend": "c", "target": "host",
+                                        "sizes": found["sizes"], "config": {}, "op": found["op"]},
+                         {"ok": True, "op": found["op"],
+                          "note": f"fused group {found['group']} ({nodes}) of graph "
+                                  f"{found['graph']}, opened from node {node_name}"})
+    return rid, found

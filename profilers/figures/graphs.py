@@ -1,4 +1,5 @@
-"""Operator-graph figures: a layered DAG coloured and sized by measured time, and time vs eager bars."""
+"""Operator-graph figures: the layered graph with its boxes filled by measured time, per-group
+bars against the reference evaluator, and the run beside the deployment runtimes."""
 
 from __future__ import annotations
 
@@ -6,105 +7,149 @@ from collections.abc import Mapping, Sequence
 
 import networkx as nx
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 
 from profilers.figures.charts import PALETTE, WIDTH
+from profilers.figures.graph_layout import FONT_PX, Layout, layered_layout
 
 GROUP_COLOURS = ("#2457c5", "#1b7f3b", "#b3261e", "#c88c00", "#7a3cb4", "#008c96")
-
-
-def layered_positions(g: nx.DiGraph) -> dict[str, tuple[float, float]]:
-    """Left-to-right layers by topological generation (no graphviz needed)."""
-    layers = {n: i for i, gen in enumerate(nx.topological_generations(g)) for n in gen}
-    h = nx.DiGraph()
-    h.add_nodes_from((n, {"layer": layers[n]}) for n in g.nodes)
-    pos = nx.multipartite_layout(h, subset_key="layer", align="vertical")
-    return {n: (float(x), float(y)) for n, (x, y) in pos.items()}
+TIME_SCALE = "YlOrRd"
+MONOSPACE = "DejaVu Sans Mono, Menlo, Consolas, monospace"  # the layout counts 0.6 em a glyph
+HIT_STEP = 14  # pixels between the click targets across a box
+MIN_WIDTH = 420  # room for the title over a narrow graph
 
 
 def operator_graph(g: nx.DiGraph, times_ms: Mapping[str, float] | None = None,
                    groups: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
                    selected: str | None = None, title: str = "Operator graph") -> go.Figure:
-    """The graph as layers; node colour and size follow time, fused groups get an outline."""
-    pos = layered_positions(g)
+    """The graph in layers, top to bottom (graph_layout), one pixel per unit so the labels
+    inside the boxes keep the widths the layout gave them: box fill by measured time, box
+    border by fused group (a dashed outline around a group of several nodes). `labels` are
+    hover texts; a box shows its node's name. Wider or taller than its panel, it scrolls."""
+    layout = layered_layout(g)
     times = dict(times_ms or {})
     groups = dict(groups or {})
     labels = dict(labels or {})
-    ex: list = []
-    ey: list = []
-    for u, v in g.edges:
-        ex += [pos[u][0], pos[v][0], None]
-        ey += [pos[u][1], pos[v][1], None]
-    fig = go.Figure(go.Scatter(x=ex, y=ey, mode="lines", hoverinfo="skip", showlegend=False,
-                               line=dict(width=1.2, color="#9aa3b2")))
-    # arrow heads: one annotation per edge, short, ending at the consumer's marker
-    for u, v in g.edges:
-        fig.add_annotation(x=pos[v][0], y=pos[v][1], ax=pos[u][0], ay=pos[u][1], xref="x",
-                           yref="y", axref="x", ayref="y", showarrow=True, arrowhead=2,
-                           arrowsize=1, arrowwidth=1, arrowcolor="#9aa3b2", standoff=12, text="")
-    _outline_groups(fig, pos, groups)
-    nodes = list(g.nodes)
+    fig = go.Figure(_edge_trace(layout))
+    colour_of = _group_colours(groups, layout.boxes)
     top = max(times.values(), default=0.0) or 1.0
-    ms = [times.get(n) for n in nodes]
-    fig.add_trace(go.Scatter(
-        x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes], mode="markers+text",
-        text=nodes, textposition="top center", showlegend=False,
-        customdata=[[n, labels.get(n, ""), t if t is not None else -1, groups.get(n, n)]
-                    for n, t in zip(nodes, ms, strict=True)],
-        hovertemplate=("<b>%{customdata[0]}</b> %{customdata[1]}<br>group %{customdata[3]}"
-                       "<br>%{customdata[2]:.3f} ms (-1: not run)<br>click: open in the Studio"
-                       "<extra></extra>"),
-        marker=dict(
-            size=[14 + 26 * ((t or 0.0) / top) ** 0.5 for t in ms],
-            color=[t or 0.0 for t in ms], colorscale="YlOrRd", cmin=0, cmax=top,
-            showscale=bool(times), colorbar=dict(title="ms", thickness=12),
-            line=dict(width=[3 if n == selected else 1 for n in nodes],
-                      color=["#111" if n == selected else "#555" for n in nodes]))))
-    # a graph of one row (a chain) would otherwise be stretched by the group outlines
-    ys = [y for _, y in pos.values()] or [0.0]
-    mid, half = (max(ys) + min(ys)) / 2, max((max(ys) - min(ys)) / 2 + 0.2, 0.45)
-    fig.update_yaxes(range=[mid - half, mid + half])
-    fig.update_layout(title=title, template="plotly_white", height=460, width=None,
-                      margin=dict(l=10, r=10, t=40, b=10), clickmode="event",
-                      xaxis=dict(visible=False), yaxis=dict(visible=False))
+    for node, box in layout.boxes.items():
+        t = times.get(node)
+        fill = sample_colorscale(TIME_SCALE, min(1.0, t / top))[0] if t is not None else "#f3f5f9"
+        fig.add_shape(type="rect", x0=box.x - box.width / 2, x1=box.x + box.width / 2,
+                      y0=box.y - box.height / 2, y1=box.y + box.height / 2, layer="below",
+                      fillcolor=fill, line=dict(width=3 if node == selected else 1.5,
+                                                color="#111" if node == selected
+                                                else colour_of.get(node, "#8a93a3")))
+    _outline_groups(fig, layout, groups, colour_of)
+    fig.add_trace(_node_trace(layout, times, groups, labels))
+    if times:  # the colour key of the box fills
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", showlegend=False,
+                                 hoverinfo="skip", marker=dict(
+                                     colorscale=TIME_SCALE, cmin=0, cmax=top, color=[0],
+                                     showscale=True, colorbar=dict(title="ms", thickness=12))))
+    margin = dict(l=12, r=70 if times else 12, t=48, b=12)
+    # the axes span as many units as the plot area has pixels (a narrow graph gets room to
+    # its right for the title): the labels are as wide as the layout counted
+    plot_width = max(MIN_WIDTH - margin["l"] - margin["r"], layout.width + 8)
+    fig.update_xaxes(range=[-4, plot_width - 4], visible=False)
+    fig.update_yaxes(range=[layout.height + 4, -4], visible=False)
+    fig.update_layout(title=dict(text=title, x=0, xanchor="left", font=dict(size=14)),
+                      template="plotly_white", clickmode="event", showlegend=False,
+                      width=plot_width + margin["l"] + margin["r"],
+                      height=layout.height + 8 + margin["t"] + margin["b"], margin=margin,
+                      hoverlabel=dict(align="left"))
     return fig
 
 
-def _outline_groups(fig: go.Figure, pos: Mapping, groups: Mapping[str, str]) -> None:
-    """A dashed rectangle around every group of more than one node (a fused kernel)."""
+def _edge_trace(layout: Layout) -> go.Scatter:
+    """Every edge as one polyline (its bends where it passes layers), ending in an arrow head."""
+    xs: list = []
+    ys: list = []
+    for _u, _v, points in layout.edges:
+        xs += [p[0] for p in points] + [None]
+        ys += [p[1] for p in points] + [None]
+    return go.Scatter(x=xs, y=ys, mode="lines+markers", hoverinfo="skip", showlegend=False,
+                      line=dict(width=1.2, color="#9aa3b2"),
+                      marker=dict(symbol="arrow", angleref="previous", size=7, color="#9aa3b2",
+                                  opacity=[1 if i + 1 < len(xs) and xs[i + 1] is None else 0
+                                           for i in range(len(xs))]))
+
+
+def _node_trace(layout: Layout, times: Mapping[str, float], groups: Mapping[str, str],
+                labels: Mapping[str, str]) -> go.Scatter:
+    """The boxes' labels and their click targets: a point every HIT_STEP pixels across each
+    box (a click anywhere on it picks the node), the label on the centre point only."""
+    xs, ys, text, data = [], [], [], []
+    for node, box in layout.boxes.items():
+        t = times.get(node)
+        row = [node, labels.get(node, ""), t if t is not None else -1, groups.get(node, node)]
+        half = int((box.width / 2 - 4) // HIT_STEP)
+        for k in [0, *(s * i for i in range(1, half + 1) for s in (-1, 1))]:
+            xs.append(box.x + k * HIT_STEP)
+            ys.append(box.y)
+            text.append(node if k == 0 else "")
+            data.append(row)
+    return go.Scatter(
+        x=xs, y=ys, mode="markers+text", text=text, textposition="middle center",
+        textfont=dict(family=MONOSPACE, size=FONT_PX, color="#1d2330"), showlegend=False,
+        customdata=data, marker=dict(size=HIT_STEP, symbol="square", color="rgba(0,0,0,0)"),
+        hovertemplate=("<b>%{customdata[0]}</b> %{customdata[1]}<br>fused group "
+                       "%{customdata[3]}<br>%{customdata[2]:.3f} ms (-1: not run)<br>click: "
+                       "open its fused group in the Studio<extra></extra>"))
+
+
+def _group_colours(groups: Mapping[str, str], boxes: Mapping) -> dict[str, str]:
+    """Border colour per node: its fused group's colour for groups of several nodes."""
     members: dict[str, list[str]] = {}
     for node, group in groups.items():
-        if node in pos:
+        if node in boxes:
             members.setdefault(group, []).append(node)
-    fused = [(g, ns) for g, ns in members.items() if len(ns) > 1]
-    for i, (name, ns) in enumerate(fused):
-        xs = [pos[n][0] for n in ns]
-        ys = [pos[n][1] for n in ns]
-        colour = GROUP_COLOURS[i % len(GROUP_COLOURS)]
-        fig.add_shape(type="rect", x0=min(xs) - 0.06, x1=max(xs) + 0.06, y0=min(ys) - 0.08,
-                      y1=max(ys) + 0.1, line=dict(color=colour, width=2, dash="dash"),
-                      fillcolor=colour, opacity=0.08, layer="below")
-        fig.add_annotation(x=min(xs) - 0.06, y=max(ys) + 0.1, text=f"fused: {name}",
-                           showarrow=False, xanchor="left", yanchor="bottom",
-                           font=dict(size=10, color=colour))
+    fused = [ns for ns in members.values() if len(ns) > 1]
+    return {n: GROUP_COLOURS[i % len(GROUP_COLOURS)] for i, ns in enumerate(fused) for n in ns}
+
+
+def _outline_groups(fig: go.Figure, layout: Layout, groups: Mapping[str, str],
+                    colour_of: Mapping[str, str]) -> None:
+    """A dashed outline around the boxes of every group of more than one node (one kernel)."""
+    members: dict[str, list[str]] = {}
+    for node, group in groups.items():
+        if node in colour_of:
+            members.setdefault(group, []).append(node)
+    for ns in members.values():
+        bs = [layout.boxes[n] for n in ns]
+        fig.add_shape(type="rect", layer="below", line=dict(color=colour_of[ns[0]], width=1.5,
+                                                            dash="dash"),
+                      x0=min(b.x - b.width / 2 for b in bs) - 4,
+                      x1=max(b.x + b.width / 2 for b in bs) + 4,
+                      y0=min(b.y - b.height / 2 for b in bs) - 4,
+                      y1=max(b.y + b.height / 2 for b in bs) + 4)
 
 
 def node_time_bars(rows: Sequence[Mapping],
-                   title: str = "Per-group time vs the reference evaluator (nodes one by one)"
+                   title: str = "Per fused group: UOL vs the reference evaluator<br><sub>"
+                                "baseline: the reference evaluator, not torch eager</sub>"
                    ) -> go.Figure:
     """Grouped bars: each group's kernel time beside the same nodes run one by one in the
     reference evaluator (ODL interpreted with torch ops), ms. Not torch's own kernels: the
     whole-graph time against the torch module is the report's `total_ms` line."""
     names = [r["group"] for r in rows]
     fig = go.Figure([
-        go.Bar(x=names, y=[r.get("ms") or 0 for r in rows], name="UOL", marker_color=PALETTE[0],
+        go.Bar(x=names, y=[r.get("ms") or 0 for r in rows], name="UOL kernel",
+               marker_color=PALETTE[0],
                customdata=[[r.get("engine", ""), r.get("speedup") or 0] for r in rows],
                hovertemplate="%{x}: %{y:.3f} ms (%{customdata[0]})<br>%{customdata[1]:.2f}x "
-                             "vs the reference<extra></extra>"),
-        go.Bar(x=names, y=[r.get("reference_ms") or 0 for r in rows], name="reference evaluator",
-               marker_color=PALETTE[1]),
+                             "vs the reference evaluator<extra></extra>"),
+        go.Bar(x=names, y=[r.get("reference_ms") or 0 for r in rows],
+               name="reference evaluator (baseline)", marker_color=PALETTE[1],
+               hovertemplate="%{x}: %{y:.3f} ms, nodes one by one in the reference evaluator"
+                             "<extra></extra>"),
     ])
-    fig.update_layout(barmode="group", title=title, template="plotly_white", height=340,
-                      width=WIDTH, margin=dict(l=60, r=20, t=50, b=80), yaxis_title="ms")
+    # the title on two short lines and the legend under it: nothing cut in a half-width panel
+    fig.update_layout(barmode="group", title=dict(text=title, x=0, xanchor="left"),
+                      template="plotly_white", height=380, width=WIDTH,
+                      margin=dict(l=60, r=20, t=96, b=80), yaxis_title="ms",
+                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"))
     values = [v for r in rows for v in (r.get("ms"), r.get("reference_ms")) if v]
     if values and max(values) > 30 * min(values):  # a kernel 300x under the reference: both bars seen
         fig.update_yaxes(type="log", title="ms (log)")
