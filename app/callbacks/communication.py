@@ -146,6 +146,13 @@ def fail_element(click, p, custom):
     return fault_card(rep), tfig, result_card(rep["after"], curves["crossovers"]), cfig, state
 
 
+DDP_COMPUTE_NOTE = "backward per layer sized as 0.8x its all-reduce here (not a model's)"
+DDP_COMPUTE_WHY = ("Compute in this DDP timeline is not measured from a model: each layer's "
+                   "backward is sized as 0.8x its bucket's all-reduce on this topology (8 layers "
+                   "of 4 MiB), so that both are of the same order. It scales with the link "
+                   "speed: read the hidden share as a what-if, not a prediction for a model.")
+
+
 @callback(Output("overlap-timeline", "figure"), Output("overlap-summary", "children"),
           Input("overlap-kind", "value"), Input("comm-state", "data"),
           State("comm-custom", "data"))
@@ -165,7 +172,15 @@ def draw_overlap(kind, p, custom):
         return empty_figure(str(exc)), _err(exc)
     fig = timeline_chart(from_rows(out["rows"], title=out["summary"].split(":")[0]))
     fig.update_layout(width=None)
-    return fig, out["summary"]
+    if kind != "ddp":
+        return fig, out["summary"]
+    # the compute here is not a model's: it follows the all-reduce, so a faster link shrinks
+    # it too; said on the chart and under it, so the overlap is read as a what-if
+    fig.update_layout(title=dict(text=f"{fig.layout.title.text}<br><sub>{DDP_COMPUTE_NOTE}"
+                                      "</sub>", x=0, xanchor="left"),
+                      margin=dict(t=80))
+    return fig, html.Div([html.Span(out["summary"]),
+                          html.P(DDP_COMPUTE_WHY, className="muted", id="overlap-compute-note")])
 
 
 @callback(Output("comm-measure-graph", "figure"), Output("comm-measure-status", "children"),

@@ -40,27 +40,44 @@ def case_row(case: dict) -> dict:
             "kernel": f"[open in Studio]({case['studio_link']})"}
 
 
-@callback(Output("guide-cases", "data"), Output("guide-summary", "children"),
+@callback(Output("guide-cases", "data"), Output("guide-meta", "data"),
           Input("guide-targets", "value"), Input("guide-families", "value"))
 def load_cases(targets, families):
-    """The cases of the chosen targets and families (built on first use, then cached)."""
+    """The cases of the chosen targets and families (built on first use, then cached), and
+    what the summary says of the guide beside them (targets, errors)."""
     from uol_core.guide.families import family
     from uol_core.guide.generate import generate
 
     if not targets:
-        return [], "Choose one or more targets."
+        return [], {"message": "Choose one or more targets."}
     try:
         fams = [family(name) for name in families] if families else None
         guide = generate(list(targets), fams)
     except Exception as exc:  # a broken HFL record or target: say which, keep the page
-        return [], html.Span(f"Could not build the guide: {exc}", className="odl-error")
-    cases = [c.to_dict() for c in guide.cases]
-    measured = sum(1 for c in cases if c.get("measured_s"))
-    illegal = sum(1 for c in cases if not c["legal"])
-    text = (f"{len(cases)} cases ({len(guide.targets)} targets); {measured} measured (tuning "
-            f"database), the rest model-predicted" + (f"; {illegal} NOT LEGAL" if illegal else "")
-            + (f"; {len(guide.errors)} could not be planned" if guide.errors else ""))
-    return cases, text
+        return [], {"error": f"Could not build the guide: {exc}"}
+    return [c.to_dict() for c in guide.cases], {"targets": len(guide.targets),
+                                                "errors": len(guide.errors)}
+
+
+@callback(Output("guide-summary", "children"), Input("guide-cases", "data"),
+          Input("guide-meta", "data"), Input("guide-measured", "data"))
+def summarise(cases, meta, measured):
+    """How many cases and how many measured: those of the tuning database and those measured
+    from this page since it opened (the count follows each Measure)."""
+    meta = meta or {}
+    if meta.get("error"):
+        return html.Span(meta["error"], className="odl-error")
+    if meta.get("message"):
+        return meta["message"]
+    shown = with_measured(cases, measured)
+    done = sum(1 for c in shown if c.get("measured_s"))
+    illegal = sum(1 for c in shown if not c["legal"])
+    return html.Span(
+        f"{len(shown)} cases ({meta.get('targets', 0)} targets); {done} measured (tuning "
+        f"database and this page), the rest model-predicted"
+        + (f"; {illegal} NOT LEGAL" if illegal else "")
+        + (f"; {meta['errors']} could not be planned" if meta.get("errors") else ""),
+        id="guide-summary-text")
 
 
 def with_measured(cases: list[dict] | None, measured: dict | None) -> list[dict]:

@@ -12,7 +12,7 @@ from app.components.grids import grid
 
 dash.register_page(__name__, path="/guide", name="Guide", title="UOL Studio: Guide", order=5.5)
 
-DEFAULT_TARGETS = ["graviton3"]
+DEFAULT_TARGETS = ["host"]  # the machine the IDE runs on: its cases can be measured here
 COLUMNS = [("target", "Target"), ("family", "Family"), ("op", "Op"), ("backend", "Backend"),
            ("config", "ACG config"), ("bound", "Bound"), ("intensity", "FLOP/B"),
            ("predicted", "Predicted"), ("measured", "Measured"), ("kernel", "Kernel")]
@@ -77,5 +77,6 @@ def layout(targets: str | None = None, families: str | None = None, **_query) ->
             "Select a row to see its binding constraints and one-knob moves.",
             className="muted"))], className="panel"),
         dcc.Store(id="guide-cases"),
+        dcc.Store(id="guide-meta"),  # the loaded guide's target count and errors, for the summary
         dcc.Store(id="guide-measured", data={}),  # case id -> times measured from this page
     ])
