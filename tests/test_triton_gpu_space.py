@@ -58,5 +58,25 @@ def test_wave_quantisation_and_ranking() -> None:
 
 
 def test_non_gemm_ops_get_the_blocked_space() -> None:
-    space = gpu_space(load_op("softmax"), {"R": 64, "C": 64}, GPU)
+    space = gpu_space(load_op("relu"), {"M": 64, "N": 64}, GPU)
     assert space.configs and all(c["BLOCK"] >= 32 * c["num_warps"] for c in space.configs)
+
+
+def test_a_row_kernel_is_constrained_by_the_block_it_launches_with() -> None:
+    # a 1024-wide row is one BLOCK_C=1024 tile at every warp count: 8 warps own 4 elements
+    # each (the generic BLOCK, which the row kernel never reads, once allowed 1 warp only)
+    space = gpu_space(load_op("softmax"), {"R": 1024, "C": 1024}, GPU)
+    assert set(space.domains) == {"num_warps"}
+    assert [c["num_warps"] for c in space.configs] == [1, 2, 4, 8]
+    assert "BLOCK_C=1024" in next(c.formula for c in space.constraints
+                                   if c.name == "elements_per_thread")
+    assert rank(space, GPU)[0][0]["num_warps"] == 4
+    # a 64-wide row has 64 elements: 2 warps at most; a 16-wide row runs on one warp
+    narrow = gpu_space(load_op("layernorm"), {"R": 8, "C": 64}, GPU)
+    assert [c["num_warps"] for c in narrow.configs] == [1, 2]
+    assert [c["num_warps"] for c in gpu_space(load_op("softmax"), {"R": 4, "C": 16},
+                                              GPU).configs] == [1]
+    # a row longer than one program's registers loops over BLOCK_C chunks sized by the warps
+    long = gpu_space(load_op("softmax"), {"R": 8, "C": 100_000}, GPU)
+    assert [c["num_warps"] for c in long.configs] == [1, 2, 4, 8]
+    assert rank(long, GPU)[0][0]["num_warps"] == 8

@@ -179,6 +179,52 @@ def flash_rules(p: dict[str, Any], target: Any) -> list[Constraint]:
     ]
 
 
+ROW_DOMAINS = {"num_warps": [1, 2, 4, 8]}  # a row kernel sizes its tile from the row itself
+
+
+def row_problem(op: Op, sizes: dict[str, int]) -> dict[str, Any]:
+    """Rows and columns when the Triton emitter makes one fused row kernel of the op (no GEMM
+    statement, every reduction over the whole row: softmax, layernorm, ...), else {}."""
+    from uol_core.backends.triton.matmul import matmul_plan
+    from uol_core.plans.rows import row_split
+
+    if any(matmul_plan(op, i) is not None for i in range(len(op.stmts))):
+        return {}
+    split = row_split(op)
+    if split is None or not set(op.dims) <= set(sizes):
+        return {}
+    dtype = max((d.dtype for d in op.inputs + op.outputs), key=lambda t: t.itemsize)
+    return {"rows": True, "R": math.prod(e.evaluate(sizes) for e in split.rows),
+            "C": math.prod(e.evaluate(sizes) for e in split.cols),
+            "dtype": dtype.value, "bytes": dtype.itemsize,
+            "tensors": len(op.inputs) + len(op.outputs)}
+
+
+def row_block(problem: dict[str, Any], num_warps: int, target: Any) -> int:
+    """The BLOCK_C the row kernel launches with at `num_warps`: the row's next power of two,
+    capped by what one program keeps in registers (longer rows loop over chunks of it)."""
+    from uol_core.backends.triton.row import row_block_limit
+
+    whole = 1 << max(problem["C"] - 1, 0).bit_length()
+    return min(whole, row_block_limit(target, num_warps))
+
+
+def row_rules(p: dict[str, Any], target: Any) -> list[Constraint]:
+    """Constraints of the fused row kernel over the block it really uses (BLOCK_C from the row)."""
+    warp = target.warp_size or 32
+    blocks = {w: row_block(p, w, target) for w in ROW_DOMAINS["num_warps"]}
+    shown = (f"{blocks[1]}" if len(set(blocks.values())) == 1 else
+             ", ".join(f"{b} at {w} warps" for w, b in blocks.items()))
+    return [gpu_rule("threads_per_block", ("num_warps",),
+                     lambda w: warp * w <= (target.max_threads_per_block or 1024),
+                     "threads per block within the target's limit"),
+            gpu_rule("elements_per_thread", ("num_warps",),
+                     lambda w: w == 1 or blocks[w] >= warp * w,
+                     f"every thread owns at least one element of the row tile BLOCK_C "
+                     f"(C={p['C']}: BLOCK_C={shown}) >= {warp} x num_warps",
+                     ("warp_size", "registers_per_thread_max"))]
+
+
 def generic_rules(target: Any) -> list[Constraint]:
     """Constraints of the blocked map/reduce kernels."""
     warp = target.warp_size or 32
@@ -197,9 +243,11 @@ def gpu_space(op: Op, sizes: dict[str, int], target: Any) -> Space:
     too wide for shared memory, say), the statements fall back to the generic blocked
     kernels, whose rules any target meets, and the problem records why.
     """
-    problem = flash_problem(op, sizes) or gemm_problem(op, sizes)
+    problem = flash_problem(op, sizes) or gemm_problem(op, sizes) or row_problem(op, sizes)
     if problem.get("flash"):
         domains, rules = FLASH_DOMAINS, flash_rules(problem, target)
+    elif problem.get("rows"):
+        domains, rules = ROW_DOMAINS, row_rules(problem, target)
     else:
         domains = GEMM_DOMAINS if problem else GENERIC_DOMAINS
         rules = gemm_rules(problem, target) if problem else generic_rules(target)
@@ -237,6 +285,8 @@ def predict(config: dict, problem: dict, target: Any) -> dict[str, float]:
     """Roofline time with wave quantisation for a GEMM (or flash) config (seconds) and its parts."""
     if problem.get("flash"):
         return _predict_flash(config, problem, target)
+    if problem.get("rows"):
+        return _predict_rows(problem, target)
     m, n, k, batch, b = (problem[x] for x in ("M", "N", "K", "batch", "bytes"))
     peak = (target.peak_gflops or {}).get(HFL_DTYPES.get(problem["dtype"], "fp32"), 1.0) * 1e9
     bw = (target.mem_bandwidth_gbps or 1.0) * 1e9
@@ -263,6 +313,10 @@ def rank(space: Space, target: Any, top: int | None = None) -> list[tuple[dict, 
     if not problem or problem.get("fallback"):
         return [(c, {}) for c in space.configs][:top]
     scored = [(c, predict(c, problem, target)) for c in space.configs]
+    if problem.get("rows"):  # one memory-bound time for every config: the warps heuristic
+        best = row_warps(row_block(problem, 4, target))
+        scored.sort(key=lambda cp: abs(math.log2(cp[0]["num_warps"] / best)))
+        return scored[:top] if top else scored
     scored.sort(key=lambda cp: (cp[1]["time_s"], abs(cp[0].get("GROUP_M", 8) - 8),
                                 -cp[0].get("BLOCK_K", 1) * cp[0]["num_stages"],
                                 -cp[0].get("BLOCK_K", 1)))
@@ -286,3 +340,18 @@ def _predict_flash(config: dict, problem: dict, target: Any) -> dict[str, float]
     memory = traffic / bw
     return {"time_s": max(compute, memory), "compute_s": compute, "memory_s": memory,
             "wave_efficiency": efficiency, "tiles": tiles, "waves": waves}
+
+
+def row_warps(block: int) -> int:
+    """Warps per row program by its tile: 4, 8 from 2048 elements, 16 from 4096 (the Triton
+    fused-softmax tutorial's rule), within the space's 1 to 8."""
+    return 4 if block < 2048 else 8
+
+
+def _predict_rows(problem: dict, target: Any) -> dict[str, float]:
+    """A row kernel reads its inputs and writes its outputs once: the memory roof's time."""
+    bw = (target.mem_bandwidth_gbps or 1.0) * 1e9
+    traffic = problem["bytes"] * problem["R"] * problem["C"] * problem["tensors"]
+    memory = traffic / bw
+    return {"time_s": memory, "compute_s": 0.0, "memory_s": memory, "wave_efficiency": 1.0,
+            "tiles": problem["R"], "waves": math.ceil(problem["R"] / (target.cores or 1))}
