@@ -33,6 +33,21 @@ def _phase_table(title: str, ph: dict, stages: int) -> Table:
     return tab
 
 
+def _check_line(check: dict) -> str:
+    """The prediction with its interval on this host, the measured step and the verdict."""
+    low, high = check["interval_s"]
+    noise = check.get("host_noise") or {}
+    verdict = "inside the interval" if check["inside_interval"] else "outside the interval"
+    if not check["inside_interval"] and check["within_tolerance"]:
+        verdict += f", within {check['tolerance']:.0%}"
+    host = (f"; host: load {noise['loadavg']:.1f} on {noise['cores']} cores, CPU steal {noise['steal_share']:.1%}, "
+            f"wake-up {noise['wake_median_s'] * 1e6:.0f}/{noise['wake_p90_s'] * 1e6:.0f} µs (median/p90)"
+            if noise else "")
+    return (f"check: predicted {_ms(check['predicted_step_s'])} ms, interval {_ms(low)}-{_ms(high)} ms, measured "
+            f"{_ms(check['measured_step_s'])} ms ({check['error']:+.1%}): {verdict}, "
+            f"{'PASS' if check['passes'] else 'FAIL'}{host}")
+
+
 def _print_report(rep: dict) -> None:
     cfg = rep["config"]
     names = ["before rebalance", "after rebalance"] if len(rep["phases"]) > 1 else ["measured"]
@@ -43,6 +58,8 @@ def _print_report(rep: dict) -> None:
                       f"measured stage times ({ph['sim_error']:+.1%}); bubble fraction measured "
                       f"{ph['bubble_fraction']:.1%}, simulated {ph['sim_bubble_fraction']:.1%}; "
                       f"stage-to-stage delay {ph['p2p_s'] * 1e6:.0f} µs")
+        if "check" in ph:
+            console.print(_check_line(ph["check"]))
     host = rep["phases"][-1].get("host_calibration")
     if host and rep.get("held_out"):
         console.print(f"host model from this run: CPU per micro-batch fwd {_msl(host['fwd_cpu_s'])} / bwd "

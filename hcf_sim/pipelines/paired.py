@@ -33,6 +33,7 @@ from hcf_sim.pipelines.real_pipeline import (
 )
 from hcf_sim.pipelines.stage_model import PipeConfig, RankClock, even_split, full_state, train_step
 from hcf_sim.pipelines.stage_profile import profile_stage_work
+from hcf_sim.pipelines.uncertainty import HostProbe
 from hcf_sim.runtime.training import free_port
 
 
@@ -92,9 +93,10 @@ def run_paired(cfgs: list[PipeConfig], folder: str | os.PathLike | None = None, 
         with tempfile.TemporaryDirectory(prefix="uol-paired-") as tmp:
             return run_paired(cfgs, tmp, timeout_s, progress)
     folders = [fresh_folder(Path(folder) / name) for name in names]
-    launch_ranks(_paired_worker, ([c.to_dict() for c in cfgs], free_port(), [str(f) for f in folders]),
-                 cfgs[0].stages, folders, cfgs[0].steps * len(cfgs), timeout_s, progress)
-    runs = {name: analyse(cfg, read_events(f)) for name, cfg, f in zip(names, cfgs, folders, strict=True)}
+    with HostProbe() as probe:
+        launch_ranks(_paired_worker, ([c.to_dict() for c in cfgs], free_port(), [str(f) for f in folders]),
+                     cfgs[0].stages, folders, cfgs[0].steps * len(cfgs), timeout_s, progress)
+    runs = {name: analyse(cfg, read_events(f), probe.noise) for name, cfg, f in zip(names, cfgs, folders, strict=True)}
     calibrations = [runs[name]["phases"][-1]["host_calibration"] for name in names]
     held = [predict_held_out(calibrations[source], cfg, runs[names[i]])
             for i, cfg in enumerate(cfgs) for source in calibration_sources(cfgs, i)]

@@ -32,7 +32,7 @@ from hcf_sim.pipelines.rank_events import (
     timeline_rows,
     transfer_times,
 )
-from hcf_sim.pipelines.simulator import rebalance, simulate_pipeline
+from hcf_sim.pipelines.simulator import rebalance
 from hcf_sim.pipelines.stage_model import (
     PipeConfig,
     RankClock,
@@ -43,6 +43,7 @@ from hcf_sim.pipelines.stage_model import (
     timed_stage,
     train_step,
 )
+from hcf_sim.pipelines.uncertainty import HostNoise, HostProbe, simulate_steps, step_check
 from hcf_sim.runtime.training import free_port
 
 STRAGGLER_RATIO = 1.25  # a rank this much slower than the median rank is called a straggler
@@ -141,8 +142,10 @@ def run_pipeline(cfg: PipeConfig, folder: str | os.PathLike | None = None, timeo
         with tempfile.TemporaryDirectory(prefix="uol-pipe-") as tmp:
             return run_pipeline(cfg, tmp, timeout_s, progress)
     out = fresh_folder(folder)
-    launch_ranks(_worker, (cfg.to_dict(), free_port(), str(out)), cfg.stages, [out], cfg.steps, timeout_s, progress)
-    report = analyse(cfg, read_events(out))
+    with HostProbe() as probe:
+        launch_ranks(_worker, (cfg.to_dict(), free_port(), str(out)), cfg.stages, [out], cfg.steps, timeout_s,
+                     progress)
+    report = analyse(cfg, read_events(out), probe.noise)
     report["events_folder"] = str(out)
     return report
 
@@ -200,16 +203,6 @@ def stragglers(compute_s: list[float]) -> list[int]:
     return [r for r, t in enumerate(compute_s) if t >= STRAGGLER_RATIO * mid]
 
 
-def predict(cfg: PipeConfig, per_rank: dict[int, dict[str, float]], p2p_s: float, schedule: str | None = None,
-            microbatches: int | None = None):
-    """The simulator's step for measured per-rank forward/backward times (a schedule or micro-batch
-    count other than the measured one makes it a held-out prediction)."""
-    fwd = [max(per_rank[r]["F"], 1e-9) for r in range(cfg.stages)]
-    bwd = [max(per_rank[r]["B"], 1e-9) for r in range(cfg.stages)]
-    return simulate_pipeline(cfg.stages, microbatches or cfg.microbatches, schedule or cfg.schedule, fwd,
-                             p2p_s=p2p_s, chunks=cfg.chunks, bwd_s=bwd)
-
-
 def predict_held_out(calibration: dict, cfg: PipeConfig, measured: dict) -> dict:
     """A run held out from the calibration: its step predicted by the host model calibrated on
     another run (`calibration`, a phase's "host_calibration"), against its measured step. When
@@ -239,13 +232,14 @@ def transfer_s(events: list[dict], steps: list[int], ping_s: float) -> float:
     return statistics.fmean(seen) if seen else ping_s
 
 
-def _phase(cfg: PipeConfig, events: list[dict], steps: list[int], ping_s: float) -> dict:
+def _phase(cfg: PipeConfig, events: list[dict], steps: list[int], ping_s: float,
+           noise: HostNoise | None = None) -> dict:
     per_rank = stage_times(events, steps)
     p2p_s = transfer_s(events, steps, ping_s)
     if len(per_rank) < cfg.stages:
         raise HcfError(f"events of {len(per_rank)} of {cfg.stages} ranks: the run ended early")
     measured = statistics.median(step_times(events, steps))
-    sim = predict(cfg, per_rank, p2p_s)
+    sim = simulate_steps(cfg, events, steps, ping_s)
     typical = min(steps, key=lambda s: abs(step_times(events, [s])[0] - measured))
     view = step_view(events, typical)
     busy = [cfg.microbatches * (per_rank[r]["F"] + per_rank[r]["B"]) for r in range(cfg.stages)]
@@ -256,17 +250,21 @@ def _phase(cfg: PipeConfig, events: list[dict], steps: list[int], ping_s: float)
         "steps": steps, "split": split, "step_s": measured, "sim_step_s": sim.makespan,
         "step_mean_s": statistics.fmean(step_times(events, steps)),
         "sim_error": (sim.makespan - measured) / measured,
+        "check": step_check(cfg, events, steps, ping_s, noise),
         "bubble_fraction": 1 - sum(busy) / (cfg.stages * measured),
-        "sim_bubble_fraction": 1 - sim.utilisation, "ideal_bubble_fraction": sim.ideal_bubble_fraction,
+        # compute only, as measured: the framework time the simulated actions carry is not compute
+        "sim_bubble_fraction": 1 - sum(busy) / (cfg.stages * sim.makespan),
+        "ideal_bubble_fraction": sim.ideal_bubble_fraction,
         "stage_times": {str(r): t for r, t in per_rank.items()}, "compute_s": busy, "p2p_s": p2p_s,
         "stragglers": stragglers(busy), "typical_step": typical,
         "measured_timeline": timeline_rows(view.events), "sim_timeline": timeline_rows(sim.events),
     }
 
 
-def analyse(cfg: PipeConfig, events: list[dict]) -> dict:
+def analyse(cfg: PipeConfig, events: list[dict], noise: HostNoise | None = None) -> dict:
     """Per phase (before/after a rebalance): measured step, per-stage times, the simulator's step
-    for those times and its error, bubble fractions, both timelines; the rebalance gain."""
+    for those times, its error and its interval on this host (`noise`, measured around the run),
+    bubble fractions, both timelines; the rebalance gain."""
     done = completed_steps(events, cfg.stages)
     p2p = next((e["one_way_s"] for e in events if e["kind"] == "p2p"), 0.0)
     losses = {e["step"]: e["loss"] for e in events if e["kind"] == "step" and e.get("loss") is not None}
@@ -276,7 +274,7 @@ def analyse(cfg: PipeConfig, events: list[dict]) -> dict:
         # the first step after a re-partition infers shapes again: left out like the warm-up
         before = [s for s in done if cfg.warmup <= s < cfg.rebalance_at]
         after = [s for s in done if s > cfg.rebalance_at]
-        report["phases"] = [_phase(cfg, events, before, p2p), _phase(cfg, events, after, p2p)]
+        report["phases"] = [_phase(cfg, events, before, p2p, noise), _phase(cfg, events, after, p2p, noise)]
         move = next(e for e in events if e["kind"] == "rebalance")
         b, a = report["phases"][0]["step_s"], report["phases"][1]["step_s"]
         report["rebalance"] = {"before": move["before"], "after": move["after"], "slowdown": move["slowdown"],
@@ -284,7 +282,8 @@ def analyse(cfg: PipeConfig, events: list[dict]) -> dict:
                                "step_s_before": b, "step_s_after": a, "gain": 1 - a / b,
                                "repartition_s": move["t1"] - move["t0"]}
     else:
-        report["phases"] = [_phase(cfg, events, [s for s in done if s >= cfg.warmup], p2p)]
+        report["phases"] = [_phase(cfg, events, [s for s in done if s >= cfg.warmup], p2p, noise)]
+    report["check"] = report["phases"][-1]["check"]  # the prediction for the run as it ends
     return report
 
 
@@ -303,7 +302,7 @@ def live_snapshot(cfg: PipeConfig, events: list[dict]) -> dict:
     p2p = next((e["one_way_s"] for e in events if e["kind"] == "p2p"), 0.0)
     per_rank = stage_times(events, done)
     if len(per_rank) == cfg.stages:
-        sim = predict(cfg, per_rank, transfer_s(events, done, p2p))
+        sim = simulate_steps(cfg, events, done, p2p)
         out["sim_timeline"] = timeline_rows(sim.events)
         out["sim_step_s"] = sim.makespan
     out["measured_timeline"] = timeline_rows(step_view(events, latest).events)

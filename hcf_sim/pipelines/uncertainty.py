@@ -1,0 +1,158 @@
+"""How sure a pipeline step prediction is on this host.
+
+A step predicted from a run's measured stage times is right on a quiet machine; on a shared
+one the same schedule takes a different time from step to step. This module measures the
+host's spread and turns it into an interval around the prediction:
+
+* wake-up latency: how late a short sleep returns (the delay a rank waiting on a receive pays
+  before it runs again), probed before and after the run;
+* CPU steal: the share of CPU time the hypervisor gave to other guests during the run
+  (`/proc/stat`), which stretches every compute;
+* load: the 1-minute load average against the host's cores;
+* handover jitter: the spread of the stage-to-stage delays the run's own steps showed.
+
+The prediction is the simulator's step for the run's mean stage times, each action charged the
+framework time the rank spends outside compute and receives (posting sends, autograd set-up):
+time that is the stage's, not a wait. The interval's ends are the simulator's steps for the
+quietest and the busiest measured step's own inputs, widened by what the host may add to each
+handover on the critical path: the late tail of a wake-up or of a handover (the larger), times
+the number of handovers the step's length depends on. The tails on one busy host come together,
+so they add up rather than average out; a noisy host gets a wider interval, not a failed check.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+from hcf_sim.pipelines.rank_events import stage_times, step_times, transfer_times
+from hcf_sim.pipelines.simulator import PipelineResult, _chunks, simulate_pipeline
+
+WAKE_SAMPLES = 100  # sleeps per probe: 100 x ~0.5 ms keeps a probe under 0.2 s on a busy host
+WAKE_SLEEP_S = 0.0005
+CHECK_TOLERANCE = 0.15  # a prediction this close to the measured step passes even outside its interval
+HANDOVER_NUDGE_S = 1e-4  # the handover step used to count the handovers a step's length depends on
+
+
+@dataclass
+class HostNoise:
+    """The host's run-to-run spread around one run (times in seconds)."""
+
+    wake_median_s: float  # how late a 0.5 ms sleep returns, median
+    wake_p90_s: float  # ... its 90th percentile
+    steal_share: float  # CPU time stolen by the hypervisor over the run / all CPU time (0 off Linux)
+    loadavg: float  # 1-minute load average after the run
+    cores: int
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        return asdict(self)
+
+
+def probe_wakeups(samples: int = WAKE_SAMPLES, sleep_s: float = WAKE_SLEEP_S) -> list[float]:
+    """How late each of `samples` sleeps of `sleep_s` returned."""
+    late = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        time.sleep(sleep_s)
+        late.append(max(0.0, time.perf_counter() - t0 - sleep_s))
+    return late
+
+
+def cpu_ticks() -> tuple[int, int] | None:
+    """(steal, total) CPU ticks of the whole host since boot, None where /proc/stat is missing."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return ticks[7], sum(ticks)
+
+
+class HostProbe:
+    """Measures the host around a run: `with HostProbe() as probe: run()`, then `probe.noise`."""
+
+    def __enter__(self) -> HostProbe:
+        self._late = probe_wakeups()
+        self._ticks = cpu_ticks()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        after = cpu_ticks()
+        self._late += probe_wakeups()
+        steal = 0.0
+        if self._ticks and after and after[1] > self._ticks[1]:
+            steal = (after[0] - self._ticks[0]) / (after[1] - self._ticks[1])
+        self.noise = HostNoise(statistics.median(self._late), _quantile(self._late, 0.9), steal,
+                               os.getloadavg()[0], os.cpu_count() or 1)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def framework_per_action(events: list[dict], steps: list[int], stages: int, actions: int) -> list[float]:
+    """Per rank, the mean wall time per schedule action spent neither computing nor waiting in a
+    receive (sends posted, autograd set-up, the loss), over `steps`."""
+    wanted = set(steps)
+    out = []
+    for r in range(stages):
+        walls = [e["t1"] - e["t0"] for e in events if e["rank"] == r and e["kind"] == "step" and e["step"] in wanted]
+        inside = sum(e["t1"] - e["t0"] for e in events
+                     if e["rank"] == r and e.get("step") in wanted and e["kind"] in ("F", "B", "recv"))
+        out.append(max(0.0, sum(walls) - inside) / (len(walls) * actions) if walls else 0.0)
+    return out
+
+
+def simulate_steps(cfg, events: list[dict], steps: list[int], ping_s: float, handover_s: float | None = None
+                   ) -> PipelineResult:
+    """The simulator's step for the mean stage times of `steps`, framework time per action
+    included, handing over after the mean delay the steps showed (else `ping_s`)."""
+    per_rank = stage_times(events, steps)
+    v = _chunks(cfg.schedule, cfg.stages, cfg.microbatches, cfg.chunks)
+    extra = framework_per_action(events, steps, cfg.stages, 2 * cfg.microbatches * v)
+    seen = transfer_times(events, steps)
+    if handover_s is None:
+        handover_s = statistics.fmean(seen) if seen else ping_s
+    fwd = [max(per_rank[r]["F"] + v * extra[r], 1e-9) for r in range(cfg.stages)]
+    bwd = [max(per_rank[r]["B"] + v * extra[r], 1e-9) for r in range(cfg.stages)]
+    return simulate_pipeline(cfg.stages, cfg.microbatches, cfg.schedule, fwd, p2p_s=handover_s,
+                             chunks=cfg.chunks, bwd_s=bwd)
+
+
+def critical_handovers(cfg, events: list[dict], steps: list[int], ping_s: float) -> float:
+    """How many handovers the predicted step's length depends on: its growth per second of delay."""
+    seen = transfer_times(events, steps)
+    base = statistics.fmean(seen) if seen else ping_s
+    slower = simulate_steps(cfg, events, steps, ping_s, base + HANDOVER_NUDGE_S).makespan
+    return max(0.0, (slower - simulate_steps(cfg, events, steps, ping_s, base).makespan) / HANDOVER_NUDGE_S)
+
+
+def step_check(cfg, events: list[dict], steps: list[int], ping_s: float, noise: HostNoise | None) -> dict:
+    """The predicted step with its interval against the measured (median) step of `steps`."""
+    predicted = simulate_steps(cfg, events, steps, ping_s).makespan
+    per_step = [simulate_steps(cfg, events, [s], ping_s).makespan for s in steps]
+    seen = transfer_times(events, steps)
+    handover_tail = _quantile(seen, 0.9) - statistics.fmean(seen) if seen else 0.0
+    wake_tail = noise.wake_p90_s - noise.wake_median_s if noise else 0.0
+    hops = critical_handovers(cfg, events, steps, ping_s)
+    steal = min(noise.steal_share, 0.5) if noise else 0.0  # above half the host is not ours to predict
+    low = min([predicted, *per_step])
+    high = max([predicted, *per_step]) / (1 - steal) + hops * max(handover_tail, wake_tail)
+    measured = statistics.median(step_times(events, steps))
+    error = (predicted - measured) / measured
+    inside = low <= measured <= high
+    return {
+        "predicted_step_s": predicted, "interval_s": [low, high], "measured_step_s": measured,
+        "error": error, "inside_interval": inside, "within_tolerance": abs(error) <= CHECK_TOLERANCE,
+        "passes": inside or abs(error) <= CHECK_TOLERANCE, "tolerance": CHECK_TOLERANCE,
+        "critical_handovers": hops, "handover_tail_s": handover_tail, "wake_tail_s": wake_tail,
+        "host_noise": noise.to_dict() if noise else None,
+        "model": "the simulator for the run's mean stage times, framework time per action included; "
+                 "interval: the quietest and busiest step's own inputs, the busy end widened by CPU steal "
+                 "and by each critical handover's late tail",
+    }
