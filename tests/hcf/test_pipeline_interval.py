@@ -1,0 +1,57 @@
+"""The pipeline step prediction with its interval on this host: five runs of the check, five passes;
+a noisier host (more CPU steal, a longer wake-up tail) widens the interval instead of failing."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from hcf_sim.pipelines.rank_events import read_events
+from hcf_sim.pipelines.real_pipeline import run_pipeline
+from hcf_sim.pipelines.stage_model import PipeConfig
+from hcf_sim.pipelines.uncertainty import HostNoise, HostProbe, step_check
+from uol_cli.hcf_cmd import app
+
+pytestmark = pytest.mark.timeout(300)
+
+SMALL = dict(stages=2, microbatches=8, layers=4, d_model=32, seq=8, batch=16, steps=5)
+
+
+def test_five_runs_of_the_check_pass_five_times(tmp_path):
+    checks = [run_pipeline(PipeConfig(**SMALL), tmp_path / f"run{i}", timeout_s=90)["check"] for i in range(5)]
+    for c in checks:
+        low, high = c["interval_s"]
+        assert 0 < low <= c["predicted_step_s"] <= high
+        assert c["inside_interval"] == (low <= c["measured_step_s"] <= high)
+        assert c["host_noise"]["cores"] >= 1 and c["critical_handovers"] > 0
+    summary = [(round(c["error"], 3), [round(x * 1e3, 1) for x in c["interval_s"]],
+                round(c["measured_step_s"] * 1e3, 1)) for c in checks]
+    assert all(c["passes"] for c in checks), summary
+
+
+def test_a_noisier_host_widens_the_interval(tmp_path):
+    cfg = PipeConfig(**SMALL)
+    run_pipeline(cfg, tmp_path, timeout_s=90)
+    events, steps = read_events(tmp_path), list(range(cfg.warmup, cfg.steps))
+    quiet = HostNoise(wake_median_s=5e-5, wake_p90_s=6e-5, steal_share=0.0, loadavg=0.1, cores=2)
+    noisy = HostNoise(wake_median_s=5e-5, wake_p90_s=0.02, steal_share=0.2, loadavg=6.0, cores=2)
+    calm, busy = (step_check(cfg, events, steps, 1e-4, n) for n in (quiet, noisy))
+    assert calm["predicted_step_s"] == busy["predicted_step_s"]  # the host changes how sure, not what
+    assert busy["interval_s"][1] > calm["interval_s"][1] * 1.2
+    assert busy["interval_s"][0] == calm["interval_s"][0]
+
+
+def test_host_probe_measures_wakeups_and_load():
+    with HostProbe() as probe:
+        pass
+    noise = probe.noise
+    assert 0 <= noise.wake_median_s <= noise.wake_p90_s < 1.0
+    assert 0 <= noise.steal_share <= 1 and noise.loadavg >= 0 and noise.cores >= 1
+
+
+def test_run_pipeline_json_reports_the_check(tmp_path):
+    out = CliRunner().invoke(app, ["run-pipeline", "--stages", "2", "--microbatches", "4", "--layers", "4",
+                                   "--d-model", "32", "--steps", "4", "--events", str(tmp_path), "--json"])
+    assert out.exit_code == 0, out.output
+    check = json.loads(out.output)["check"]
+    assert set(check) >= {"predicted_step_s", "interval_s", "measured_step_s", "inside_interval", "passes"}
