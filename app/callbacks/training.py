@@ -23,13 +23,23 @@ def start_run(_n, stages, microbatches, schedule, steps, straggler):
     return run_id, False, f"started: {cfg.schedule}, {cfg.stages} stages, {cfg.microbatches} micro-batches", ""
 
 
+def _interval(ph: dict) -> str:
+    """The prediction's interval on this host and whether the measured step fell inside it."""
+    check = ph.get("check")
+    if not check:
+        return ""
+    low, high = check["interval_s"]
+    where = "inside" if check["inside_interval"] else "outside"
+    return f", interval {low * 1e3:.1f}-{high * 1e3:.1f} ms on this host: measured {where}"
+
+
 def _report(rep: dict) -> html.Div:
     items = []
     for i, ph in enumerate(rep["phases"]):
         name = ("before rebalance", "after rebalance")[i] if len(rep["phases"]) > 1 else "measured"
         items.append(html.Li(
             f"{name}: blocks per stage {ph['split']}, step {ph['step_s'] * 1e3:.1f} ms measured, "
-            f"{ph['sim_step_s'] * 1e3:.1f} ms simulated ({ph['sim_error']:+.0%}); bubble "
+            f"{ph['sim_step_s'] * 1e3:.1f} ms simulated ({ph['sim_error']:+.0%}{_interval(ph)}); bubble "
             f"{ph['bubble_fraction']:.0%} measured, {ph['sim_bubble_fraction']:.0%} simulated"
             + (f"; straggler rank(s) {ph['stragglers']}" if ph["stragglers"] else "")))
     if "rebalance" in rep:
