@@ -29,20 +29,26 @@ from uol_core.backends.c.text.writer import GENERATOR_VERSION, MICRO_KERNEL, Cod
 from uol_core.odl.ir import Access, Affine
 
 
-def emit_gemm_direct(plan: GemmPlan, cfg: TileConfig, target) -> KernelSource:
-    """The complete C source of one GEMM-family kernel on the direct path."""
-    from uol_core.backends.c.gemm.emitter import _header, _packing
+def emit_gemm_direct(plan: GemmPlan, cfg: TileConfig, target, prepacked_b: bool = False
+                     ) -> KernelSource:
+    """The complete C source of one GEMM-family kernel on the direct path (`prepacked_b`: B's
+    argument is its panels packed beforehand, see emitter.emit_gemm)."""
+    from uol_core.backends.c.gemm.emitter import _header, _packing, emit_prepacked_note
 
     w = CodeWriter(default_line=plan.op.line)
     tensors = [d.name for d in plan.op.inputs] + list(plan.stores)
     entry = f"uol_{plan.op.name}"
     _header(w, plan, cfg, target, tensors)
     line = plan.stmts[0].line
-    w.emit(f"/* direct path: A read in place; B panels {_b_policy(plan, cfg)} */", line)
-    w.emit(f"#define B_REUSED {int(b_panel_reused(plan, cfg))}\n", line)
+    if prepacked_b:
+        w.emit("/* direct path: A read in place; B panels read as packed before the call */", line)
+        emit_prepacked_note(w, plan, cfg, line)
+    else:
+        w.emit(f"/* direct path: A read in place; B panels {_b_policy(plan, cfg)} */", line)
+        w.emit(f"#define B_REUSED {int(b_panel_reused(plan, cfg))}\n", line)
     _micro_kernel(w, cfg, target, line, plain_store(plan))
-    _packing(w, line, "b")
-    _driver(w, plan, cfg, tensors, entry)
+    _packing(w, line, "" if prepacked_b else "b")
+    _driver(w, plan, cfg, tensors, entry, prepacked_b)
     meta = {"args": tensors, "ranks": [len(plan.tensor_shape(t)) for t in tensors],
             "outputs": list(plan.stores), "threads": cfg.threads, "flops": plan.flops,
             "reduction_length": plan.K, "generator": GENERATOR_VERSION}
@@ -123,7 +129,8 @@ def _store_to_c(w: CodeWriter, ops, acc: list[list[str]], lane: int, line: int) 
         w.emit("    }", line)
 
 
-def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], entry: str) -> None:
+def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], entry: str,
+            prepacked_b: bool = False) -> None:
     from uol_core.backends.c.gemm.emitter import _operand_strides, _store, batch_extent
 
     line = plan.stmts[0].line
@@ -141,8 +148,9 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
     if cfg.threads > 1:
         w.emit("#pragma omp parallel num_threads(THREADS)", line)
     w.emit("    {\n    const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();\n"
-           "    float *Bp = aligned_alloc(64, (sizeof(float) * KC * NR + 63) / 64 * 64);\n"
-           "    float tile[MR * NR] __attribute__((aligned(64)));\n"
+           + ("" if prepacked_b else
+              "    float *Bp = aligned_alloc(64, (sizeof(float) * KC * NR + 63) / 64 * 64);\n")
+           + "    float tile[MR * NR] __attribute__((aligned(64)));\n"
            "    const int64_t ic = 0, jc = 0;  /* one block: tiles are placed by ir and jr */",
            line)
     if cfg.par == "batch" and cfg.threads > 1:
@@ -166,18 +174,12 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
             for (int64_t jr = j_lo; jr < j_hi; jr += NR) {
                 const int64_t nr = NDIM - jr < NR ? NDIM - jr : NR;
                 const int mode = UOL_MODE;
-                const float *bp = B + pc * brs + jr * bcs;
-                int64_t bstride = brs;
-                /* the panel that pays (reused, and not already laid out as one packed
-                   panel: B rows NR wide) or must be packed (edge, strided) */
-                if ((B_REUSED && brs != NR) || nr < NR || bcs != 1) {
-                    uol_pack_b(bp, brs, bcs, nr, kc, Bp);
-                    bp = Bp; bstride = NR;
-                }
+PANEL
                 for (int64_t ir = i_lo; ir < i_hi; ir += MR) {
                     const int64_t mr = MDIM - ir < MR ? MDIM - ir : MR;
                     uol_micro_direct(kc, mr, A + ir * ars + pc * acs, ars, acs, bp, bstride,
-                                     tile, C_ARGS);""".replace("C_ARGS", c_args), line)
+                                     tile, C_ARGS);""".replace("C_ARGS", c_args)
+           .replace("PANEL", PREPACKED_PANEL if prepacked_b else PACKED_PANEL), line)
     pad = "                    "
     if ksplit:
         w.emit(f"{pad}float *own = part + tid * MDIM * NDIM;\n"
@@ -192,10 +194,25 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
     w.emit("                }\n            }\n        }", line)
     if ksplit:
         _reduce(w, plan, line)
-    w.emit("    }\n    free(Bp);\n    }", line)
+    w.emit("    }" + ("" if prepacked_b else "\n    free(Bp);") + "\n    }", line)
     if ksplit:
         w.emit("    free(part);", line)
     w.emit("}", line)
+
+
+PACKED_PANEL = """\
+                const float *bp = B + pc * brs + jr * bcs;
+                int64_t bstride = brs;
+                /* the panel that pays (reused, and not already laid out as one packed
+                   panel: B rows NR wide) or must be packed (edge, strided) */
+                if ((B_REUSED && brs != NR) || nr < NR || bcs != 1) {
+                    uol_pack_b(bp, brs, bcs, nr, kc, Bp);
+                    bp = Bp; bstride = NR;
+                }"""
+PREPACKED_PANEL = """\
+                /* the kc x NR panel, packed once before any call (edges zero-padded) */
+                const float *bp = B + pc * NPAD + jr * kc;
+                const int64_t bstride = NR;"""
 
 
 def _c_operand(w: CodeWriter, plan: GemmPlan, plain: bool, line: int) -> None:

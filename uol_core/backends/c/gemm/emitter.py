@@ -26,8 +26,13 @@ from uol_core.odl.ir import Access, Affine
 F32_BYTES = 4
 
 
-def emit_gemm(plan: GemmPlan, cfg: TileConfig, target) -> KernelSource:
-    """The complete C source of one GEMM-family kernel (the direct path: c_gemm_direct)."""
+def emit_gemm(plan: GemmPlan, cfg: TileConfig, target, prepacked_b: bool = False) -> KernelSource:
+    """The complete C source of one GEMM-family kernel (the direct path: c_gemm_direct).
+    `prepacked_b`: B's argument is its panels packed once beforehand (prepacked.py), not B."""
+    if prepacked_b:
+        from uol_core.backends.c.gemm.prepacked import check_prepackable
+
+        check_prepackable(plan, cfg)
     if platform(cfg.isa).vla:  # the lane count is read at run time (SVE)
         from uol_core.backends.c.gemm.sve import emit_gemm_sve
 
@@ -35,15 +40,17 @@ def emit_gemm(plan: GemmPlan, cfg: TileConfig, target) -> KernelSource:
     if cfg.path == "direct":
         from uol_core.backends.c.gemm.direct import emit_gemm_direct
 
-        return emit_gemm_direct(plan, cfg, target)
+        return emit_gemm_direct(plan, cfg, target, prepacked_b)
     stmt_line = plan.stmts[0].line
     w = CodeWriter(default_line=plan.op.line)
     tensors = [d.name for d in plan.op.inputs] + list(plan.stores)
     entry = f"uol_{plan.op.name}"
     _header(w, plan, cfg, target, tensors)
+    if prepacked_b:
+        emit_prepacked_note(w, plan, cfg, stmt_line)
     _micro_kernel(w, cfg, target, stmt_line)
-    _packing(w, stmt_line)
-    _driver(w, plan, cfg, tensors, entry)
+    _packing(w, stmt_line, "a" if prepacked_b else "ab")
+    _driver(w, plan, cfg, tensors, entry, prepacked_b=prepacked_b)
     meta = {"args": tensors, "ranks": [len(plan.tensor_shape(t)) for t in tensors],
             "outputs": list(plan.stores), "threads": cfg.threads, "flops": plan.flops, "reduction_length": plan.K,
             "generator": GENERATOR_VERSION}
@@ -229,11 +236,12 @@ def _operand_strides(plan: GemmPlan, acc: Access, row: str, col: str) -> tuple[s
 
 
 def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], entry: str,
-            store=None) -> None:
+            store=None, prepacked_b: bool = False) -> None:
     """Each thread computes its own slice of C (columns for jr, rows for ir, whole GEMMs for
     batch) with private packed buffers: no barrier inside the GEMM, which keeps 2-core runs fast
     even when the machine is shared. The price is packing the shared operand once per thread.
-    `store(w, plan, pad)` folds the tile into C (default: _store)."""
+    `store(w, plan, pad)` folds the tile into C (default: _store). With `prepacked_b` the
+    kc x NC block of B is a window of the panels packed beforehand: no B buffer, no packing."""
     line = plan.stmts[0].line
     a_off, a_rs, a_cs = _operand_strides(plan, plan.lhs, plan.m, plan.k)
     b_off, b_rs, b_cs = _operand_strides(plan, plan.rhs, plan.k, plan.n)
@@ -245,8 +253,9 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
     w.emit("#pragma omp parallel num_threads(THREADS)\n    {", line)
     w.emit("    const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();\n"
            "    float *Ap = aligned_alloc(64, (sizeof(float) * MC * KC + 63) / 64 * 64);\n"
-           "    float *Bp = aligned_alloc(64, (sizeof(float) * KC * ((NC + NR - 1) / NR * NR) + 63) / 64 * 64);\n"
-           "    float tile[MR * NR] __attribute__((aligned(64)));", line)
+           + ("" if prepacked_b else "    float *Bp = aligned_alloc(64, (sizeof(float) * KC * "
+              "((NC + NR - 1) / NR * NR) + 63) / 64 * 64);\n")
+           + "    float tile[MR * NR] __attribute__((aligned(64)));", line)
     if split:
         extent, step = split
         w.emit(f"    /* this thread's share of the {cfg.par} panels */\n"
@@ -275,9 +284,7 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
             for (int64_t pc = 0; pc < KDIM; pc += KC) {
                 const int64_t kc = KDIM - pc < KC ? KDIM - pc : KC;
                 const int first = pc == 0, last = pc + KC >= KDIM;
-                for (int64_t jr = 0; jr < nc; jr += NR)
-                    uol_pack_b(B + pc * (%(brs)s) + (jc + jr) * (%(bcs)s), %(brs)s, %(bcs)s,
-                               nc - jr < NR ? nc - jr : NR, kc, Bp + jr * kc);
+%(packb)s
                 for (int64_t ic = %(mlo)s; ic < %(mhi)s; ic += MC) {
                     const int64_t mc = %(mhi)s - ic < MC ? %(mhi)s - ic : MC;
                     for (int64_t ir = 0; ir < mc; ir += MR)
@@ -285,15 +292,33 @@ def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], 
                                    mc - ir < MR ? mc - ir : MR, kc, Ap + ir * kc);
                     for (int64_t jr = 0; jr < nc; jr += NR)
                     for (int64_t ir = 0; ir < mc; ir += MR) {""" % {  # noqa: UP031
-        "ars": a_rs, "acs": a_cs, "brs": b_rs, "bcs": b_cs, "nlo": n_lo, "nhi": n_hi,
-        "mlo": m_lo, "mhi": m_hi}, line)
+        "ars": a_rs, "acs": a_cs, "nlo": n_lo, "nhi": n_hi, "mlo": m_lo, "mhi": m_hi,
+        "packb": PREPACKED_B_BLOCK if prepacked_b else PACK_B_BLOCK % {"brs": b_rs, "bcs": b_cs}},
+        line)
     w.emit("                        const int64_t mr = mc - ir < MR ? mc - ir : MR;\n"
            "                        const int64_t nr = nc - jr < NR ? nc - jr : NR;", line)
     prefetch_c_tile(w, plan, "                        ")
     w.emit("                        uol_micro(kc, Ap + ir * kc, Bp + jr * kc, tile);", line)
     (store or _store)(w, plan, "                        ")
     w.emit("                    }\n                }\n            }\n        }\n    }", line)
-    w.emit("    free(Ap); free(Bp);\n    }\n}", line)
+    w.emit("    free(Ap);" + ("" if prepacked_b else " free(Bp);") + "\n    }\n}", line)
+
+
+PACK_B_BLOCK = """\
+                for (int64_t jr = 0; jr < nc; jr += NR)
+                    uol_pack_b(B + pc * (%(brs)s) + (jc + jr) * (%(bcs)s), %(brs)s, %(bcs)s,
+                               nc - jr < NR ? nc - jr : NR, kc, Bp + jr * kc);"""
+PREPACKED_B_BLOCK = """\
+                /* the kc x nc block of B: NR-column panels packed once, before any call */
+                const float *Bp = B + pc * NPAD + jc * kc;"""
+
+
+def emit_prepacked_note(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, line: int) -> None:
+    """The layout a prepacked B argument has (prepacked.py writes it): for each KC block of
+    depth, its kc x NR panels side by side, N zero-padded to NPAD (a multiple of NR)."""
+    w.emit(f"/* B ({plan.rhs.tensor}) arrives packed: KC-deep blocks of kc x NR panels, N padded "
+           "to NPAD with zeros; B's strides are not read. */\n"
+           f"#define NPAD {-(-plan.N // cfg.nr) * cfg.nr}\n", line)
 
 
 def line_floats(target) -> int:
