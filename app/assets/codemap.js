@@ -18,10 +18,14 @@
     // The ODL editor is a textarea over a painted layer: find the line from the mouse height.
     document.addEventListener("mousemove", function (ev) {
         if (!ev.target || ev.target.id !== "odl-editor") { return; }
-        var area = ev.target, style = getComputedStyle(area);
-        var lh = parseFloat(style.lineHeight) || 18;
-        var y = ev.clientY - area.getBoundingClientRect().top - parseFloat(style.paddingTop) + area.scrollTop;
-        var row = document.getElementById("odl-line-" + (Math.floor(y / lh) + 1));
+        // the painted line under the mouse: the last whose top is above it (a wrapped line is
+        // taller than one row)
+        var area = ev.target;
+        var y = ev.clientY - area.getBoundingClientRect().top + area.scrollTop;
+        var row = null;
+        document.querySelectorAll("#odl-highlight > span[data-line]").forEach(function (r) {
+            if (r.offsetTop <= y) { row = r; }
+        });
         var odl = row ? row.getAttribute("data-odl") : null;
         if (odl === current) { return; }
         if (current !== null) { mark(current, false); }

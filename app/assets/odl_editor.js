@@ -45,14 +45,12 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
                 if (n === errorLine) { cls.push("err-line"); }
                 var attrs = ' id="odl-line-' + n + '" data-line="' + n + '"';
                 if (mappedSet[n]) { cls.push("mapped", "map-c" + (n % 8)); attrs += ' data-odl="' + n + '"'; }
-                return '<span' + attrs + (cls.length ? ' class="' + cls.join(" ") + '"' : "") + '><span class="ln">' + n + "</span>" + out + "</span>";
-            }).join("\n");
-            layer.innerHTML = html + "\n";
-            var area = document.querySelector("#odl-editor");
-            if (area && !area.dataset.synced) {
-                area.dataset.synced = "1";
-                area.addEventListener("scroll", function () { layer.scrollTop = area.scrollTop; layer.scrollLeft = area.scrollLeft; });
-            }
+                // one block per line: a long line wraps in the layer as in the textarea above
+                // it; the line numbers are in the gutter (assets/code_editor.js)
+                return '<span' + attrs + (cls.length ? ' class="' + cls.join(" ") + '"' : "") + ">" + out + "</span>";
+            }).join("");
+            layer.innerHTML = html;
+            if (window.odlCodeEditor) { window.odlCodeEditor.painted(layer, errorLine); }
             return String(lines.length);
         }
     }

@@ -150,7 +150,8 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
         html.Progress(id="tune-progress", value="0", max="1"),
     ], className="toolbar")
     editor = html.Div([
-        html.H3("ODL"),
+        html.H3(["ODL ", html.Span("Ctrl+F find · Tab indents · Enter keeps the indent",
+                                   className="muted editor-keys")]),
         html.Div([html.Div(id="odl-highlight", className="odl-layer"),
                   dcc.Textarea(id="odl-editor", value=init["odl"], spellCheck=False)],
                  className="odl-editor", style={"height": "300px"}),
