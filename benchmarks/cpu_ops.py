@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from docs_section import replace_section  # noqa: E402
 
-from uol_core.acg.space_patterns import choose_pattern_config  # noqa: E402
 from uol_core.backends.c.native import compile_c  # noqa: E402
+from uol_core.backends.c.space import choose_pattern_config  # noqa: E402
 from uol_core.hfl import load_target  # noqa: E402
 from uol_core.ops import load_op  # noqa: E402
 from uol_core.runtime.build import compiler_version  # noqa: E402

@@ -1,4 +1,4 @@
-"""The flash-attention kernels' search space (acg/space_attention.py): the knobs their
+"""The flash-attention kernels' search space (backends/c/attention/space.py): the knobs their
 templates read, legal values the kernels run as they are, the working-set rule, tuning."""
 
 import dataclasses
@@ -11,8 +11,8 @@ import uol_core
 from uol_core import load_op
 from uol_core.acg.fixtures import fixed_target, runnable_target
 from uol_core.acg.session import open_session
-from uol_core.acg.space_patterns import build_pattern_space, choose_pattern_config
 from uol_core.backends.c.route import emit_any
+from uol_core.backends.c.space import build_pattern_space, choose_pattern_config
 from uol_core.odl.grad import derive_grad
 from uol_core.runtime.tuningdb import TuningDB
 
@@ -98,7 +98,7 @@ def test_computed_share_counts_the_blocks_the_causal_loops_visit():
     """By hand, at S = T = 128 (forward) and 64 (backward), D = 64: the forward stops a query
     block's keys at its last query, in whole key blocks; the backward starts a key block's
     queries at the query block holding its first key."""
-    from uol_core.acg.space_attention import attention_shape, computed_share
+    from uol_core.backends.c.attention.space import attention_shape, computed_share
 
     forward = attention_shape(_causal_ops()["forward"], {"S": 128, "D": 64}, AVX512)
     assert forward.causal == 0

@@ -8,9 +8,9 @@ import torch
 
 from uol_core.acg.fixtures import fixed_target
 from uol_core.acg.fusion import plan_fusion
-from uol_core.acg.space_patterns import build_pattern_space, choose_pattern_config
 from uol_core.backends.c.loops import generic as c_generic
 from uol_core.backends.c.native import compile_c
+from uol_core.backends.c.space import build_pattern_space, choose_pattern_config
 from uol_core.odl import parse
 from uol_core.ops import load_op
 from uol_core.runtime.inputs import random_inputs

@@ -113,7 +113,7 @@ class CompiledKernel:
         from uol_core.acg.session import recorded
         cfg, src, _, space, model = self._current()
         if model is None:
-            from uol_core.acg.space_patterns import explain_pattern
+            from uol_core.backends.c.space import explain_pattern
             if space.family == "pattern":  # fusion plan, pattern space, byte roofline
                 return explain_pattern(space, cfg, src, measured)
         if model is None:  # any other space: its rules and the op's roofline

@@ -19,8 +19,6 @@ from typing import Any
 from uol_core.acg.config import TileConfig, parse_config
 from uol_core.acg.cost_model import CostModel
 from uol_core.acg.space_core import Config, as_mapping, parse_key
-from uol_core.acg.space_patterns import pattern_config, predict_seconds
-from uol_core.odl.cost import op_cost
 
 
 class TuningModel:
@@ -89,24 +87,6 @@ class GemmModel(TuningModel):
     def family(cfg: Any) -> tuple:
         """What the first measurements spread over: the register tile and its path."""
         return cfg.isa, cfg.mr, cfg.nr, cfg.path
-
-
-class PatternModel(TuningModel):
-    """The pattern kernels' roofline (acg/space_patterns.predict_seconds), in GFLOP/s of the
-    op's own work (the worker counts GEMM FLOPs only)."""
-
-    def __init__(self, op: Any, sizes: Mapping[str, int], target: Any) -> None:
-        self.op, self.sizes, self.target = op, dict(sizes), target
-        self.flops = op_cost(op, self.sizes).flops
-
-    def rank(self, configs: list) -> list[tuple[Any, float]]:
-        return sorted(((c, self.estimate(c)) for c in configs), key=lambda pair: -pair[1])
-
-    def estimate(self, cfg: Any) -> float:
-        return self.flops / predict_seconds(self.op, self.sizes, self.target, cfg) / 1e9
-
-    def parse(self, text: str) -> Any:
-        return pattern_config(parse_key(text))
 
 
 class PickFirst(TuningModel):

@@ -71,7 +71,7 @@ class CBackend:
         target = resolve_target(target)
         try:
             return Plan(op, dict(sizes), target, "gemm", lower_contraction(op, sizes))
-        except UnsupportedOp:  # every other pattern: the pattern space (acg/space_patterns.py)
+        except UnsupportedOp:  # every other pattern: the pattern space (backends/c/space.py)
             return Plan(op, dict(sizes), target, classify(op).kind)
 
     def space(self, op: Any, sizes: Mapping[str, int], target: Any):
@@ -79,7 +79,7 @@ class CBackend:
 
     def _space(self, plan: Plan):
         from uol_core.acg.space import build_space
-        from uol_core.acg.space_patterns import build_pattern_space
+        from uol_core.backends.c.space import build_pattern_space
 
         if plan.kind == "gemm":
             return build_space(plan.detail, plan.target)
@@ -88,7 +88,7 @@ class CBackend:
     def choose(self, plan: Plan, request: Any = None) -> Choice:
         """The model's top config, user overrides on top of it, or the tuned best ('tuned')."""
         if plan.kind != "gemm":
-            from uol_core.acg.space_patterns import choose_pattern_config
+            from uol_core.backends.c.space import choose_pattern_config
 
             cfg, space = choose_pattern_config(plan.op, plan.sizes, plan.target, request)
             return Choice(cfg, space)
@@ -143,7 +143,8 @@ class CBackend:
     def tuning_model(self, plan: Plan, space: Any):
         """GEMMs: the tile cost model; every other pattern: its roofline."""
         # acg's models load when a tune asks: importing the registry row stays cheap
-        from uol_core.acg.tuning_models import GemmModel, PatternModel
+        from uol_core.acg.tuning_models import GemmModel
+        from uol_core.backends.c.space import PatternModel
 
         if plan.kind == "gemm":
             return GemmModel(plan.detail, plan.target)

@@ -49,7 +49,7 @@ from uol_core.odl.ir import (
 from uol_core.odl.masks import causal_offset
 
 GENERATOR = "uol-c-flash-bwd-1"
-# The blocks a config asks for when it names none (acg/space_attention.py offers others).
+# The blocks a config asks for when it names none (backends/c/attention/space.py offers others).
 BACKWARD_BLOCKS = {"bq": 64, "bk": 64}
 
 

@@ -36,7 +36,7 @@ from uol_core.plans import AttentionPlan, attention_plan
 
 GENERATOR = "uol-c-flash-1"
 MAX_HEAD = 512  # largest D or E kept in per-thread stack tiles
-# The blocks a config asks for when it names none (acg/space_attention.py offers others); the
+# The blocks a config asks for when it names none (backends/c/attention/space.py offers others); the
 # emitter floors them to whole micro-tiles (block_units) within the padded sequence lengths.
 FORWARD_BLOCKS = {"bq": 64, "bk": 96}
 

@@ -1,9 +1,10 @@
-"""Search space of the non-GEMM C kernels (maps, rows, stencils, scans, fused ops), as named constraints.
+"""Search space of the non-GEMM C kernels (maps, rows, stencils, scans, fused ops), as named
+constraints, and the roofline model a tuning session ranks it with (`PatternModel`).
 
 Knobs: threads, chunk (outer iterations handed to a thread at a time: rows per thread),
 vec (simd length; 0 lets gcc choose) and fuse (statement fusion on/off). A bf16 GEMM and a
 flash attention (forward or backward) get the knobs their templates read instead
-(acg/space_bf16.py, acg/space_attention.py). Every hardware number
+(backends/c/gemm/space_bf16.py, backends/c/attention/space.py). Every hardware number
 (cores, vector bits, L2 size, bandwidth) comes from the HFL target; each constraint records how
 many assignments of the full product it alone removes. The cost model is a roofline on bytes.
 """
@@ -12,18 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import constraint
 
 from uol_core.acg.fusion import FusionPlan, flat_map, plan_fusion, tensors_read
-from uol_core.acg.space_attention import (
-    attention_domains_and_rules,
-    attention_shape,
-    causal_note,
-    distance_from_default,
-    predict_attention_seconds,
-)
-from uol_core.acg.space_bf16 import bf16_domains_and_rules, is_bf16_gemm, predict_bf16_seconds
 from uol_core.acg.space_core import (
     Config,
     Constraint,
@@ -32,7 +26,21 @@ from uol_core.acg.space_core import (
     keyword_test,
     parse_key,
 )
+from uol_core.acg.tuning_models import TuningModel
+from uol_core.backends.c.attention.space import (
+    attention_domains_and_rules,
+    attention_shape,
+    causal_note,
+    distance_from_default,
+    predict_attention_seconds,
+)
+from uol_core.backends.c.gemm.space_bf16 import (
+    bf16_domains_and_rules,
+    is_bf16_gemm,
+    predict_bf16_seconds,
+)
 from uol_core.odl.check import stmt_extents
+from uol_core.odl.cost import op_cost
 from uol_core.odl.ir import Op
 from uol_core.odl.shapes import shape_of
 
@@ -80,7 +88,7 @@ def _private_bytes(op: Op, sizes: Mapping[str, int], plan: FusionPlan) -> int:
 
 def build_pattern_space(op: Op, sizes: Mapping[str, int], target) -> Space:
     """Solve the space with python-constraint2; constraints carry the target's numbers. A bf16
-    GEMM gets the knobs its template reads (acg/space_bf16.py)."""
+    GEMM gets the knobs its template reads (backends/c/gemm/space_bf16.py)."""
     if is_bf16_gemm(op, sizes):
         domains, named = bf16_domains_and_rules(target)
         return _solved(domains, named, op, sizes, target)
@@ -187,7 +195,8 @@ def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
                                              preference(c))) \
         if space.configs else _defaults()
     if request == "tuned":
-        # the session imports this module (the pattern model's roofline): asked for here
+        # the session reaches this backend through the registry, which loads this module:
+        # asked for here
         from uol_core.acg.session import tuned
 
         found = tuned(op, sizes, target, "c", TUNED_BUDGET)
@@ -222,3 +231,21 @@ def explain_pattern(space: Space, cfg: Mapping, src, measured: dict | None = Non
                        legal_configs=len(space.configs), measured=dict(measured or {}),
                        hfl_facts=facts, constraints=space.report(),
                        picture=src.meta.get("fusion", ""))
+
+
+class PatternModel(TuningModel):
+    """The pattern kernels' roofline (`predict_seconds` above), in GFLOP/s of the
+    op's own work (the worker counts GEMM FLOPs only)."""
+
+    def __init__(self, op: Any, sizes: Mapping[str, int], target: Any) -> None:
+        self.op, self.sizes, self.target = op, dict(sizes), target
+        self.flops = op_cost(op, self.sizes).flops
+
+    def rank(self, configs: list) -> list[tuple[Any, float]]:
+        return sorted(((c, self.estimate(c)) for c in configs), key=lambda pair: -pair[1])
+
+    def estimate(self, cfg: Any) -> float:
+        return self.flops / predict_seconds(self.op, self.sizes, self.target, cfg) / 1e9
+
+    def parse(self, text: str) -> Any:
+        return pattern_config(parse_key(text))
