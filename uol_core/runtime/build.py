@@ -32,6 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from uol_core.backends.base import KernelSource
+from uol_core.backends.c.platforms import PLATFORMS
 
 CC = os.environ.get("UOL_CC", "gcc")
 # -march=native: the kernel runs where it is built; the ISA flag makes intrinsics explicit.
@@ -39,10 +40,9 @@ CC = os.environ.get("UOL_CC", "gcc")
 # they do not change any computed value (unlike -ffast-math, which we never use).
 BASE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
               "-fno-math-errno", "-fno-trapping-math")
-# AdvSIMD is part of every AArch64 core: NEON kernels need no flag (cross builds add the
-# target CPU's -mcpu from its HFL record).
-ISA_FLAGS = {"avx512": ("-mavx512f", "-mfma"), "avx2": ("-mavx2", "-mfma"), "neon": (),
-             "vecext": ()}
+# Each ISA's flags come from its platform file (a new ISA is one file there); cross builds add
+# the target CPU's -mcpu from its HFL record instead.
+ISA_FLAGS = {name: p.compile_flags for name, p in PLATFORMS.items()}
 # The machine flags of the normal build; every other build of the same kernel (sanitizer, cycle
 # counters) uses them too, or intrinsics the template chose for the host do not compile.
 TARGET_FLAGS = ("-march=native",)

@@ -4,8 +4,8 @@ A `Platform` names the vector operations the hand-written templates (GEMM, rows,
 attention, convolution) are built from: load, store, broadcast, fma, arithmetic, horizontal
 reductions, a vector exp, and the register tiles each named template was tuned with. The
 templates format these C snippets ({0}, {1}, {2}: operands) and never spell an intrinsic, so an
-ISA is one file here (`avx512.py`, `avx2.py`, `sve.py`, `neon.py`, `vecext.py`) plus its name
-in `_registry`.
+ISA is one file here (`avx512.py`, `avx2.py`, `sve.py`, `neon.py`, `vecext.py`), with the compiler
+flags its intrinsics need, plus its name in `_registry`.
 A vector-length-agnostic ISA (SVE) sets `vla_step`: its lane count is known only at run time,
 so it has no register tiles fixed in lanes; templates that strip-mine a loop (rows, the generic
 loop nests) step by `vla_step` under the predicate `vla_pred`, flash attention and convolution
@@ -50,6 +50,10 @@ class Platform:
     # [[vector_isa]] entry (vector width, registers); empty: the portable path, on every target.
     requires: tuple[str, ...]
     include: str  # the header the intrinsics need ("" when none)
+    # The gcc flags the intrinsics need in a native build, beside -march=native (runtime.build
+    # reads them; a cross build takes the target CPU's flags from its HFL record instead).
+    # AdvSIMD is part of every AArch64 core: NEON needs none.
+    compile_flags: tuple[str, ...]
     vec: str  # the C type of one f32 vector
     zero: str
     load: str  # aligned load of {0}

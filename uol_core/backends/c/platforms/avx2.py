@@ -20,7 +20,7 @@ static inline float uol_hsum8(__m256 v)
 """
 
 PLATFORM = x86_platform(
-    "avx2", 256, requires=("avx2", "fma"), pin="x",
+    "avx2", 256, requires=("avx2", "fma"), compile_flags=("-mavx2", "-mfma"), pin="x",
     round_template="_mm256_round_ps({0}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
     hmax="uol_hmax8({0})", hsum="uol_hsum8({0})", helpers=_HORIZONTAL,
     # conv_im2col: 6 rows x 2 vectors (12 accumulators of 16 registers), 8 micro-panels per

@@ -21,7 +21,7 @@ GEMM = GemmCosts(loads_per_cycle=1.0, streamed_b_vectors=3, streamed_b_efficienc
                  tile_update_cycles=2.0, tile_update_cycles_beyond_l2=10.0)
 
 PLATFORM = x86_platform(
-    "avx512", 512, requires=("avx512f",), pin="v",
+    "avx512", 512, requires=("avx512f",), compile_flags=("-mavx512f", "-mfma"), pin="v",
     round_template="_mm512_roundscale_ps({0}, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)",
     hmax="_mm512_reduce_max_ps({0})", hsum="_mm512_reduce_add_ps({0})",
     # conv_im2col: MR rows x NV vectors (14 x 2 = 28 accumulators of the 32 registers) and 4

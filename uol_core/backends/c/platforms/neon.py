@@ -70,7 +70,7 @@ def _vector_math(lanes: int) -> str:
 
 
 PLATFORM = Platform(
-    name="neon", requires=("neon",), include="#include <arm_neon.h>", vec="float32x4_t", zero="vdupq_n_f32(0.0f)",
+    name="neon", requires=("neon",), compile_flags=(), include="#include <arm_neon.h>", vec="float32x4_t", zero="vdupq_n_f32(0.0f)",
     load="vld1q_f32({0})", loadu="vld1q_f32({0})",  # LD1 has no alignment requirement
     store="vst1q_f32({0}, {1})", storeu="vst1q_f32({0}, {1})",
     bcast="vdupq_n_f32({0})", fma="vfmaq_f32({2}, {0}, {1})",

@@ -81,7 +81,7 @@ def _no_fixed_tiles(lanes: int) -> str:
 
 
 PLATFORM = Platform(
-    name="sve", requires=("sve",), include="#include <arm_sve.h>", vec="svfloat32_t",
+    name="sve", requires=("sve",), compile_flags=(), include="#include <arm_sve.h>", vec="svfloat32_t",
     zero="svdup_n_f32(0.0f)",
     # LD1W/ST1W need only element alignment: aligned and unaligned spellings are the same
     load="svld1_f32(uol_pg, {0})", loadu="svld1_f32(uol_pg, {0})",

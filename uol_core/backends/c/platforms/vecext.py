@@ -36,7 +36,7 @@ def _typedefs(lanes: int) -> str:
 
 
 PLATFORM = Platform(
-    name="vecext", requires=(), include="", vec="uol_vf", zero="(uol_vf){0}",
+    name="vecext", requires=(), compile_flags=(), include="", vec="uol_vf", zero="(uol_vf){0}",
     load="(*(const uol_vf *)({0}))", loadu="(*(const uol_vfu *)({0}))",
     store="(*(uol_vf *)({0}) = ({1}))", storeu="(*(uol_vfu *)({0}) = ({1}))",
     bcast="((uol_vf){{0}} + ({0}))", fma="(({0}) * ({1}) + ({2}))",

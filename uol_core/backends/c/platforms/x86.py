@@ -55,13 +55,15 @@ static inline {vec} uol_vexp({vec} x)
 """
 
 
-def x86_platform(name: str, bits: int, *, requires: tuple[str, ...], pin: str, round_template: str, hmax: str, hsum: str,
+def x86_platform(name: str, bits: int, *, requires: tuple[str, ...], compile_flags: tuple[str, ...],
+                 pin: str, round_template: str, hmax: str, hsum: str,
                  tiles: Mapping[str, tuple[int, ...]], helpers: str = "",
                  gemm: GemmCosts = GemmCosts()) -> Platform:
     """The platform of one x86 vector width."""
     p = f"_mm{bits}"
     return Platform(
-        name=name, requires=requires, include="#include <immintrin.h>", vec=f"__m{bits}",
+        name=name, requires=requires, compile_flags=compile_flags,
+        include="#include <immintrin.h>", vec=f"__m{bits}",
         zero=f"{p}_setzero_ps()", load=f"{p}_load_ps({{0}})", loadu=f"{p}_loadu_ps({{0}})",
         store=f"{p}_store_ps({{0}}, {{1}})", storeu=f"{p}_storeu_ps({{0}}, {{1}})",
         bcast=f"{p}_set1_ps({{0}})", fma=f"{p}_fmadd_ps({{0}}, {{1}}, {{2}})",
