@@ -140,8 +140,12 @@ def test_triton_row_kernel_does_not_offer_knobs_that_change_nothing():
     assert res.ok, res.error
     offered = {k["name"] for k in res.knobs}
     hidden = {h["name"]: h["reason"] for h in res.hidden_knobs}
-    assert "BLOCK" in hidden and "same kernel" in hidden["BLOCK"]
+    # the row kernel sizes its tile from the row (BLOCK_C): its space has no BLOCK to hide
+    assert offered == {"num_warps"} and "BLOCK" not in hidden
     assert not offered & set(hidden)
+    wide = compile_odl(op_text("softmax"), "triton", "h200-sxm", {"R": 1024, "C": 1024})
+    warps = next(k for k in wide.knobs if k["name"] == "num_warps")
+    assert [o["value"] for o in warps["options"] if not o["disabled"]] == [1, 2, 4, 8]
     # every knob still offered does change the kernel text
     for knob in res.knobs:
         other = next(o["value"] for o in knob["options"]

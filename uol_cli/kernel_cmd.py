@@ -270,6 +270,8 @@ def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
     from rich.progress import Progress
 
     from uol_core.runtime.tuningdb import TuningDB
+    from uol_core.runtime.untimed import NEEDS_GPU
+
     op, _, _ = read_op(file)
     sizes = _sizes(op, shape)
     if targets:
@@ -293,17 +295,37 @@ def tune_cmd(file: FileArg, shape: ShapeOpt = None, target: TargetOpt = "host",
     report = {"op": op.name, "sizes": sizes, "best": result.best.to_dict() if result.best else None,
               "best_gflops": result.best_gflops, "measurements": result.measurements,
               "stopped": result.stopped, "trials": trials}
+    untimed = _untimed_note(result, trials)
+    if untimed:  # nothing was timed: no rate at all, rather than a rate of 0
+        report.update(note=untimed, best_gflops=None)
     if as_json:
         print_json(report)
         return
     for t in trials:
-        print(f"  {t['status']:>11}  {t['gflops'] or 0:7.1f} GF/s  (model #{t['model_rank']}, "
-              f"{t['predicted_gflops']:.1f})  {t['config']}")
+        rate = f"{t['gflops']:7.1f} GF/s" if t["gflops"] else \
+            f"{NEEDS_GPU:>12}" if t["status"] == "verified" else f"{'-':>12}"
+        predicted = f", {t['predicted_gflops']:.1f}" if t["predicted_gflops"] else ""
+        print(f"  {t['status']:>11}  {rate}  (model #{t['model_rank']}{predicted})  "
+              f"{t['config']}")
+    if untimed:
+        print(untimed)
+        return
     if result.best is None:
         print(f"no timed config after {result.measurements} measurements ({result.stopped})")
         return
     print(f"best: {report['best_gflops']:.1f} GFLOP/s after {result.measurements} measurements "
           f"({result.stopped})")
+
+
+def _untimed_note(result, trials: list[dict]) -> str:
+    """The tune's verdict when configs were verified but none timed (Triton without a GPU)."""
+    from uol_core.runtime.untimed import untimed_summary
+
+    verified = sum(t["status"] == "verified" for t in trials)
+    if result.best is not None or not verified:
+        return ""
+    first = next(t for t in trials if t["status"] == "verified")  # the model's pick comes first
+    return untimed_summary(verified, len(trials), first["config"])
 
 
 def _session(op, sizes, target, backend, db, replay):

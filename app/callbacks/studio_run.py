@@ -100,6 +100,11 @@ def tune_summary(trail: list[dict], budget: int, best: dict | None) -> str:
     the best against the untuned default it measured first (where it did)."""
     verified = sum(1 for t in trail if t.get("ok"))
     head = f"{len(trail)} measured of a budget of {budget}, {verified} verified"
+    untimed = [t for t in trail if t.get("untimed")]
+    if not best and untimed:  # Triton interpreted: verified, and no time to rank them by
+        from uol_core.runtime.untimed import untimed_summary
+
+        return "✓ " + untimed_summary(len(untimed), len(trail)) + "; the knobs stay as they are."
     if not best:
         return f"No verified config: {head}."
     cfg = ", ".join(f"{k}={v}" for k, v in best["config"].items())
@@ -196,6 +201,11 @@ def progress_line(trail: list[dict], i: int, total: int) -> str:
     """'3/6 measured, 3 verified, best 12.34 GFLOP/s': a running tune's status line."""
     top = max((t.get("gflops") or 0 for t in trail), default=0)
     verified = sum(1 for t in trail if t.get("ok"))
+    untimed = sum(1 for t in trail if t.get("untimed"))
+    if untimed and not top:
+        from uol_core.runtime.untimed import untimed_progress
+
+        return untimed_progress(i, total, untimed)
     return f"{i}/{total} measured, {verified} verified, best {top:.2f} GFLOP/s"
 
 
@@ -250,7 +260,9 @@ def _tune(state: dict, budget: int, trail: list, set_progress, client: str,
     def on_step(i: int, total: int, steps: list, top: dict | None) -> None:
         step = steps[-1]
         trail.append({"i": i, "config": step["config"], "gflops": step.get("gflops") or 0.0,
-                      "ok": bool(step.get("ok") and step.get("median_s"))})
+                      "ok": bool(step.get("ok") and step.get("median_s")),
+                      # verified where nothing can time it (Triton without a GPU)
+                      "untimed": bool(step.get("ok") and not step.get("median_s"))})
         report(i, total)
 
     out = tune_measurements(state["odl"], state["backend"], state["target"], state["sizes"],

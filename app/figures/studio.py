@@ -15,7 +15,15 @@ def empty_figure(message: str) -> go.Figure:
 
 
 def tune_figure(trail: list[dict]) -> go.Figure:
-    """Each measured config (GFLOP/s) and the best so far, by measurement number."""
+    """Each measured config (GFLOP/s) and the best so far, by measurement number. A config
+    verified but not timed (`untimed`: Triton without a GPU) has no point: it has no rate."""
+    untimed = [t for t in trail if t.get("untimed")]
+    trail = [t for t in trail if not t.get("untimed")]
+    if untimed and not trail:
+        from uol_core.runtime.untimed import NEEDS_GPU
+
+        return empty_figure(f"{len(untimed)} configs verified under the Triton interpreter: "
+                            f"{NEEDS_GPU}")
     xs = [t["i"] for t in trail]
     ys = [t.get("gflops") or 0.0 for t in trail]
     best, top = [], 0.0

@@ -48,6 +48,9 @@ class QueuedRuns:
         # the search only compares trials of one op: 1 / median time orders them as GFLOP/s
         # would, also for an op whose FLOP count is zero (a copy, a gather)
         speed = 1.0 / res["median_s"] if res.get("ok") and res.get("median_s") else 0.0
+        if res.get("ok") and not speed:  # verified with nothing to time it (Triton, no GPU)
+            return {"status": "verified", "gflops": 0.0,
+                    "reason": f"verified; not timed ({res.get('mode') or 'no timer'})"}
         return {"status": "ok" if res.get("ok") else "error", "gflops": speed}
 
 
