@@ -9,10 +9,12 @@ from app.callbacks import studio as _compile_callbacks  # noqa: F401  (registers
 from app.callbacks import studio_inspect as _inspect_callbacks  # noqa: F401
 from app.callbacks import studio_pin as _pin_callbacks  # noqa: F401
 from app.callbacks import studio_run as _run_callbacks  # noqa: F401
+from app.callbacks import studio_stages as _stage_callbacks  # noqa: F401
 from app.callbacks import studio_state as _state_callbacks  # noqa: F401
 from app.callbacks import studio_tune_job as _tune_job_callbacks  # noqa: F401
 from app.callbacks.studio import EDITED, op_identity
 from app.components.codeview import code_host
+from app.components.triton_stages_view import stages_panel
 from app.figures.studio import empty_figure
 from app.services.runner import MAX_TUNE_BUDGET
 from uol_core.backends import get_backend, kernel_backend_names
@@ -204,6 +206,7 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
         html.Div(init["note"], id="studio-note", className="muted"),
         toolbar,
         html.Div([editor, kernel, knobs], className="studio-grid"),
+        stages_panel(),  # Triton's compiler stages for a GPU target, under the kernel
         inspect,
         results,
     ])
