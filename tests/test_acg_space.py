@@ -6,9 +6,9 @@ from uol_core.acg.config import TileConfig
 from uol_core.acg.cost_model import CostModel
 from uol_core.acg.explain import explain
 from uol_core.acg.fixtures import fixed_target
-from uol_core.acg.lower import lower_contraction
 from uol_core.acg.space import build_space
 from uol_core.ops import load_op
+from uol_core.plans.gemm import lower_contraction
 
 AVX2 = fixed_target()
 AVX512 = fixed_target("test-avx512", isa=("avx512f", "avx2", "fma"), vector_bits=512, registers=32)

@@ -176,4 +176,4 @@ def test_tuning_keys_name_the_backend_hash_and_read_the_older_keys(tmp_path, mon
     root = ROOT / "uol_core"
     hashed = {p.relative_to(root).as_posix() for pattern in GENERATOR_FILES
               for p in root.glob(pattern)}
-    assert {"backends/c/platforms/avx2.py", "acg/lower.py", "backends/c/rows/emitter.py"} <= hashed
+    assert {"backends/c/platforms/avx2.py", "plans/gemm.py", "backends/c/rows/emitter.py"} <= hashed

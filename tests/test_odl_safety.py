@@ -12,12 +12,12 @@ import torch
 
 import uol_core
 from uol_core.acg.fixtures import fixed_target, runnable_target
-from uol_core.acg.lower import UnsupportedOp, lower_contraction
 from uol_core.backends.c.conv import emitter as c_conv
 from uol_core.backends.c.native import compile_c
 from uol_core.backends.c.route import emit_any
 from uol_core.odl import OdlError, parse
 from uol_core.odl.pad_reach import padded_escapes
+from uol_core.plans.gemm import UnsupportedOp, lower_contraction
 from uol_core.runtime.inputs import random_inputs
 from uol_core.runtime.reference import evaluate_all
 from uol_core.runtime.verify import compare

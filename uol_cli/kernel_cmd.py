@@ -25,8 +25,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 
 def user_errors(func):
     """Compiler, build and HFL errors become one-line user errors (exit 2), never a traceback."""
-    from uol_core.acg.lower import UnsupportedOp
     from uol_core.hfl import HflError
+    from uol_core.plans.gemm import UnsupportedOp
     from uol_core.runtime.build import BuildError
 
     @wraps(func)

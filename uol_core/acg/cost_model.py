@@ -9,8 +9,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from uol_core.acg.config import TileConfig, lanes, target_isas
-from uol_core.acg.lower import GemmPlan
 from uol_core.backends.c.platforms import PLATFORMS
+from uol_core.plans.gemm import GemmPlan
 
 F32 = 4
 # Modelling constants (not hardware facts): the calibration below learns what they miss.

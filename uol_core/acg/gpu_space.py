@@ -185,7 +185,7 @@ ROW_DOMAINS = {"num_warps": [1, 2, 4, 8]}  # a row kernel sizes its tile from th
 def row_problem(op: Op, sizes: dict[str, int]) -> dict[str, Any]:
     """Rows and columns when the Triton emitter makes one fused row kernel of the op (no GEMM
     statement, every reduction over the whole row: softmax, layernorm, ...), else {}."""
-    from uol_core.backends.triton.matmul import matmul_plan
+    from uol_core.plans.gemm import matmul_plan
     from uol_core.plans.rows import row_split
 
     if any(matmul_plan(op, i) is not None for i in range(len(op.stmts))):

@@ -18,10 +18,10 @@ import constraint
 from uol_core.acg.config import TileConfig, lanes, target_isas, vector_registers
 from uol_core.acg.cost_model import BARRIER_CYCLES
 from uol_core.acg.formula import compile_formula
-from uol_core.acg.lower import GemmPlan
 from uol_core.acg.space_core import Constraint, Space, count_removed
 from uol_core.acg.stores import last_level_cache
 from uol_core.backends.c.platforms import PLATFORMS
+from uol_core.plans.gemm import GemmPlan
 
 F32 = 4  # bytes per element: the C GEMM path is f32 only (lower.py checks)
 PREFETCH_SHARE = 4  # at most 1/PREFETCH_SHARE of L1 holds data prefetched ahead (a policy, not hw)

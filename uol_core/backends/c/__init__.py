@@ -35,9 +35,9 @@ PATTERN_EMITTERS: dict[str, Callable] = {"contraction": _emit_contraction, "map"
 
 def emit(op, config, target, sizes) -> KernelSource:
     """The C kernel of `op` for bound `sizes`: a TileConfig builds the GEMM, a dict the rest."""
-    from uol_core.acg.lower import UnsupportedOp, lower_contraction
     from uol_core.backends.emit_limits import check_op_size, check_source_size
     from uol_core.odl.patterns import classify
+    from uol_core.plans.gemm import UnsupportedOp, lower_contraction
 
     check_op_size(op)
     kind = classify(op).kind

@@ -11,10 +11,10 @@ from uol_core.backends.contract import Choice, Plan, generator_hash, source_hash
 
 DEFAULT_TUNE_BUDGET = 8
 # What the C kernels are generated from (paths from uol_core/): every file of the C package
-# (entry, text toolkit, templates, platform files), the shared plans and the lowering and
-# fusion they read; `hash()` adds the compile flags.
+# (entry, text toolkit, templates, platform files), the shared plans (the GEMM lowering among
+# them) and the fusion they read; `hash()` adds the compile flags.
 GENERATOR_FILES = ("backends/c/**/*.py", "backends/base.py", "backends/emit_limits.py",
-                   "plans/**/*.py", "acg/lower.py", "acg/fusion.py")
+                   "plans/**/*.py", "acg/fusion.py")
 
 
 class CBackend:
@@ -65,8 +65,8 @@ class CBackend:
 
     def plan(self, op: Any, sizes: Mapping[str, int], target: Any) -> Plan:
         from uol_core.acg.config import resolve_target
-        from uol_core.acg.lower import UnsupportedOp, lower_contraction
         from uol_core.odl.patterns import classify
+        from uol_core.plans.gemm import UnsupportedOp, lower_contraction
 
         target = resolve_target(target)
         try:

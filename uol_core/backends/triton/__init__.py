@@ -37,8 +37,9 @@ def emit(op: Op, config: dict | None = None, target: Any = None) -> KernelSource
 def plan(op: Op, cfg: dict) -> list[KernelPart]:
     """Choose a kernel per group of statements: fused row, flash attention, matmul or generic."""
     from uol_core.backends.triton.attention import emit_flash, flash_plan
-    from uol_core.backends.triton.matmul import emit_matmul, matmul_plan
+    from uol_core.backends.triton.matmul import emit_matmul
     from uol_core.backends.triton.row import emit_row, row_plan
+    from uol_core.plans.gemm import matmul_plan
 
     if cfg.get("force_generic"):
         return _generic_parts(op, list(range(len(op.stmts))), cfg)

@@ -6,8 +6,6 @@ implicit GEMM: the operand tiles are gathered through the affine indices (h + r,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from uol_core.backends.triton.expr import Ctx, ExprEmitter, Writer, product_code, safe
 from uol_core.backends.triton.generic import (
     KernelPart,
@@ -17,57 +15,8 @@ from uol_core.backends.triton.generic import (
     tiled_reduce,
 )
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, Affine, Binary, Cast, Const, DType, Op, Reduce, Scan, walk
-from uol_core.odl.patterns import classify_stmt
-
-
-@dataclass(frozen=True)
-class MatmulPlan:
-    """Which reduction is the GEMM, its operands and constant factor, and the index roles."""
-
-    node: Reduce
-    lhs: Access
-    rhs: Access
-    scale: float
-    m: tuple[str, ...]
-    n: tuple[str, ...]
-    k: tuple[str, ...]
-    batch: tuple[str, ...]
-    epilogue: bool
-
-
-def _factors(expr) -> list:
-    if isinstance(expr, Binary) and expr.op == "mul":
-        return _factors(expr.lhs) + _factors(expr.rhs)
-    if isinstance(expr, Cast):
-        return _factors(expr.operand)
-    return [expr]
-
-
-def matmul_plan(op: Op, index: int) -> MatmulPlan | None:
-    """A plan when statement `index` is a contraction every free index of which has a role."""
-    pattern = classify_stmt(op, index)
-    roles = pattern.contraction
-    stmt = op.stmts[index]
-    if pattern.kind != "contraction" or roles is None:
-        return None
-    reduces = [n for n in walk(stmt.expr) if isinstance(n, (Reduce, Scan))]
-    node = next((n for n in reduces if isinstance(n, Reduce) and n.indices == roles.k), None)
-    if node is None or len(reduces) != 1:
-        return None
-    if set(roles.m + roles.n + roles.batch) != set(stmt.indices):
-        return None
-    factors = _factors(node.body)
-    accesses = [f for f in factors if isinstance(f, Access)]
-    consts = [f for f in factors if isinstance(f, Const)]
-    if len(accesses) != 2 or len(accesses) + len(consts) != len(factors):
-        return None
-    lhs, rhs = (accesses if accesses[0].tensor == roles.lhs else accesses[::-1])
-    scale = 1.0
-    for c in consts:
-        scale *= float(c.value)
-    return MatmulPlan(node, lhs, rhs, scale, roles.m, roles.n, roles.k, roles.batch,
-                      stmt.expr is not node)
+from uol_core.odl.ir import Access, Affine, DType, Op
+from uol_core.plans.gemm import MatmulPlan
 
 
 def emit_matmul(op: Op, index: int, plan: MatmulPlan, cfg: dict) -> KernelPart:

@@ -20,13 +20,13 @@ region at all.
 from __future__ import annotations
 
 from uol_core.acg.config import TileConfig, lanes
-from uol_core.acg.lower import GemmPlan
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c.platforms import platform
 from uol_core.backends.c.text.frame import open_entry
 from uol_core.backends.c.text.names import index_id, tensor_id
 from uol_core.backends.c.text.writer import GENERATOR_VERSION, MICRO_KERNEL, CodeWriter
 from uol_core.odl.ir import Access, Affine
+from uol_core.plans.gemm import GemmPlan
 
 
 def emit_gemm_direct(plan: GemmPlan, cfg: TileConfig, target, prepacked_b: bool = False
@@ -58,7 +58,7 @@ def emit_gemm_direct(plan: GemmPlan, cfg: TileConfig, target, prepacked_b: bool 
 def plain_store(plan: GemmPlan) -> bool:
     """Whether the kernel stores the bare sum (no epilogue, no other reads): then full tiles
     go from the accumulators straight to C, without the tile buffer."""
-    from uol_core.acg.lower import epilogue_reads
+    from uol_core.plans.gemm import epilogue_reads
 
     return (len(plan.stmts) == 1 and not epilogue_reads(plan)
             and plan.stmts[0].expr == plan.reduce)

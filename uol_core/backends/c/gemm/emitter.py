@@ -9,7 +9,6 @@ stored output; the last k block applies the epilogue while the tile is still in 
 from __future__ import annotations
 
 from uol_core.acg.config import TileConfig, lanes
-from uol_core.acg.lower import GemmPlan, epilogue_reads
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c.platforms import Platform, platform
 from uol_core.backends.c.text.expr import PRELUDE, render_epilogue
@@ -22,6 +21,7 @@ from uol_core.backends.c.text.writer import (
     render_affine,
 )
 from uol_core.odl.ir import Access, Affine
+from uol_core.plans.gemm import GemmPlan, epilogue_reads
 
 F32_BYTES = 4
 

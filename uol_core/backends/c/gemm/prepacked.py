@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 
 from uol_core.acg.config import TileConfig
-from uol_core.acg.lower import GemmPlan, epilogue_reads
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c.platforms import platform
 from uol_core.odl.ir import DType
+from uol_core.plans.gemm import GemmPlan, epilogue_reads
 
 
 class NotPrepackable(ValueError):

@@ -15,7 +15,6 @@ search space and cost model see it; the kernel keeps only NV = nr / lanes.
 from __future__ import annotations
 
 from uol_core.acg.config import TileConfig, lanes
-from uol_core.acg.lower import GemmPlan, epilogue_reads
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c.gemm.emitter import (
     PACK_A,
@@ -33,6 +32,7 @@ from uol_core.backends.c.text.frame import includes
 from uol_core.backends.c.text.names import index_id, size_id
 from uol_core.backends.c.text.writer import GENERATOR_VERSION, CodeWriter
 from uol_core.odl.ir import Access
+from uol_core.plans.gemm import GemmPlan, epilogue_reads
 
 
 def emit_gemm_sve(plan: GemmPlan, cfg: TileConfig, target) -> KernelSource:

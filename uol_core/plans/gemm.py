@@ -1,7 +1,11 @@
-"""Lower a contraction op to a GemmPlan: index roles, extents, operand accesses and the fused epilogue.
+"""The GEMM family's plans, recognised from the IR for every backend.
 
-The plan is the one fact sheet that the constraint space, the cost model and the C
-renderer read; it holds IR nodes (never text), so every stage stays on the one IR.
+`lower_contraction` lowers a whole op that is one contraction followed by maps to a GemmPlan
+(index roles, extents, operand accesses and the fused epilogue): the one fact sheet the GEMM
+space, the cost model and the C templates read. `matmul_plan` recognises one contraction
+statement of an op (which reduction, its two operands and constant factor, the index roles)
+for the Triton matmul kernel, which also takes several per op and windowed operands. Both hold
+IR nodes (never text), so every stage stays on the one IR.
 """
 
 from __future__ import annotations
@@ -10,9 +14,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, DType, Expr, Op, Reduce, Stmt, children, walk
+from uol_core.odl.ir import (
+    Access,
+    Binary,
+    Cast,
+    Const,
+    DType,
+    Expr,
+    Op,
+    Reduce,
+    Scan,
+    Stmt,
+    children,
+    walk,
+)
 from uol_core.odl.pad_reach import padded_escapes
-from uol_core.odl.patterns import classify
+from uol_core.odl.patterns import classify, classify_stmt
 from uol_core.odl.shapes import shape_of
 
 
@@ -143,3 +160,52 @@ def _walk_outside_reduce(expr: Expr):
     yield expr
     for child in children(expr):
         yield from _walk_outside_reduce(child)
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    """Which reduction is the GEMM, its operands and constant factor, and the index roles."""
+
+    node: Reduce
+    lhs: Access
+    rhs: Access
+    scale: float
+    m: tuple[str, ...]
+    n: tuple[str, ...]
+    k: tuple[str, ...]
+    batch: tuple[str, ...]
+    epilogue: bool
+
+
+def _factors(expr) -> list:
+    if isinstance(expr, Binary) and expr.op == "mul":
+        return _factors(expr.lhs) + _factors(expr.rhs)
+    if isinstance(expr, Cast):
+        return _factors(expr.operand)
+    return [expr]
+
+
+def matmul_plan(op: Op, index: int) -> MatmulPlan | None:
+    """A plan when statement `index` is a contraction every free index of which has a role."""
+    pattern = classify_stmt(op, index)
+    roles = pattern.contraction
+    stmt = op.stmts[index]
+    if pattern.kind != "contraction" or roles is None:
+        return None
+    reduces = [n for n in walk(stmt.expr) if isinstance(n, (Reduce, Scan))]
+    node = next((n for n in reduces if isinstance(n, Reduce) and n.indices == roles.k), None)
+    if node is None or len(reduces) != 1:
+        return None
+    if set(roles.m + roles.n + roles.batch) != set(stmt.indices):
+        return None
+    factors = _factors(node.body)
+    accesses = [f for f in factors if isinstance(f, Access)]
+    consts = [f for f in factors if isinstance(f, Const)]
+    if len(accesses) != 2 or len(accesses) + len(consts) != len(factors):
+        return None
+    lhs, rhs = (accesses if accesses[0].tensor == roles.lhs else accesses[::-1])
+    scale = 1.0
+    for c in consts:
+        scale *= float(c.value)
+    return MatmulPlan(node, lhs, rhs, scale, roles.m, roles.n, roles.k, roles.batch,
+                      stmt.expr is not node)
