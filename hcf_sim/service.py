@@ -93,7 +93,7 @@ def simulate(topo: Topology, collective: str, size: float, algorithm: str = "aut
              top_links: int = 10, router: Router | None = None) -> CommResult:
     """Simulate one collective on a topology, analytically or flow-by-flow.
 
-    'auto' (and NCCL's own algorithms, nvls and collnet_direct) go through NCCL's tuner: the
+    'auto' (and NCCL's own algorithms, nvls, nvls_tree and collnet_direct) go through NCCL's tuner: the
     (algorithm, protocol) NCCL would pick, timed by the flow model (`hcf_sim.simulation.nccl_flow`), so
     this, `predict`, `sweep`, `pipeline` and the IDE give one answer. A named MPI-style
     algorithm (ring, tree, rabenseifner, ...) is timed as that textbook schedule.
@@ -150,7 +150,7 @@ def simulate(topo: Topology, collective: str, size: float, algorithm: str = "aut
                             f", textbook {algorithm} schedule with {protocol} (not NCCL's tuner)")
 
 
-NCCL_ONLY = ("nvls", "collnet_direct")  # NCCL's in-switch reductions: no MPI-style schedule
+NCCL_ONLY = ("nvls", "nvls_tree", "collnet_direct")  # NCCL's in-switch reductions: no MPI-style schedule
 
 
 def tuned(topo: Topology, collective: str, size: float, algorithm: str | None = None,

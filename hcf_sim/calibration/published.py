@@ -34,7 +34,7 @@ MIB = 1 << 20
 GOAL = {">= 1 MiB": 0.10, "< 1 MiB": 0.25}  # issue 52's goal per size band
 FIT_LOG = "all_reduce_h100_ring_8.txt"  # one thread driving 8 GPUs on one NVSwitch node
 # NCCL_ALGO's names (NCCL's src/graph/tuning.cc, ncclAlgoStr) -> the model's algorithms
-NCCL_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls",
+NCCL_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree",
               "collnetdirect": "collnet_direct", "collnetchain": None, "pat": None}
 _ENV = re.compile(r"\b(NCCL_ALGO|NCCL_NVLS_ENABLE|NCCL_COLLNET_ENABLE)=([A-Za-z0-9_,^]+)")
 
@@ -89,10 +89,10 @@ def allowed_algorithms(env: dict[str, str]) -> set[str] | None:
         if missing and len(missing) == len(names):
             raise HcfError(f"NCCL_ALGO={env['NCCL_ALGO']}: {missing[0]} is not modelled")
         allowed = {NCCL_ALGOS[x] for x in names if NCCL_ALGOS[x]}
-    everything = {"ring", "tree", "nvls", "collnet_direct"}
+    everything = {"ring", "tree", "nvls", "nvls_tree", "collnet_direct"}
     allowed = set(everything if allowed is None else allowed)
     if env.get("NCCL_NVLS_ENABLE") == "0":
-        allowed.discard("nvls")
+        allowed -= {"nvls", "nvls_tree"}
     if env.get("NCCL_COLLNET_ENABLE") == "0":
         allowed.discard("collnet_direct")
     return None if allowed == everything else allowed

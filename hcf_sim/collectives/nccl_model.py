@@ -121,6 +121,9 @@ def latency_us(c: Cluster, coll: str, algo: str, proto: str) -> float:
         return _base(algo, proto) + 2 * ((ppn - 1) * intra + int(math.log2(n)) * inter)
     if algo == "nvls":
         return intra + (inter if n > 1 else 0.0)
+    if algo == "nvls_tree":
+        # NVLS inside the node, then up and down a tree of nodes (the tree's rule above)
+        return _base(algo, proto) + intra + 2 * max(1, int(math.log2(n))) * inter
     if algo == "collnet_direct":
         arity = _v(t["collnet_arity_latency_us"])
         return _base(algo, proto) + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * arity) + inter
@@ -162,6 +165,13 @@ def algbw_gbps(c: Cluster, coll: str, algo: str, proto: str) -> float:
         eff = t["nvls_efficiency"][c.generation]
         bw = c.intra_busbw * eff * ppn / (ppn + 1)
         return bw if c.nodes == 1 else min(bw, _sharp_inter(c))
+    if algo == "nvls_tree":
+        # NVLS reduces each GPU's shard inside the node; the shards' node-to-node tree crosses
+        # the NICs once each way with two nodes, and a middle node of a deeper tree takes two
+        # children's shards through its NICs (NCCL's tuning.cc: bwInter, halved beyond 2 nodes)
+        eff = t["nvls_efficiency"][c.generation]
+        inter = c.nics_per_node * c.nic_gbps * (1.0 if c.nodes <= 2 else 0.5)
+        return min(c.intra_busbw * eff * ppn / (ppn + 1), inter)
     if algo == "collnet_direct":
         # reduce-scatter and all-gather inside the node (ring traffic 2 (g-1)/g S per GPU),
         # each node's shards reduced once by the IB switches: S / (NICs x NIC rate)
@@ -185,6 +195,10 @@ def available(c: Cluster, coll: str) -> tuple[list[tuple[str, str]], dict[str, s
         else:
             excluded["nvls"] = ("needs NVSwitch multicast (NVLS) in the node, and across nodes "
                                 "also switch reduction (SHARP)")
+        if c.nvls and c.nodes > 1:  # NCCL's NVLS_TREE: needs NVLS in the node, no SHARP
+            pairs.append(("nvls_tree", "Simple"))
+        else:
+            excluded["nvls_tree"] = "needs NVSwitch multicast (NVLS) in the node and more than one node"
         if c.sharp and c.nodes > 1:
             pairs.append(("collnet_direct", "Simple"))
         else:

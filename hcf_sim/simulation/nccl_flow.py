@@ -189,6 +189,16 @@ def traffic_drain(fab: Fabric, router: Router, coll: str, algo: str, size: float
         local = [(r, fab.nvswitch[r // g], up) for r in range(p) for up in (True, False)]
         return _flows(router, [], [], routing, local + inter,
                       [size * (g + 1) / g / eff] * len(local) + inter_bytes, load)
+    if algo == "nvls_tree":
+        # NVLS in every node; GPU i of each node owns shard i and sends it up a binary tree of
+        # nodes on its own rail, the result coming back down the same tree
+        eff = t["nvls_efficiency"][c.generation]
+        local = [(r, fab.nvswitch[r // g], up) for r in range(p) for up in (True, False)]
+        pairs = [(child * g + i, parent * g + i)
+                 for k in range(1, n) for child, parent in ((k, (k - 1) // 2),) for i in range(g)]
+        pairs += [(b, a) for a, b in pairs]
+        return _flows(router, pairs, [size / g] * len(pairs), routing, local,
+                      [size * (g + 1) / g / eff] * len(local), load)
     if algo == "collnet_direct":
         pairs = [(k * g + i, k * g + (i + 1) % g) for k in range(n) for i in range(g)] if g > 1 else []
         return _flows(router, pairs, [size * 2 * (g - 1) / g] * len(pairs), routing, inter, inter_bytes, load)
