@@ -1,7 +1,7 @@
 """The model against published nccl-tests logs of real clusters.
 
-Each log names its source and, in a `# hcf system: KIND --nodes N [--link L] [--sharp]` line, the
-topology of its machine. The NCCL settings the run used (`NCCL_ALGO=RING`, `NCCL_NVLS_ENABLE=0`,
+Each log names its source and, in a `# hcf system: KIND --nodes N [--link L] [--sharp] [--intra
+nvlink3] [--gpus-per-server G]` line, the topology of its machine. The NCCL settings the run used (`NCCL_ALGO=RING`, `NCCL_NVLS_ENABLE=0`,
 `NCCL_COLLNET_ENABLE=0`), where its header lines state them, restrict the tuner as they restrict
 NCCL. Every size is predicted by the one model every view uses (NCCL's tuner, its pick timed
 flow by flow) plus one fitted term, and compared per collective and size band.
@@ -68,13 +68,17 @@ def read_system(path: Path) -> LogSystem:
 
 def _spec(path: Path, n: int, line: str) -> dict:
     words = line.split(":", 1)[1].split()
+
+    def option(name: str, default):
+        return words[words.index(name) + 1] if name in words else default
+
     try:
-        return {"kind": words[0], "nodes": int(words[words.index("--nodes") + 1]),
-                "link": words[words.index("--link") + 1] if "--link" in words else None,
-                "sharp": "--sharp" in words}
+        return {"kind": words[0], "nodes": int(option("--nodes", "")), "link": option("--link", None),
+                "sharp": "--sharp" in words, "intra": option("--intra", "nvlink4"),
+                "gpus_per_server": int(option("--gpus-per-server", 8))}
     except (ValueError, IndexError):
-        raise HcfError(f"{path.name}:{n}: expected '# hcf system: KIND --nodes N "
-                       f"[--link L] [--sharp]', got {line!r}") from None
+        raise HcfError(f"{path.name}:{n}: expected '# hcf system: KIND --nodes N [--link L] [--sharp] "
+                       f"[--intra nvlink3] [--gpus-per-server G]', got {line!r}") from None
 
 
 def allowed_algorithms(env: dict[str, str]) -> set[str] | None:
@@ -127,7 +131,8 @@ def check(path: Path, launch_us: float = 0.0, fitted_sizes: frozenset[int] = fro
     sizes not fitted on (`fitted_sizes`, which only the fit log has)."""
     system = read_system(path)
     spec = system.spec
-    topo = build_topology(spec["kind"], spec["nodes"], spec["link"], sharp=spec["sharp"])
+    topo = build_topology(spec["kind"], spec["nodes"], spec["link"], sharp=spec["sharp"], intra=spec["intra"],
+                          gpus_per_server=spec["gpus_per_server"])
     router, allowed, p = Router(topo), allowed_algorithms(system.env), len(topo.gpus)
     launch = launch_us * (system.gpus_per_thread - 1)
     rows = []
@@ -192,8 +197,10 @@ def markdown(folder: Path) -> list[str]:
             continue
         s = c["system"]
         env = ", ".join(f"{k}={v}" for k, v in sorted(c["env"].items()))
+        server = "" if s["intra"] == "nvlink4" and s["gpus_per_server"] == 8 else \
+            f", {s['gpus_per_server']} GPUs per server on {s['intra']}"
         name = (f"{s['kind']} {s['nodes']} GPUs, {s['link'] or 'default links'}{', SHARP' if s['sharp'] else ''}"
-                f"{f' ({env})' if env else ''}")
+                f"{server}{f' ({env})' if env else ''}")
         for coll in sorted({r["collective"] for r in c["rows"]}):
             rows = [r for r in c["rows"] if r["collective"] == coll]
             last = rows[-1]

@@ -1,4 +1,4 @@
-"""Link and protocol presets (NVLink4, InfiniBand NDR, RoCE 200G, 100G TCP, PCIe Gen5), each number with its source."""
+"""Link and protocol presets (NVLink4, NVLink3, InfiniBand NDR, RoCE 200G, 100G TCP, PCIe Gen5), each number with its source."""
 
 from __future__ import annotations
 
@@ -54,6 +54,12 @@ PRESETS: dict[str, LinkPreset] = {
          "efficiency": "SimAI calbusbw.h SM90_NVLINK_BW 20.6 x 18 links = 370.8 GB/s busbw; ASTRA-sim config 'max observed busbw = 370.67'",
          "hop_latency": "SimAI gen_Topo_Template.py nv_latency 0.000025 ms = 25 ns",
          "step_latency": "NCCL 2.30 tuning.cc hwLat NVLINK ring LL/LL128/Simple = 0.6/1.9/3.4 us"}),
+    "nvlink3": LinkPreset(
+        "nvlink3", 300 * GB, 240.0 / 300, 25e-9, _steps(0.6, 1.9, 3.4),
+        {"line_rate": "NVIDIA A100 datasheet: 600 GB/s NVLink per GPU (12 third-generation links) = 300 GB/s per direction",
+         "efficiency": "NCCL src/graph/topo.h SM80_NVLINK_BW 20.0 GB/s per link x 12 links = 240 GB/s",
+         "hop_latency": "assumed equal to NVLink4's (SimAI 25 ns)",
+         "step_latency": "NCCL tuning.cc hwLat NVLINK ring LL/LL128/Simple = 0.6/1.9/3.4 us (one table for NVLink)"}),
     "ib_ndr": LinkPreset(
         "ib_ndr", 50 * GB, 48.5 / 50, 500e-9, _steps(2.7, 4.0, 14.0),
         {"line_rate": "InfiniBand NDR 400 Gb/s per port = 50 GB/s",

@@ -271,10 +271,12 @@ def _near_cube(n: int, d: int) -> tuple[int, ...]:
 
 
 def build_topology(kind: str, nodes: int, link: str | None = None, oversubscription: float = 1.0,
-                   gpus_per_server: int = 8, path: str | None = None, sharp: bool = False) -> Topology:
+                   gpus_per_server: int = 8, path: str | None = None, sharp: bool = False,
+                   intra: str = "nvlink4") -> Topology:
     """Build a topology of the named kind with `nodes` GPUs (the CLI's --topology/--nodes); with
-    `sharp` its InfiniBand switches reduce in the network (SHARP, NCCL's CollNet)."""
-    topo = _build(kind, nodes, link, oversubscription, gpus_per_server, path)
+    `sharp` its InfiniBand switches reduce in the network (SHARP, NCCL's CollNet); `intra` is the
+    link inside a rail server (nvlink3 for A100 servers)."""
+    topo = _build(kind, nodes, link, oversubscription, gpus_per_server, path, intra)
     if sharp:
         if kind not in ("rail", "fat-tree"):
             raise HcfError(f"--sharp needs InfiniBand switches (rail or fat-tree), not {kind}")
@@ -285,7 +287,7 @@ def build_topology(kind: str, nodes: int, link: str | None = None, oversubscript
 
 
 def _build(kind: str, nodes: int, link: str | None, oversubscription: float, gpus_per_server: int,
-           path: str | None) -> Topology:
+           path: str | None, intra: str = "nvlink4") -> Topology:
     check_name("topology", kind)
     check_ranks(nodes)
     if kind == "fat-tree":
@@ -306,7 +308,7 @@ def _build(kind: str, nodes: int, link: str | None, oversubscription: float, gpu
     if kind == "rail":
         if nodes % gpus_per_server:
             raise HcfError(f"rail-optimised clusters need nodes divisible by {gpus_per_server} GPUs per server, got {nodes}")
-        return rail_optimized(nodes // gpus_per_server, gpus_per_server, nic=link or "ib_ndr",
+        return rail_optimized(nodes // gpus_per_server, gpus_per_server, nic=link or "ib_ndr", nvlink=intra,
                               oversubscription=oversubscription)
     if kind == "ring":
         return ring(nodes, link or "nvlink4")

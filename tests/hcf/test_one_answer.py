@@ -163,3 +163,23 @@ def test_a_published_log_without_its_system_line_names_the_file(tmp_path):
     bad.write_text("# hcf system: rail --nodes sixteen\n")
     with pytest.raises(HcfError, match=r"log.txt:1: expected '# hcf system"):
         check(bad)
+
+
+def test_a100_servers_on_nvlink3_run_the_ring_at_nccls_nvlink_rate():
+    from hcf_sim.fabric.topology import build_topology
+    from hcf_sim.service import simulate
+
+    res = simulate(build_topology("rail", 8, intra="nvlink3"), "allreduce", 1 << 30)
+    assert res.algorithm == "ring"  # Ampere has no NVLS
+    assert res.busbw / 1e9 == pytest.approx(240.0, rel=0.05)  # NCCL's SM80 20 GB/s x 12 links
+
+
+def test_two_nvswitch_nodes_without_sharp_reduce_by_nvls_tree_above_the_rings_nic_bound():
+    from hcf_sim.fabric.topology import build_topology
+    from hcf_sim.service import simulate
+
+    topo = build_topology("rail", 16, "ib_ndr")
+    res = simulate(topo, "allreduce", 8 << 30)
+    assert res.algorithm == "nvls_tree"
+    ring = simulate(topo, "allreduce", 8 << 30, "ring")
+    assert res.busbw > ring.busbw * 1.2  # the ring is bound by the NICs; the tree crosses them once
