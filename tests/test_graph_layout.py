@@ -75,8 +75,9 @@ def test_the_figure_draws_each_label_at_the_layouts_width_one_pixel_per_unit():
     assert fig.layout.width - m.l - m.r == pytest.approx(xr[1] - xr[0])
     assert fig.layout.height - m.t - m.b == pytest.approx(yr[0] - yr[1])
     assert label_width("fc1") == layout.boxes["fc1"].width
+    assert sorted(labelled.text) == sorted(g.nodes)  # one label a node, none empty
     # a click anywhere across a wide box picks its node: several targets carry its name
-    picks = [d[0] for d in labelled.customdata]
+    picks = [d[0] for t in fig.data if t.customdata is not None for d in t.customdata]
     assert picks.count("out_proj") >= 3
 
 

@@ -42,7 +42,7 @@ def operator_graph(g: nx.DiGraph, times_ms: Mapping[str, float] | None = None,
                                                 color="#111" if node == selected
                                                 else colour_of.get(node, "#8a93a3")))
     _outline_groups(fig, layout, groups, colour_of)
-    fig.add_trace(_node_trace(layout, times, groups, labels))
+    fig.add_traces(_node_traces(layout, times, groups, labels))
     if times:  # the colour key of the box fills
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", showlegend=False,
                                  hoverinfo="skip", marker=dict(
@@ -76,27 +76,35 @@ def _edge_trace(layout: Layout) -> go.Scatter:
                                            for i in range(len(xs))]))
 
 
-def _node_trace(layout: Layout, times: Mapping[str, float], groups: Mapping[str, str],
-                labels: Mapping[str, str]) -> go.Scatter:
-    """The boxes' labels and their click targets: a point every HIT_STEP pixels across each
-    box (a click anywhere on it picks the node), the label on the centre point only."""
-    xs, ys, text, data = [], [], [], []
+def _node_traces(layout: Layout, times: Mapping[str, float], groups: Mapping[str, str],
+                 labels: Mapping[str, str]) -> list[go.Scatter]:
+    """The boxes' labels (one point at each centre) and their click targets (a point every
+    HIT_STEP pixels across each box, so a click anywhere on it picks the node). Two traces:
+    a trace mixing empty and non-empty texts loses labels when plotly updates it in place."""
+    hover = ("<b>%{customdata[0]}</b> %{customdata[1]}<br>fused group %{customdata[3]}<br>"
+             "%{customdata[2]:.3f} ms (-1: not run)<br>click: open its fused group in the "
+             "Studio<extra></extra>")
+    centre: dict[str, list] = {"x": [], "y": [], "text": [], "data": []}
+    across: dict[str, list] = {"x": [], "y": [], "data": []}
     for node, box in layout.boxes.items():
         t = times.get(node)
         row = [node, labels.get(node, ""), t if t is not None else -1, groups.get(node, node)]
+        centre["x"].append(box.x)
+        centre["y"].append(box.y)
+        centre["text"].append(node)
+        centre["data"].append(row)
         half = int((box.width / 2 - 4) // HIT_STEP)
-        for k in [0, *(s * i for i in range(1, half + 1) for s in (-1, 1))]:
-            xs.append(box.x + k * HIT_STEP)
-            ys.append(box.y)
-            text.append(node if k == 0 else "")
-            data.append(row)
-    return go.Scatter(
-        x=xs, y=ys, mode="markers+text", text=text, textposition="middle center",
-        textfont=dict(family=MONOSPACE, size=FONT_PX, color="#1d2330"), showlegend=False,
-        customdata=data, marker=dict(size=HIT_STEP, symbol="square", color="rgba(0,0,0,0)"),
-        hovertemplate=("<b>%{customdata[0]}</b> %{customdata[1]}<br>fused group "
-                       "%{customdata[3]}<br>%{customdata[2]:.3f} ms (-1: not run)<br>click: "
-                       "open its fused group in the Studio<extra></extra>"))
+        for k in (s * i for i in range(1, half + 1) for s in (-1, 1)):
+            across["x"].append(box.x + k * HIT_STEP)
+            across["y"].append(box.y)
+            across["data"].append(row)
+    target = dict(size=HIT_STEP, symbol="square", color="rgba(0,0,0,0)")
+    return [go.Scatter(x=across["x"], y=across["y"], mode="markers", customdata=across["data"],
+                       marker=target, hovertemplate=hover, showlegend=False),
+            go.Scatter(x=centre["x"], y=centre["y"], mode="markers+text", text=centre["text"],
+                       textposition="middle center", customdata=centre["data"], marker=target,
+                       textfont=dict(family=MONOSPACE, size=FONT_PX, color="#1d2330"),
+                       hovertemplate=hover, showlegend=False)]
 
 
 def _group_colours(groups: Mapping[str, str], boxes: Mapping) -> dict[str, str]:
