@@ -70,3 +70,30 @@ def test_the_forward_with_saves_is_one_plan_that_only_c_renders():
     plan = attention_plan(split)  # O = z / l written out, z returned too
     assert plan is not None and plan.split and plan.saves == ("mx", "l", "z")
     assert c_attention.flash_plan(split) == plan and triton_attention.flash_plan(split) is None
+
+
+
+@pytest.mark.parametrize("scan", ["cumsum", "cummax", "cumprod"])
+def test_the_scan_plan_takes_one_running_reduction_and_the_c_template_adds_its_length(scan):
+    from uol_core.backends.c.scan import emitter as c_scan
+    from uol_core.plans.scan import scan_plan
+
+    op = parse(f"op s(X: f32[N]) -> Y: f32[N]:\n    Y[i] = {scan}[i](X[i] * 2.0)\n")
+    plan = scan_plan(op)
+    assert plan.scan.op == scan and plan.index == "i"
+    long, short = c_scan.SCAN_PARALLEL_MIN * 4, c_scan.SCAN_PARALLEL_MIN
+    assert c_scan.scan_fits(op, {"N": long}, threads=4)
+    assert not c_scan.scan_fits(op, {"N": short}, threads=4)  # too short to split
+    assert not c_scan.scan_fits(op, {"N": long}, threads=1)
+
+
+@pytest.mark.parametrize("text", [
+    "op rows(X: f32[R, C]) -> Y: f32[R, C]:\n    Y[r, c] = cumsum[c](X[r, c])\n",  # two indices
+    "op m(X: f32[N]) -> Y: f32[N]:\n    Y[i] = X[i] * 2.0\n",  # no scan
+    "op n(X: f32[N]) -> Y: f32[N]:\n    Y[i] = cumsum[i](X[i]) + 1.0\n",  # scan inside a map
+    "op k(X: i32[N]) -> Y: i32[N]:\n    Y[i] = cumsum[i](X[i])\n",  # not float
+])
+def test_the_scan_plan_declines_every_other_op(text):
+    from uol_core.plans.scan import scan_plan
+
+    assert scan_plan(parse(text)) is None

@@ -16,7 +16,8 @@ from uol_core.backends.c.text.frame import includes, open_entry
 from uol_core.backends.c.text.names import index_id, size_id, tensor_id
 from uol_core.backends.c.text.writer import CodeWriter
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, Op, Reduce, Scan, walk
+from uol_core.odl.ir import Access, Op, Scan
+from uol_core.plans.scan import scan_plan
 
 GENERATOR = "uol-c-scan-1"
 SCAN_PARALLEL_MIN = 1 << 15  # elements per thread below which a parallel scan does not pay
@@ -25,16 +26,11 @@ COMBINE = {"cumsum": ("0", "{a} + {b}"), "cumprod": ("1", "{a} * {b}"),
 
 
 def scan_fits(op: Op, sizes: Mapping[str, int], threads: int) -> bool:
-    """One statement, one index, the whole expression a scan of a reduction-free float body."""
-    if len(op.stmts) != 1 or len(op.stmts[0].indices) != 1 or threads < 2:
+    """A scan plan (`uol_core.plans.scan`) long enough that splitting it over `threads` pays."""
+    plan = scan_plan(op)
+    if plan is None or threads < 2:
         return False
-    stmt = op.stmts[0]
-    e = stmt.expr
-    if not isinstance(e, Scan) or any(isinstance(n, (Reduce, Scan)) for n in walk(e.body)):
-        return False
-    if not op.tensor(stmt.target).dtype.is_float or any(not d.dtype.is_float for d in op.inputs):
-        return False
-    n = stmt_extents(op, 0).free[stmt.indices[0]].evaluate(dict(sizes))
+    n = stmt_extents(op, 0).free[plan.index].evaluate(dict(sizes))
     return n >= SCAN_PARALLEL_MIN * threads
 
 
