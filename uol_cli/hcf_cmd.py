@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -28,7 +29,8 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except HcfError as exc:
-            Console(stderr=True).print(f"[red]error:[/red] {exc}")
+            # soft wrap: the error stays one line however narrow the terminal (scripts grep it)
+            Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
             raise typer.Exit(2) from None
     return run
 

@@ -179,6 +179,7 @@ class _LogReader:
         self.header: _Header | None = None
         self.run: NcclRun | None = None
         self.pending_name: str | None = None
+        self.unread_header: tuple[int, str] | None = None  # a column header of a layout not known
         m = _PERF_NAME.search(source) or _FILE_NAME.search(source)
         self.file_name = m.group(1) if m else None
 
@@ -209,6 +210,8 @@ class _LogReader:
         if (self._thread_line(tokens) or self._rank_line(tokens) or self._header_line(tokens)
                 or self._average_line(body)):
             return
+        if {x.lower() for x in tokens} & {"size", "bytes"} and len(tokens) >= 3:
+            self.unread_header = (lineno, body)
         if comment or not re.fullmatch(r"\d+", tokens[0]):
             return  # banners, units, NCCL INFO lines, warnings: not rows
         self._result_row(lineno, body, tokens)
@@ -251,6 +254,10 @@ class _LogReader:
         return True
 
     def _result_row(self, lineno: int, body: str, tokens: list[str]) -> None:
+        if (self.header is None or self.run is None) and self.unread_header:
+            at, text = self.unread_header
+            raise HcfError(f"{self.source}:{at}: unknown nccl-tests layout: columns {text[:80]!r}; expected "
+                           "size, count, type (redop, root), then time, algbw, busbw per placement")
         if self.header is None or self.run is None:
             raise HcfError(f"{self.source}:{lineno}: a result row before any column header (a line "
                            "with size, count, type, time, algbw, busbw); is the start of the log "
