@@ -45,10 +45,15 @@ def test_only_an_indented_import_with_its_reason_is_deferred(monkeypatch):
              "    # loaded when asked for: importing this module stays cheap",
              "    from e import f",
              "    from g import h",
-             "    from i import j  # a heavy dependency, kept off the import path"]
+             "    from i import j  # a heavy dependency, kept off the import path",
+             "",
+             "    from k import l",
+             "    x = 1",
+             "    from m import n"]
     monkeypatch.setattr(import_cycles, "source_lines", lambda module: lines)
-    imports = (1, 3, 5, 6, 7)  # the line numbers of the import statements
-    assert [import_cycles.is_deferred("m", n) for n in imports] == [False, False, True, True, True]
+    imports = (1, 3, 5, 6, 7, 9, 11)  # the line numbers of the import statements
+    assert [import_cycles.is_deferred("m", n) for n in imports] == [
+        False, False, True, True, True, True, False]
 
 
 def test_the_repository_has_no_circle_across_families():

@@ -90,7 +90,7 @@ def source_lines(module: str) -> list[str]:
 def is_deferred(module: str, line_number: int) -> bool:
     """Whether the import at `line_number` of `module` is indented (inside a function or block)
     and says why: a comment on its line, or the comment line right above the run of import
-    lines it belongs to."""
+    lines (blank lines between them too) it belongs to."""
     lines = source_lines(module)
     line = lines[line_number - 1]
     if not line[:1].isspace():
@@ -100,7 +100,8 @@ def is_deferred(module: str, line_number: int) -> bool:
     above = line_number - 2
     while above >= 0:
         text = lines[above].strip()
-        if text.startswith(("from ", "import ")) or text.endswith(",") or text in (")", "("):
+        if not text or text.startswith(("from ", "import ")) or text.endswith(",") \
+                or text in (")", "("):
             above -= 1
             continue
         return text.startswith("#")

@@ -36,20 +36,23 @@ AUTO_BY_TARGET_KIND = {"gpu": "triton"}  # what "auto" means per HFL target kind
 AUTO_DEFAULT = "c"  # ... and for every other kind
 
 
+# A row's module loads when the backend is first asked for: importing the registry stays
+# cheap, and the rows (which import acg, whose tuning session asks this registry) stay out of
+# its import.
 def _c() -> Backend:
-    from uol_core.backends.c.backend import CBackend
+    from uol_core.backends.c.backend import CBackend  # see above
 
     return CBackend()
 
 
 def _triton() -> Backend:
-    from uol_core.backends.triton.backend import TritonBackend
+    from uol_core.backends.triton.backend import TritonBackend  # loaded when asked for
 
     return TritonBackend()
 
 
 def _reference() -> Backend:
-    from uol_core.backends.reference_backend import ReferenceBackend
+    from uol_core.backends.reference_backend import ReferenceBackend  # loaded when asked for
 
     return ReferenceBackend()
 
@@ -79,6 +82,7 @@ def backend_choices() -> tuple[str, ...]:
 def resolve_name(name: str, target: Any = None) -> str:
     """The backend `name` means on `target`: "auto" is Triton on a GPU target, else C."""
     if name == AUTO:
+        # only "auto" needs the target: acg loads when asked, not with the registry
         from uol_core.acg.config import resolve_target
 
         kind = getattr(resolve_target(target if target is not None else "host"), "kind", "cpu")

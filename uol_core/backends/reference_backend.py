@@ -22,6 +22,7 @@ class ReferenceKernel:
         self.source, self.op = source, op
 
     def run_with(self, tensors: Mapping, out: Any = None) -> dict:
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.runtime.reference import evaluate_all
 
         outs = evaluate_all(self.op, dict(tensors))
@@ -37,12 +38,14 @@ class ReferenceBackend:
     label = "Reference (torch evaluator)"  # how user interfaces name it
 
     def plan(self, op: Any, sizes: Mapping[str, int], target: Any) -> Plan:
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.acg.config import resolve_target
         from uol_core.odl.patterns import classify
 
         return Plan(op, dict(sizes), resolve_target(target), classify(op).kind)
 
     def space(self, op: Any, sizes: Mapping[str, int], target: Any):
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.acg.space_core import Config, Space
 
         return Space({}, [], [Config()], notes=["the reference evaluator has no knobs"])
@@ -52,6 +55,7 @@ class ReferenceBackend:
 
     def emit(self, plan: Plan, config: Any) -> KernelSource:
         """The 'source' is the ODL itself: the evaluator runs the IR, line for line."""
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.odl.printer import format_op
 
         text = plan.op.source or format_op(plan.op)

@@ -17,11 +17,13 @@ from uol_core.backends.base import KernelSource
 
 
 def _emit_contraction(plan, config, target) -> KernelSource:
+    # a template loads when its first kernel is emitted: importing this entry stays cheap
     from uol_core.backends.c.gemm.emitter import emit_gemm
     return emit_gemm(plan, config, target)
 
 
 def _emit_pattern(op, sizes, config, target) -> KernelSource:
+    # the router and its templates load when the first pattern kernel is emitted
     from uol_core.backends.c.route import emit_any
     return emit_any(op, sizes, target, config)
 
@@ -35,6 +37,7 @@ PATTERN_EMITTERS: dict[str, Callable] = {"contraction": _emit_contraction, "map"
 
 def emit(op, config, target, sizes) -> KernelSource:
     """The C kernel of `op` for bound `sizes`: a TileConfig builds the GEMM, a dict the rest."""
+    # loaded with the first kernel, as the templates are: importing this entry stays cheap
     from uol_core.backends.emit_limits import check_op_size, check_source_size
     from uol_core.odl.patterns import classify
     from uol_core.plans.gemm import UnsupportedOp, lower_contraction

@@ -35,6 +35,7 @@ class CBackend:
         """Why this backend cannot run `op` on these tensors' dtypes (None: it can). bf16 data
         runs only where the op declares it bf16 and the bf16 GEMM template recognises the op;
         every other bf16 op goes to another backend, with this as the reason."""
+        # loaded when asked for: importing the registry row stays cheap
         import torch
 
         from uol_core.backends.c.gemm import bf16 as c_gemm_bf16
@@ -59,11 +60,13 @@ class CBackend:
     def whole_op(self, op: Any) -> bool:
         """Whether a template takes `op` as a whole (flash attention), which beats splitting it
         at its contractions."""
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.backends.c.route import whole_op_template
 
         return whole_op_template(op)
 
     def plan(self, op: Any, sizes: Mapping[str, int], target: Any) -> Plan:
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.acg.config import resolve_target
         from uol_core.odl.patterns import classify
         from uol_core.plans.gemm import UnsupportedOp, lower_contraction
@@ -78,6 +81,7 @@ class CBackend:
         return self._space(self.plan(op, sizes, target))
 
     def _space(self, plan: Plan):
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.acg.space import build_space
         from uol_core.backends.c.space import build_pattern_space
 
@@ -88,6 +92,7 @@ class CBackend:
     def choose(self, plan: Plan, request: Any = None) -> Choice:
         """The model's top config, user overrides on top of it, or the tuned best ('tuned')."""
         if plan.kind != "gemm":
+            # loaded when asked for: importing the registry row stays cheap
             from uol_core.backends.c.space import choose_pattern_config
 
             cfg, space = choose_pattern_config(plan.op, plan.sizes, plan.target, request)
@@ -95,6 +100,7 @@ class CBackend:
         return _choose_tile(plan, request)
 
     def emit(self, plan: Plan, config: Any) -> KernelSource:
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.acg.config import TileConfig
         from uol_core.backends.c import emit
 
@@ -102,6 +108,7 @@ class CBackend:
             config = TileConfig.from_config(config)
         elif plan.kind != "gemm":
             config = dict(config or {})
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.runtime.cross import for_target
 
         # a kernel for a CPU of another architecture is built for it and run under emulation
@@ -112,13 +119,16 @@ class CBackend:
         which converts inputs to their declared dtypes; under the emulator (EmulatedKernel) for
         a kernel built for another architecture."""
         if source.meta.get("cross"):
+            # loaded when asked for: importing the registry row stays cheap
             from uol_core.runtime.emulate import EmulatedKernel
 
             return EmulatedKernel(source, plan.op, plan.sizes, float32_only=plan.kind == "gemm")
         if plan.kind != "gemm":
+            # loaded when asked for: importing the registry row stays cheap
             from uol_core.backends.c.native import CKernel
 
             return CKernel(source, plan.op, plan.sizes)
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.odl.shapes import shape_of
         from uol_core.runtime.build import build
         from uol_core.runtime.native import NativeKernel
@@ -172,6 +182,7 @@ class CBackend:
 
 
 def _choose_tile(plan: Plan, request: Any) -> Choice:
+    # loaded when asked for: importing the registry row stays cheap
     from uol_core.acg.config import lanes, named_keys, parse_config, target_isas
     from uol_core.acg.cost_model import CostModel
     from uol_core.acg.space import build_space

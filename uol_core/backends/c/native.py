@@ -66,6 +66,7 @@ def compile_c(op: Op, shapes: Mapping, target=None, config: Mapping | None = Non
               emitter=None) -> CKernel:
     """Emit (best path unless `emitter` is given), build and load the C kernel of `op`; for a
     target of another architecture, an EmulatedKernel (same calls, run under the emulator)."""
+    # loaded when a kernel is compiled: importing the loader stays cheap
     from uol_core.backends.c.route import emit_any
     from uol_core.runtime.cross import for_target
 
@@ -73,6 +74,7 @@ def compile_c(op: Op, shapes: Mapping, target=None, config: Mapping | None = Non
     target = _resolved(target)
     src = for_target((emitter or emit_any)(op, sizes, target, config), target)
     if src.meta.get("cross"):
+        # loaded when a kernel is compiled: importing the loader stays cheap
         from uol_core.runtime.emulate import EmulatedKernel
 
         return EmulatedKernel(src, op, sizes)  # type: ignore[return-value]
@@ -82,6 +84,7 @@ def compile_c(op: Op, shapes: Mapping, target=None, config: Mapping | None = Non
 def _resolved(target):
     """The HFL Target of a name (None stays None: the host)."""
     if isinstance(target, str):
+        # loaded when a kernel is compiled: importing the loader stays cheap
         from uol_core.acg.config import resolve_target
 
         return resolve_target(target)

@@ -38,8 +38,9 @@ class Route:
 
 @cache
 def routes() -> tuple[Route, ...]:
-    """The template rows, in the order they are tried (imported on first use: the emitters
-    import this package's shared modules)."""
+    """The template rows, in the order they are tried."""
+    # the templates load when the first op is emitted: importing the router (the runtime asks
+    # it `whole_op_template`) stays cheap
     from uol_core.backends.c.attention import backward as c_attention_bwd
     from uol_core.backends.c.attention import forward as c_attention
     from uol_core.backends.c.conv import emitter as c_conv
@@ -69,6 +70,7 @@ def routes() -> tuple[Route, ...]:
 def whole_op_template(op: Op) -> bool:
     """Whether a template takes `op` as a whole (flash attention, forward or backward), which
     beats splitting a multi-statement op at its contractions into one kernel per group."""
+    # the attention templates load when asked (see `routes`)
     from uol_core.backends.c.attention import backward as c_attention_bwd
     from uol_core.backends.c.attention import forward as c_attention
 
@@ -78,6 +80,7 @@ def whole_op_template(op: Op) -> bool:
 def emit_any(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None) -> KernelSource:
     """The best C kernel this backend has for `op` at `sizes` (never refuses a valid op).
     The knob `generic` skips every template."""
+    # the generic emitter loads when the first op is emitted (see `routes`)
     from uol_core.backends.c.loops import generic as c_generic
     from uol_core.odl.pad_reach import padded_escapes
 

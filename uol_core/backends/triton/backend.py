@@ -19,6 +19,7 @@ class TritonKernel:
     """Emitted Triton source loaded for one op: runs on named tensors, returns outputs by name."""
 
     def __init__(self, source: KernelSource, op: Any) -> None:
+        # loaded when asked for: importing the registry row stays cheap
         from pathlib import Path
 
         from uol_core.runtime.triton_runner import INTERPRETED_NOTE, gpu_available, load_module
@@ -30,6 +31,7 @@ class TritonKernel:
         self.timing_note = "" if gpu_available() else INTERPRETED_NOTE
 
     def run_with(self, tensors: Mapping, out: Any = None) -> dict:
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.runtime.triton_runner import run_triton
 
         outs = run_triton(self.source, self.op, dict(tensors))
@@ -40,6 +42,7 @@ class TritonKernel:
 
     def bench(self, tensors: Mapping) -> list[float]:
         """Seconds per call (the median of triton.testing.do_bench) on a GPU; [] interpreted."""
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.runtime.triton_runner import bench_triton
 
         timing = bench_triton(self.source, self.op, dict(tensors))
@@ -55,6 +58,7 @@ class TritonBackend:
     knobs_named_in_source = True  # block sizes are constexpr names in the kernel text
 
     def plan(self, op: Any, sizes: Mapping[str, int], target: Any) -> Plan:
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.acg.config import resolve_target
         from uol_core.odl.overflow import INT32, check_index_arithmetic
         from uol_core.odl.patterns import classify
@@ -70,6 +74,7 @@ class TritonBackend:
         """The cost model's best legal config on a GPU target; on any other target (interpreted,
         where time means nothing) the legal config closest to the emitter's defaults. A request
         ('BLOCK_M=64' or a dict) goes on top; 'tuned' keeps the pick (tuning needs a GPU)."""
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.acg.gpu_space import rank
         from uol_core.acg.space_core import parse_key
         from uol_core.backends.triton import DEFAULTS
@@ -95,6 +100,7 @@ class TritonBackend:
         return Choice({**DEFAULTS, **pick, **dict(request or {})}, space, None, notes)
 
     def emit(self, plan: Plan, config: Any) -> KernelSource:
+        # loaded when asked for: importing the registry row stays cheap
         from uol_core.backends.triton import emit
 
         return emit(plan.op, dict(config or {}), plan.target)
@@ -130,6 +136,7 @@ class TritonBackend:
 
 
 def gpu_space_of(plan: Plan):
+    # loaded when asked for: importing the registry row stays cheap
     from uol_core.acg.gpu_space import gpu_space
 
     return gpu_space(plan.op, dict(plan.sizes), plan.target)
