@@ -64,17 +64,21 @@ def tuned_for(tuned: dict | None, state: dict | None) -> bool:
           Output("tune-apply", "disabled", allow_duplicate=True),
           Output("panels-of", "data"),
           Input("studio-state", "data"), State("panels-of", "data"), State("tune-best", "data"),
-          prevent_initial_call=True)
-def clear_stale_panels(state, shown_for, tuned):
+          State("run-result", "children"), prevent_initial_call=True)
+def clear_stale_panels(state, shown_for, tuned, result):
     """A compile of other inputs (or one that failed) empties the panels of the kernel before;
     a knob change within the same inputs keeps them (the history compares the two runs)."""
+    import json
+
     from app.figures.studio import empty_figure
 
     key = panel_key(state)
     apply_disabled = not tuned_for(tuned, state)
     if shown_for is not None and key == shown_for.get("key"):
         return no_update, no_update, no_update, apply_disabled, no_update
-    if shown_for is None:  # the page's first compile: nothing shown yet that could be stale
+    # nothing to clear while no run is shown (the page's first compiles, a cleared panel)
+    shown = json.dumps(result, default=str)
+    if shown_for is None or ("run-verdict" not in shown and "run-cleared" not in shown):
         return no_update, no_update, no_update, apply_disabled, {"key": key}
     if key is None:
         why = "The ODL or the sizes have an error (see the editor): no kernel to run."
