@@ -1,4 +1,4 @@
-"""SVE: the length-agnostic platform file (c_platforms/sve.py) on the HFL's SVE targets.
+"""SVE: the length-agnostic platform file (uol_core/backends/c/platforms/sve.py) on the HFL's SVE targets.
 
 Every C template's text for an SVE target matches its golden file (tests/golden/c/isa/*_sve.c;
 the GEMM, rows, flash attention, convolution and the loop nests spell SVE, counting vectors);

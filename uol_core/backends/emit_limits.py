@@ -3,7 +3,7 @@ compile may run (entry points `check_op_size`, `check_source_size`, `compile_gua
 `checkpoint`).
 
 Every emitter renders each statement once (a statement's value is a variable, a repeated
-argument a local: c_expr.SHARE_CHARS, triton_expr.bind), so the time and text of an emission
+argument a local: text.expr.SHARE_CHARS, triton.expr.bind), so the time and text of an emission
 grow linearly with the op. These bounds keep that linear cost small and say so when an op is
 past them, in one line naming the bound, instead of compiling for minutes:
 

@@ -34,7 +34,7 @@ def body(w: CodeWriter, op: Op, plan, n: dict, t: Tiles, texts: tuple[str, str],
     lines = {s.target: s.line for s in op.stmts}
     pad = "            "
     # Index variables the score expression or its slope read: batch indices from the slice
-    # number, i and j from the tile position (declared only when read, as c_attention does).
+    # number, i and j from the tile position (declared only when read, as attention.forward does).
     pre, rest = [], "n"
     for name, extent in reversed(list(zip(plan.prefix, batch))):
         if uses_index(score + slope, name):

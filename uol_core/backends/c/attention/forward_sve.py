@@ -1,6 +1,6 @@
 """Flash attention for a vector-length-agnostic ISA (SVE): the head dimension on the lanes.
 
-The fixed-width template (c_attention) puts a tile of queries on the lanes, so its block sizes
+The fixed-width template (attention.forward) puts a tile of queries on the lanes, so its block sizes
 are whole vectors, which a lane count read at run time cannot give. Here a vector runs along
 the head dimension (D for Q.K, E for P.V) and every loop over it steps by the run-time lane
 count under the predicate of the lanes still inside the row: any D, E and any vector length,

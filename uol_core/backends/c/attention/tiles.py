@@ -1,4 +1,4 @@
-"""Vector helpers and register micro-kernels of the C flash-attention template (c_attention).
+"""Vector helpers and register micro-kernels of the C flash-attention template (attention.forward).
 
 All tiles keep the query axis along the vector lanes ("transposed" layout):
     S^T[j][i] = sum_d K[j][d] * Q^T[d][i]      O^T[e][i] = alpha[i] O^T[e][i] + sum_j V[j][e] * P^T[j][i]
@@ -6,7 +6,7 @@ so K and V rows are broadcast straight from memory (no transposes inside the key
 packed once per query block, and the row statistics (max, exp, sum) of a query are one lane:
 the online softmax needs no horizontal reductions. Each micro-kernel holds MR x NV vectors of
 accumulators (MR broadcast rows times NV vectors of queries) in registers.
-The ISA's platform file (c_platforms) gives the same few inline functions (uol_vld, uol_vfma,
+The ISA's platform file (c/platforms) gives the same few inline functions (uol_vld, uol_vfma,
 uol_vexp, ...) over AVX-512, AVX2 or gcc's portable vector extension, so the kernel body is
 written once.
 """

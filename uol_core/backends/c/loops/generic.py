@@ -78,7 +78,7 @@ class _Layout:
         self.halos = halo_margins(op, sizes)
         self.region_names: dict[str, str] = {}  # tensor -> its restrict copy inside a parallel region
         self.hoisted: dict[str, str] = {}  # rendered access -> const local read before the loop
-        self.rows: dict = {}  # row statement -> its RowShare (c_rowloop), set by emit
+        self.rows: dict = {}  # row statement -> its RowShare (loops.rowloop), set by emit
 
     def context(self, i: int, cfg: Mapping) -> ExprContext:
         """A fresh expression context for statement i (its reductions' extents bound)."""

@@ -24,7 +24,7 @@ from uol_core.odl.ir import Access, Op, Reduce, Scan, walk
 
 def map_runs(op: Op, lay, runs: list[list[int]], depth: int, cfg: Mapping,
              excluded: set[int]) -> list[tuple[bool, list[int]]]:
-    """`runs` (a pass's statements cut by c_siblings) with consecutive single-statement map
+    """`runs` (a pass's statements cut by loops.siblings) with consecutive single-statement map
     runs merged, each as (one loop, statements): True for a merged run of two or more maps.
     Statements in `excluded` (riders, row loops) stay alone, and all do with `fuse=0`."""
     merged: list[tuple[bool, list[int]]] = []

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from uol_core.backends.c.platforms import Platform
 
-# exp(x) on every lane: the constants and steps of the scalar uol_expf (c_vmath) and of the NEON
+# exp(x) on every lane: the constants and steps of the scalar uol_expf (text.vmath) and of the NEON
 # uol_vexp. svmls(a, b, c) = a - b * c and svmla(a, b, c) = a + b * c round once (FMLS/FMLA);
 # svrintn rounds to nearest, ties to even (FRINTN). All lanes are computed (_x forms): the
 # caller's predicate decides which lanes it keeps.

@@ -31,7 +31,7 @@ _GATHER = {256: "_mm256_i32gather_ps(p, _mm256_mullo_epi32(_mm256_setr_epi32(0, 
 
 
 def vexp(bits: int, round_template: str, helpers: str = "") -> str:
-    """uol_vexp on one x86 vector: the constants and steps of the scalar uol_expf (c_vmath)."""
+    """uol_vexp on one x86 vector: the constants and steps of the scalar uol_expf (text.vmath)."""
     p, vec, ivec = f"_mm{bits}", f"__m{bits}", f"__m{bits}i"
     rounded = round_template.format(f"{p}_mul_ps(x, {p}_set1_ps(1.44269504f))")
     return helpers + f"""

@@ -39,7 +39,7 @@ STORAGE: dict[DType, str] = {
     DType.i32: "int32_t", DType.i8: "int8_t", DType.bool: "uint8_t",
 }
 
-# Scalar helpers: the math of c_vmath.SCALAR_MATH, bf16 conversions, NaN-aware max/min.
+# Scalar helpers: the math of text.vmath.SCALAR_MATH, bf16 conversions, NaN-aware max/min.
 PRELUDE = SCALAR_MATH + r"""
 static inline float uol_bf16_load(uint16_t b)
 {

@@ -2,7 +2,7 @@
 
 Every kernel is `void uol_<op>(void **args, const int64_t *strides)`: `args` holds the data
 pointers of the op's inputs then outputs, `strides` every tensor's strides concatenated (the
-loader in c_native passes both). Templates that read contiguous tensors ignore `strides`.
+loader in c.native passes both). Templates that read contiguous tensors ignore `strides`.
 """
 
 from __future__ import annotations

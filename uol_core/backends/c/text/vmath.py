@@ -1,7 +1,7 @@
 """Scalar math helpers every C kernel may call (exp, erf, tanh), written to vectorise.
 
 gcc auto-vectorises the scalar `uol_expf`, but the clamps become compare-and-blend sequences
-and every reduction keeps one accumulator; the platform files (c_platforms) spell the same
+and every reduction keeps one accumulator; the platform files (c/platforms) spell the same
 Cody-Waite + degree-5 polynomial (identical constants, rel. err ~1e-7) as a vector `uol_vexp`
 with intrinsics, which runs about twice as fast.
 """
