@@ -302,9 +302,11 @@ def validate(ranks: str = typer.Option("2,4", help="process counts to test (gloo
     from hcf_sim.calibration.alpha_beta import validate as run
     with console.status("running gloo all-reduce sweeps...", spinner="dots"):
         v = run([int(x) for x in ranks.split(",")], parse_sizes(sizes), iters)
-    tab = Table("ranks", "size", "measured us", "predicted us", "error", title="all-reduce: model vs gloo")
+    tab = Table("ranks", "size", "measured us", "predicted us", "interval us", "error", title="all-reduce: model vs gloo")
     for row in v["rows"]:
+        low, high = row["interval"]
         tab.add_row(str(row["ranks"]), human_bytes(row["size"]), _us(row["measured"]), _us(row["predicted"]),
+                    f"{_us(low)}-{_us(high)} ({'inside' if row['inside_interval'] else 'outside'})",
                     f"{row['error']:.1%}")
     _emit(v, as_json, tab)
     if not as_json:
@@ -313,7 +315,9 @@ def validate(ranks: str = typer.Option("2,4", help="process counts to test (gloo
                       f"{v['geomean_error_large']:.1%} and {v['geomean_error_small']:.1%}; "
                       "oversubscription factors (held-in fit, used when ranks outnumber cores): "
                       f"per step {v['oversubscription_eta']['per_step']:.2f}, "
-                      f"per byte {v['oversubscription_eta']['per_byte']:.2f}")
+                      f"per byte {v['oversubscription_eta']['per_byte']:.2f}; measured inside its interval: "
+                      f"{v['inside_interval']:.0%} of held-out rows (host load {v['host_noise']['loadavg']:.1f}, "
+                      f"CPU steal {v['host_noise']['steal_share']:.1%})")
 
 
 @app.command()

@@ -13,6 +13,7 @@ import torch
 from hcf_sim.collectives.analytical import AlphaBeta, analytical_cost
 from hcf_sim.errors import HcfError
 from hcf_sim.runtime.gloo import run_local
+from hcf_sim.runtime.host_noise import HostNoise, HostProbe
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,9 @@ def validate(ranks: list[int], sizes: list[int], iters: int = 10) -> dict:
     cost per ring step and per byte. Rank counts above the core count time-share the cores:
     their prediction is the CPU work of all ranks over the cores, with two explicit
     oversubscription factors (per step, per byte) fitted on the held-in sizes of every such
-    rank count together; they are reported, never folded into alpha or beta.
+    rank count together; they are reported, never folded into alpha or beta. Each prediction
+    has an interval: the larger of the model's misses and the calls' spread on the held-in
+    sizes of its rank count, stretched by CPU steal and one late wake-up per ring step.
     """
     if not ranks or any(r < 2 for r in ranks):
         raise HcfError(f"validation needs rank counts >= 2, got {ranks}")
@@ -116,7 +119,8 @@ def validate(ranks: list[int], sizes: list[int], iters: int = 10) -> dict:
     cores = os.cpu_count() or 1
     fit_sizes, test_sizes = sizes[::2], sizes[1::2]
     task = {"kind": "allreduce", "sizes": sizes, "iters": iters, "batch_seconds": 0.1}
-    runs = {p: {r["size"]: r for r in run_local(task, p)["rows"]} for p in sorted(set(ranks) | {2})}
+    with HostProbe() as probe:
+        runs = {p: {r["size"]: r for r in run_local(task, p)["rows"]} for p in sorted(set(ranks) | {2})}
     base = runs[2]
     # ring on 2 ranks: T = 2 alpha + S beta_eff (beta_eff folds in gamma / 2)
     a, b, fit_err = fit_alpha_beta(fit_sizes, [base[s]["median"] for s in fit_sizes])
@@ -131,10 +135,17 @@ def validate(ranks: list[int], sizes: list[int], iters: int = 10) -> dict:
     eta = fit_eta(points) if len(points) >= 2 else (1.0, 1.0)
     rows = []
     for p in ranks:
+        def predicted(s: float, p: int = p) -> float:
+            return ring_prediction(p, s, ab, cpu_step, cpu_byte, cores, eta)
+
+        low, high = spread(p, [(predicted(s), runs[p][s]) for s in fit_sizes], probe.noise)
         for s in test_sizes:
-            pred = ring_prediction(p, s, ab, cpu_step, cpu_byte, cores, eta)
-            m = runs[p][s]["median"]
-            rows.append({"ranks": p, "size": s, "measured": m, "predicted": pred,
+            pred, m = predicted(s), runs[p][s]["median"]
+            steps = analytical_cost("allreduce", "ring", p, s, ab).steps
+            band = [pred * (1 - low), pred * (1 + high) / (1 - min(probe.noise.steal_share, 0.5))
+                    + steps * max(0.0, probe.noise.wake_p90_s - probe.noise.wake_median_s)]
+            rows.append({"ranks": p, "size": s, "measured": m, "predicted": pred, "interval": band,
+                         "inside_interval": band[0] <= m <= band[1],
                          "measured_cpu": runs[p][s]["cpu_median"], "error": abs(pred - m) / m})
     large = [r["error"] for r in rows if r["size"] >= 1 << 20]
     small = [r["error"] for r in rows if r["size"] < 64 << 10]
@@ -145,10 +156,23 @@ def validate(ranks: list[int], sizes: list[int], iters: int = 10) -> dict:
                       "step, per byte); oversubscription factors (per step, per byte) for rank "
                       "counts above the core count; errors on the held-out sizes (nccl-tests style timing: "
                       "back-to-back calls, slowest rank)",
+            "host_noise": probe.noise.to_dict(),
+            "inside_interval": sum(r["inside_interval"] for r in rows) / len(rows) if rows else None,
             "rows": rows, "median_error_large": statistics.median(large) if large else None,
             "median_error_small": statistics.median(small) if small else None,
             "geomean_error_large": _geomean(large), "geomean_error_small": _geomean(small),
             "torch": torch.__version__}
+
+
+def spread(p: int, held_in: list[tuple[float, dict]], noise: HostNoise) -> tuple[float, float]:
+    """How far below and above a prediction for `p` ranks a measurement may land on this host:
+    the larger of the model's own misses on the held-in sizes (never the held-out ones) and the
+    run-to-run spread of their repeated calls (10th and 90th percentile against the median)."""
+    below = [max(0.0, 1 - r["median"] / pred) for pred, r in held_in]
+    above = [max(0.0, r["median"] / pred - 1) for pred, r in held_in]
+    below += [1 - r["p10"] / r["median"] for _, r in held_in if r["median"] > 0]
+    above += [r["p90"] / r["median"] - 1 for _, r in held_in if r["median"] > 0]
+    return min(0.9, max(below, default=0.0)), max(above, default=0.0)
 
 
 def _geomean(errors: list[float]) -> float | None:

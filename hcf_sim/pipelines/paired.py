@@ -33,7 +33,7 @@ from hcf_sim.pipelines.real_pipeline import (
 )
 from hcf_sim.pipelines.stage_model import PipeConfig, RankClock, even_split, full_state, train_step
 from hcf_sim.pipelines.stage_profile import profile_stage_work
-from hcf_sim.pipelines.uncertainty import HostProbe
+from hcf_sim.runtime.host_noise import HostProbe
 from hcf_sim.runtime.training import free_port
 
 

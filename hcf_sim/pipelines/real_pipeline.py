@@ -43,7 +43,8 @@ from hcf_sim.pipelines.stage_model import (
     timed_stage,
     train_step,
 )
-from hcf_sim.pipelines.uncertainty import HostNoise, HostProbe, simulate_steps, step_check
+from hcf_sim.pipelines.uncertainty import simulate_steps, step_check
+from hcf_sim.runtime.host_noise import HostNoise, HostProbe
 from hcf_sim.runtime.training import free_port
 
 STRAGGLER_RATIO = 1.25  # a rank this much slower than the median rank is called a straggler

@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 from hcf_sim.pipelines.rank_events import read_events
 from hcf_sim.pipelines.real_pipeline import run_pipeline
 from hcf_sim.pipelines.stage_model import PipeConfig
-from hcf_sim.pipelines.uncertainty import HostNoise, HostProbe, step_check
+from hcf_sim.pipelines.uncertainty import step_check
+from hcf_sim.runtime.host_noise import HostNoise, HostProbe
 from uol_cli.hcf_cmd import app
 
 pytestmark = pytest.mark.timeout(300)
