@@ -109,11 +109,13 @@ def _strides(shape: list[int]) -> list[int]:
     return list(reversed(out))
 
 
-def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None
-         ) -> KernelSource | None:
+def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None = None,
+         prepacked_filter: bool = False) -> KernelSource | None:
     """The convolution kernel of `op`, or None when the op is not a convolution this template takes.
     A convolution followed by maps of its result (a fused bias, relu, residual add) is first
-    folded into one statement whose epilogue they are (`inline_maps`), when that stays small."""
+    folded into one statement whose epilogue they are (`inline_maps`), when that stays small.
+    With `prepacked_filter` the filter argument holds the MR-row panels already
+    (c/conv/prepacked.py packs them once), and the kernel reads them in place."""
     if len(op.stmts) > 1:
         if not _folds_small(op):
             return None
@@ -214,11 +216,11 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
         w.emit(f"#define NR {nr}\n#define KC {kc}\n#define NCB {ncb}\n#define PIX {pix}\n"
                f"#define NBLK {math.ceil(nb * pix / ncb)}\n")
     w.emit(PRELUDE + "\n")
-    _pack_filter(w, plan, fst, line)
+    packed_from = _filter_source(w, plan, fst, line, prepacked_filter)
     if rows is not None:
         row_helpers(w, plan, rows, isa, xs, padv, {"rdim": rdim, "sdim": sdim, "iw": iw}, line)
-        _entry_head(w, op, entry, args, line)
-        row_driver(w, plan, rows, xs, ys, value, plan.xw in uses, cdim, line)
+        _entry_head(w, op, entry, args, line, packed_from)
+        row_driver(w, plan, rows, xs, ys, value, plan.xw in uses, cdim, line, packed_from is None)
         flat = (f", vectors over its rows end to end ({ow} of every {rows.wp} lanes, not {ow} of "
                 f"{rows.vpr * lane})" if rows.flat else "")
         kernel = (f"a micro-kernel sliding its {rdim}-row window down {rows.slide} output rows of "
@@ -232,16 +234,38 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
                           par="batch", threads=threads)
         _micro_kernel(w, tile, target, line)
         pack_im2col(w, plan, xs, padv, line)
-        _entry_head(w, op, entry, args, line)
-        im2col_driver(w, plan, ys, value, uses, line)
+        _entry_head(w, op, entry, args, line, packed_from)
+        im2col_driver(w, plan, ys, value, uses, line, packed_from is None)
         fusion = (f"conv template: im2col panels (KC={kc} x NCB={ncb} pixels of the batch) into "
                   f"an {mr}x{nr} micro-kernel; epilogue fused into the store"
                   + _path_reason(plan, False, ow, lane))
+    panels = _filter_panels(plan, mr, m_pad, kdim, packed_from is not None)
+    fusion += "; filter packed once, ahead of the call" if panels["prepacked"] else ""
     meta = {"isa": isa, "args": args, "outputs": [d.name for d in op.outputs],
-            "threads": threads,
+            "threads": threads, "filter_panels": panels,
             "generator": GENERATOR, "reduction_length": kdim,
             "flops": 2 * nb * mdim * pix * kdim, "fusion": fusion}
     return w.source(entry, op.name, {**cfg, "threads": threads}, meta)
+
+
+def _filter_source(w: CodeWriter, plan: ConvPlan, fst: dict[str, int], line: int,
+                   prepacked: bool) -> str | None:
+    """The C name of the argument holding the packed filter when it comes packed; else None,
+    after writing the function that packs it on every call."""
+    if prepacked:
+        return tensor_id(plan.f.tensor)
+    _pack_filter(w, plan, fst, line)
+    return None
+
+
+def _filter_panels(plan: ConvPlan, mr: int, m_pad: int, kdim: int, prepacked: bool) -> dict:
+    """What c/conv/prepacked.py needs to pack the filter ahead of the call: F's axes by role
+    (m, c, r, s; None for a constant index), the panel height and the padded rows."""
+    roles = {plan.m: "m", plan.c: "c", plan.r: "r", plan.s: "s"}
+    axes = [roles.get(i.pure_symbol) if i.pure_symbol is not None else None
+            for i in plan.f.indices]
+    return {"filter": plan.f.tensor, "mr": mr, "mpad": m_pad, "kdim": kdim, "axes": axes,
+            "prepacked": prepacked}
 
 
 def _stride_note(plan: ConvPlan) -> str:
@@ -287,9 +311,16 @@ def _epilogue(op: Op, strides: dict[str, list[int]]) -> tuple[str, set[str]]:
     return render_epilogue(stmt.expr, access, dtypes, dims), used
 
 
-def _entry_head(w: CodeWriter, op: Op, entry: str, args: list[str], line: int) -> None:
-    w.emit(f"/* {op.name}: the whole operator. args: {', '.join(args)} (contiguous data pointers). */")
+def _entry_head(w: CodeWriter, op: Op, entry: str, args: list[str], line: int,
+                packed_from: str | None = None) -> None:
+    """The entry's signature and the packed filter Ap: allocated here and packed by the driver,
+    or, with `packed_from` (the filter's C name), that argument read as the panels."""
+    note = f" {packed_from} holds the filter's MR-row panels, packed ahead." if packed_from else ""
+    w.emit(f"/* {op.name}: the whole operator. args: {', '.join(args)} (contiguous data pointers).{note} */")
     open_entry(w, entry, args, len(op.inputs))
+    if packed_from:
+        w.emit(f"    const float *restrict Ap = {packed_from};", line)
+        return
     w.emit("    float *Ap = aligned_alloc(64, (sizeof(float) * MPAD * KDIM + 63) / 64 * 64);", line)
 
 

@@ -93,17 +93,19 @@ static void uol_pack_im2col(const float *restrict X, int64_t q0, int64_t kc, int
 
 
 def im2col_driver(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, used: set[str],
-                  line: int) -> None:
-    """The entry's parallel region (after its head has allocated the packed filter Ap)."""
+                  line: int, pack_filter: bool = True) -> None:
+    """The entry's parallel region (after its head has allocated the packed filter Ap, which
+    it packs and frees with `pack_filter`, else reads as given)."""
     b, m = index_id(plan.b), index_id(plan.m)
     w.emit("#pragma omp parallel num_threads(THREADS)\n    {", line)
     w.emit("    float *Bp = aligned_alloc(64, (sizeof(float) * KC * NCB + 63) / 64 * 64);\n"
            "    float *Cb = aligned_alloc(64, (sizeof(float) * MPAD * NCB + 63) / 64 * 64);\n"
            "    float tile[MR * NR] __attribute__((aligned(64)));", line)
-    w.emit("#pragma omp for schedule(static)\n"
-           "    for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"
-           f"        uol_pack_filter({tensor_id(plan.f.tensor)}, Ap + panel * MR * KDIM, panel);",
-           line)
+    if pack_filter:
+        w.emit("#pragma omp for schedule(static)\n"
+               "    for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"
+               f"        uol_pack_filter({tensor_id(plan.f.tensor)}, Ap + panel * MR * KDIM, panel);",
+               line)
     w.emit("    /* work items: blocks of NCB pixels of the whole batch */\n"
            "#pragma omp for schedule(dynamic, 1)\n"
            "    for (int64_t item = 0; item < NBLK; ++item) {", line)
@@ -145,4 +147,4 @@ def im2col_driver(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, used
                f"{index_id(plan.xw)} = (q0 + j) % OW;", line)
     w.emit(f"                    yrow[j] = {value};\n                }}\n            }}\n"
            "            j0 += len;\n        }\n    }", line)
-    w.emit("    free(Bp); free(Cb);\n    }\n    free(Ap);\n}", line)
+    w.emit("    free(Bp); free(Cb);\n    }\n" + ("    free(Ap);\n}" if pack_filter else "}"), line)

@@ -149,8 +149,9 @@ def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[i
 
 
 def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: list[int],
-               value: str, uses_x: bool, cdim: int, line: int) -> None:
-    """The entry's parallel region (after its head has allocated the packed filter Ap).
+               value: str, uses_x: bool, cdim: int, line: int, pack_filter: bool = True) -> None:
+    """The entry's parallel region (after its head has allocated the packed filter Ap, which
+    it packs and frees with `pack_filter`, else reads as given).
     `value`: the rendered statement with the sum as `acc`; `uses_x`: it reads the column index."""
     b = index_id(plan.b)
     buf_len = math.ceil(cdim * t.plane / 16) * 16
@@ -160,10 +161,11 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
            "    int64_t o[NV];", line)
     if t.flat:  # planes' tails are read by idle lanes only: zeros, never garbage that is subnormal
         w.emit(f"    memset(buf, 0, sizeof(float) * {buf_len});", line)
-    w.emit("#pragma omp for schedule(static)\n"
-           "    for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"
-           f"        uol_pack_filter({tensor_id(plan.f.tensor)}, Ap + panel * MR * KDIM, panel);",
-           line)
+    if pack_filter:
+        w.emit("#pragma omp for schedule(static)\n"
+               "    for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"
+               f"        uol_pack_filter({tensor_id(plan.f.tensor)}, Ap + panel * MR * KDIM, panel);",
+               line)
     nvec = "((rows - 1) * WP + OW + LANES - 1) / LANES" if t.flat else "rows * VPR"
     fill = ("(rows + SLIDE - 1) / SLIDE * SLIDE + RS - 1" if t.slide else
             "SY * (rows - 1) + RS" if t.strided else "rows + RS - 1")
@@ -196,7 +198,7 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
            f"                o[v] = {_vector_at(t)};\n"
            "            }\n"
            "            uol_micro_rows(Ap + panel * MR * KDIM, buf, o, tile);", line)
-    _store_tile(w, plan, ys, value, uses_x, t.flat, line)
+    _store_tile(w, plan, ys, value, uses_x, t.flat, line, pack_filter)
 
 
 def _vector_at(t: RowTiles) -> str:
@@ -227,8 +229,9 @@ _ROW_SEGMENTS = (
 
 
 def _store_tile(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x: bool, flat: bool,
-                line: int) -> None:
-    """The epilogue: the tile's lanes through `value` into the output, then the region's end."""
+                line: int, free_filter: bool = True) -> None:
+    """The epilogue: the tile's lanes through `value` into the output, then the region's end
+    (freeing the packed filter when the entry allocated it)."""
     b, m, y = index_id(plan.b), index_id(plan.m), index_id(plan.y)
     walk, close = _ROW_SEGMENTS if flat else _WHOLE_VECTORS
     w.emit(f"            /* epilogue: {plan.out}[{plan.b}, {plan.m}, {plan.y}, {plan.xw}] from "
@@ -251,7 +254,7 @@ def _store_tile(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x
            "#pragma omp simd\n"
            f"                        for (int64_t j = 0; j < LANES; ++j) if (j < len) {body}\n"
            f"                    }}\n{close}\n            }}\n        }}\n    }}", line)
-    w.emit("    free(buf);\n    }\n    free(Ap);\n}", line)
+    w.emit("    free(buf);\n    }\n" + ("    free(Ap);\n}" if free_filter else "}"), line)
 
 
 def _fill_rows(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], padv: str,
