@@ -40,6 +40,7 @@ from uol_core.backends.c.text.expr import (
     PRELUDE,
     STORAGE,
     ExprContext,
+    compute_type,
     free_names,
     kind,
     outer_reduces,
@@ -56,12 +57,6 @@ from uol_core.odl.shapes import shape_of
 GENERATOR = "uol-c-generic-1"
 # "isa" (the build flags the loops are compiled with) defaults to the target's best ISA
 DEFAULTS = {"threads": 0, "fuse": 1, "simd": 1, "chunk": 0, "vec": 0}
-
-
-def compute_type(op: Op) -> str:
-    """`double` when any tensor is f64 (as the reference evaluator), else `float`."""
-    types = {d.dtype for d in op.inputs + op.outputs + op.locals}
-    return "double" if DType.f64 in types else "float"
 
 
 class _Layout:

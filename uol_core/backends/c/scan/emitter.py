@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c.text.expr import PRELUDE, STORAGE, ExprContext, render, store
+from uol_core.backends.c.text.expr import (
+    PRELUDE,
+    STORAGE,
+    ExprContext,
+    compute_type,
+    render,
+    store,
+)
 from uol_core.backends.c.text.frame import includes, open_entry
 from uol_core.backends.c.text.names import index_id, size_id, tensor_id
 from uol_core.backends.c.text.writer import CodeWriter
@@ -36,8 +43,6 @@ def scan_fits(op: Op, sizes: Mapping[str, int], threads: int) -> bool:
 
 def emit(op: Op, sizes: Mapping[str, int], threads: int) -> KernelSource:
     """The two-pass parallel scan kernel (call only when `scan_fits`)."""
-    from uol_core.backends.c.loops.generic import compute_type
-
     stmt = op.stmts[0]
     scan: Scan = stmt.expr
     i = index_id(stmt.indices[0])

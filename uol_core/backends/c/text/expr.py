@@ -26,6 +26,7 @@ from uol_core.odl.ir import (
     Const,
     DType,
     Expr,
+    Op,
     Reduce,
     Scan,
     Unary,
@@ -109,6 +110,12 @@ SCAN_C: dict[str, tuple[str, str]] = {
     "cumsum": ("0", "{a} += {v};"), "cumprod": ("1", "{a} *= {v};"),
     "cummax": ("-INFINITY", "{a} = {v} > {a} ? {v} : {a};"),
 }
+
+
+def compute_type(op: Op) -> str:
+    """`double` when any tensor is f64 (as the reference evaluator), else `float`."""
+    types = {d.dtype for d in op.inputs + op.outputs + op.locals}
+    return "double" if DType.f64 in types else "float"
 
 
 def kind_of_dtype(dtype: DType) -> str:
