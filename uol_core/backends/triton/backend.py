@@ -10,9 +10,11 @@ from uol_core.backends.base import KernelSource, into_given
 from uol_core.backends.contract import Choice, Plan, generator_hash, source_hash
 
 EXTRA_KNOBS = ("force_generic", "MAX_BLOCK_C")  # accepted by the emitter beyond its defaults
-# What the Triton kernels are generated from (paths from uol_core/): its templates and the
-# shared plans; Triton compiles them itself (its own cache key holds its flags)
-GENERATOR_FILES = ("backends/triton/**/*.py", "backends/base.py", "plans/**/*.py")
+# What the Triton kernels are generated from (paths from uol_core/): every file of its package,
+# the emission limits its emitters read and the shared plans; Triton compiles them itself (its
+# own cache key holds its flags)
+GENERATOR_FILES = ("backends/triton/**/*.py", "backends/base.py", "backends/emit_limits.py",
+                   "plans/**/*.py")
 
 
 class TritonKernel:
