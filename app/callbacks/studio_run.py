@@ -173,7 +173,7 @@ def tune_kernel(set_progress, _clicks, state, budget_text, odl=None, sizes_text=
     trail: list[dict] = []
     client = client_id()
     job = tune_jobs.start(client, state, budget)
-    set_progress(("0", str(budget), f"0/{budget} measured", no_update, {"id": job}))
+    set_progress(("0", str(budget), f"0/{budget} measured", tune_figure(trail), {"id": job}))
     with activity(f"tune {state['op']}"):
         try:
             with only_one(client, "tune"):
