@@ -55,6 +55,44 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
             }
             return query;
         },
+        // What the Result, roofline and history belong to: the compiled op, sizes, backend and
+        // target (null for a compile that failed). A knob change keeps them.
+        key: function (state) {
+            if (!state || !state.ok) { return null; }
+            var sizes = state.sizes || {};
+            return JSON.stringify([state.op, Object.keys(sizes).sort().map(function (k) {
+                return k + "=" + sizes[k];
+            }), state.backend, state.target]);
+        },
+        // A compile of other inputs, or one that failed, empties the panels of the kernel
+        // before (in the browser: no request for it); Apply best only for the tuned inputs.
+        clear: function (state, shownFor, tuned, result, emptyFigure) {
+            var self = window.dash_clientside.studio_state;
+            var nu = window.dash_clientside.no_update;
+            var key = self.key(state);
+            var applyOff = !(tuned && key !== null && self.key(Object.assign(
+                {ok: true}, tuned)) === key);
+            if (shownFor && shownFor.key === key) { return [nu, nu, nu, applyOff, nu]; }
+            var shown = JSON.stringify(result || "");
+            if (!shownFor || (shown.indexOf("run-verdict") < 0 && shown.indexOf("run-cleared") < 0)) {
+                return [nu, nu, nu, applyOff, {key: key}];
+            }
+            var why = "The ODL or the sizes have an error (see the editor): no kernel to run.";
+            if (key !== null) {
+                var sizes = state.sizes || {};
+                why = "Inputs changed (" + state.op + " " + Object.keys(sizes).map(function (k) {
+                    return k + "=" + sizes[k];
+                }).join(",") + ", " + state.backend + " on " + state.target +
+                    "): press Run to verify and time this kernel.";
+            }
+            var div = function (text, id) {
+                var props = {children: text, className: "muted"};
+                if (id) { props.id = id; }
+                return {namespace: "dash_html_components", type: "Div", props: props};
+            };
+            return [div(why, "run-cleared"), emptyFigure || {},
+                    div("No run of these inputs shown yet."), applyOff, {key: key}];
+        },
         restore: function (wanted) {
             var self = window.dash_clientside.studio_state;
             var nu = window.dash_clientside.no_update;

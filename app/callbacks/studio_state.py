@@ -6,8 +6,9 @@ query (app/pages/studio.py `_initial`), so a reload, a shared link or a return f
 reopens the same kernel, knobs included.
 
 Stale panels: a compile of another op, sizes, backend or target, or a compile that failed,
-empties the Result, the roofline and the history that belonged to the kernel before; Apply best
-is offered only for the inputs its tune measured. A GPU target asks for a GPU backend.
+empties the Result, the roofline and the history that belonged to the kernel before (in the
+browser, assets/studio_state.js `clear`); Apply best is offered only for the inputs its tune
+measured. A GPU target asks for a GPU backend.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from dash import (
     State,
     callback,
     clientside_callback,
-    html,
     no_update,
 )
 from dash.exceptions import PreventUpdate
@@ -41,15 +41,6 @@ clientside_callback(
 )
 
 
-def panel_key(state: dict | None) -> list | None:
-    """What the Result, roofline and history panels belong to: the compiled op, its sizes,
-    backend and target (None for a compile that failed)."""
-    if not state or not state.get("ok"):
-        return None
-    sizes = state.get("sizes") or {}
-    return [state.get("op"), sorted(sizes.items()), state.get("backend"), state.get("target")]
-
-
 def tuned_for(tuned: dict | None, state: dict | None) -> bool:
     """True when `tuned` (the last tune's best) was measured on the compiled state's inputs."""
     if not tuned or not state or not state.get("ok"):
@@ -58,39 +49,17 @@ def tuned_for(tuned: dict | None, state: dict | None) -> bool:
         state.get("op"), state.get("backend"), state.get("target"), state.get("sizes"))
 
 
-@callback(Output("run-result", "children", allow_duplicate=True),
-          Output("roofline-graph", "figure", allow_duplicate=True),
-          Output("run-history", "children", allow_duplicate=True),
-          Output("tune-apply", "disabled", allow_duplicate=True),
-          Output("panels-of", "data"),
-          Input("studio-state", "data"), State("panels-of", "data"), State("tune-best", "data"),
-          State("run-result", "children"), prevent_initial_call=True)
-def clear_stale_panels(state, shown_for, tuned, result):
-    """A compile of other inputs (or one that failed) empties the panels of the kernel before;
-    a knob change within the same inputs keeps them (the history compares the two runs)."""
-    import json
-
-    from app.figures.studio import empty_figure
-
-    key = panel_key(state)
-    apply_disabled = not tuned_for(tuned, state)
-    if shown_for is not None and key == shown_for.get("key"):
-        return no_update, no_update, no_update, apply_disabled, no_update
-    # nothing to clear while no run is shown (the page's first compiles, a cleared panel)
-    shown = json.dumps(result, default=str)
-    if shown_for is None or ("run-verdict" not in shown and "run-cleared" not in shown):
-        return no_update, no_update, no_update, apply_disabled, {"key": key}
-    if key is None:
-        why = "The ODL or the sizes have an error (see the editor): no kernel to run."
-        figure = empty_figure("no kernel: fix the error to place it on the roofline")
-    else:
-        op, sizes, backend, target = key
-        why = (f"Inputs changed ({op} {','.join(f'{k}={v}' for k, v in sizes)}, {backend} on "
-               f"{target}): press Run to verify and time this kernel.")
-        figure = empty_figure("Run the kernel to place it on the roofline")
-    return (html.Div(why, className="muted", id="run-cleared"), figure,
-            html.Div("No run of these inputs shown yet.", className="muted"), apply_disabled,
-            {"key": key})
+clientside_callback(
+    ClientsideFunction(namespace="studio_state", function_name="clear"),
+    Output("run-result", "children", allow_duplicate=True),
+    Output("roofline-graph", "figure", allow_duplicate=True),
+    Output("run-history", "children", allow_duplicate=True),
+    Output("tune-apply", "disabled", allow_duplicate=True),
+    Output("panels-of", "data"),
+    Input("studio-state", "data"), State("panels-of", "data"), State("tune-best", "data"),
+    State("run-result", "children"), State("roofline-empty", "data"),
+    prevent_initial_call=True,
+)
 
 
 def gpu_backend_for(target: str, backend: str) -> tuple[str | None, str]:

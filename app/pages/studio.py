@@ -197,6 +197,9 @@ def layout(run_id: str | None = None, **_query) -> html.Div:
         # browser's local storage; "/" without a query reopens the state last kept
         dcc.Store(id="studio-restore", data=not run_id and not _query),
         dcc.Store(id="studio-saved"), dcc.Store(id="panels-of"),
+        # the roofline's blank chart, for the browser to put back when its run goes stale
+        dcc.Store(id="roofline-empty", data=empty_figure(
+            "Run the kernel to place it on the roofline").to_plotly_json()),
         # the tune job this page started or reattached to (app/services/tune_runs.py)
         dcc.Store(id="tune-job", storage_type="local"),
         dcc.Interval(id="tune-watch", interval=1000, disabled=True),
