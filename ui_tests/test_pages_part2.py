@@ -112,9 +112,10 @@ def test_graph_runs_and_opens_a_node_in_the_studio(page, live_server):
     expect(page.locator("#graph-times .barlayer").first).to_be_attached()
     shot(page, "graph.png")
     assert page.js_errors == []
+    # gelu ("act") runs inside fc1's kernel: its click opens that fused group
     click_point(page, "graph-view", "act")
     expect(page).to_have_url(re.compile(r"/run/\d+$"), timeout=30_000)
-    expect(page.locator("#odl-editor")).to_have_value(re.compile("op gelu_map"), timeout=60_000)
+    expect(page.locator("#odl-editor")).to_have_value(re.compile("op fc1_act"), timeout=60_000)
     expect(page.locator("#sizes-input")).to_have_value(re.compile("1024"))
 
 
