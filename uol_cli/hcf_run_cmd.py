@@ -76,7 +76,10 @@ def _print_report(rep: dict) -> None:
     for held in rep.get("held_out", []):
         console.print(f"held-out {held['held_out']}: {held['schedule']} x {held['microbatches']} predicted by the "
                       f"host model calibrated on {held['calibrated_on']} ({held['work']} work) "
-                      f"{_ms(held['sim_step_s'])} ms, measured "
+                      f"{_ms(held['sim_step_s'])} ms"
+                      + (f" (interval {_ms(held['interval_s'][0])}-{_ms(held['interval_s'][1])} ms, measured "
+                         f"{'inside' if held['inside_interval'] else 'outside'})" if "interval_s" in held else "")
+                      + ", measured "
                       f"{_ms(held['step_s'])} ms (mean step; {held['error']:+.1%}; share of a core per computing rank "
                       f"{', '.join(f'{x:.2f}' for x in held['host_speed'])})")
     rec = rep.get("recovery")

@@ -98,7 +98,7 @@ def run_paired(cfgs: list[PipeConfig], folder: str | os.PathLike | None = None, 
                      cfgs[0].stages, folders, cfgs[0].steps * len(cfgs), timeout_s, progress)
     runs = {name: analyse(cfg, read_events(f), probe.noise) for name, cfg, f in zip(names, cfgs, folders, strict=True)}
     calibrations = [runs[name]["phases"][-1]["host_calibration"] for name in names]
-    held = [predict_held_out(calibrations[source], cfg, runs[names[i]])
+    held = [predict_held_out(calibrations[source], cfg, runs[names[i]], runs[names[source]]["check"])
             for i, cfg in enumerate(cfgs) for source in calibration_sources(cfgs, i)]
     return {"runs": runs, "calibration": calibrations[0], "held_out": held, "events_folder": str(folder)}
 

@@ -204,11 +204,13 @@ def stragglers(compute_s: list[float]) -> list[int]:
     return [r for r, t in enumerate(compute_s) if t >= STRAGGLER_RATIO * mid]
 
 
-def predict_held_out(calibration: dict, cfg: PipeConfig, measured: dict) -> dict:
+def predict_held_out(calibration: dict, cfg: PipeConfig, measured: dict, source_check: dict | None = None) -> dict:
     """A run held out from the calibration: its step predicted by the host model calibrated on
     another run (`calibration`, a phase's "host_calibration"), against its measured step. When
     both runs profiled their stage work, the held-out run's profiled work replaces the
-    calibration's (`retarget`); its steps' own times are never used."""
+    calibration's (`retarget`); its steps' own times are never used. With the calibration
+    run's `check`, the prediction gets that run's interval in proportion (the same host, its
+    steps taking turns with these)."""
     cal = HostCalibration(**calibration)
     own = measured["phases"][-1]["host_calibration"]
     profiled = cal.profile_fwd_s is not None and own.get("profile_fwd_s") is not None
@@ -223,7 +225,15 @@ def predict_held_out(calibration: dict, cfg: PipeConfig, measured: dict) -> dict
             "sim_step_s": sim.makespan, "error": (sim.makespan - step) / step,
             "calibrated_on": f"{cal.schedule} x {calibration['microbatches']}",
             "held_out": " and ".join(held) or "nothing", "work": "profiled" if profiled else "calibration's",
-            "host_speed": own["speed"]}
+            "host_speed": own["speed"]} | _scaled_interval(sim.makespan, step, source_check)
+
+
+def _scaled_interval(predicted: float, measured: float, check: dict | None) -> dict:
+    """`check`'s interval around its own prediction, carried over to `predicted` in proportion."""
+    if not check:
+        return {}
+    low, high = (x / check["predicted_step_s"] * predicted for x in check["interval_s"])
+    return {"interval_s": [low, high], "inside_interval": low <= measured <= high}
 
 
 def transfer_s(events: list[dict], steps: list[int], ping_s: float) -> float:
