@@ -13,7 +13,8 @@ from profilers.figures.charts import PALETTE, WIDTH
 from profilers.figures.graph_layout import FONT_PX, Layout, layered_layout
 
 GROUP_COLOURS = ("#2457c5", "#1b7f3b", "#b3261e", "#c88c00", "#7a3cb4", "#008c96")
-TIME_SCALE = "YlOrRd"
+# light to mid orange only: the labels are dark text on the fill and stay readable on the hottest
+TIME_SCALE = [[0.0, "#ffffcc"], [0.5, "#fed976"], [1.0, "#fd8d3c"]]
 MONOSPACE = "DejaVu Sans Mono, Menlo, Consolas, monospace"  # the layout counts 0.6 em a glyph
 HIT_STEP = 14  # pixels between the click targets across a box
 MIN_WIDTH = 420  # room for the title over a narrow graph
@@ -153,11 +154,12 @@ def node_time_bars(rows: Sequence[Mapping],
                hovertemplate="%{x}: %{y:.3f} ms, nodes one by one in the reference evaluator"
                              "<extra></extra>"),
     ])
-    # the title on two short lines and the legend under it: nothing cut in a half-width panel
+    # the title on two short lines, the legend under the plot: nothing cut or covered in a
+    # half-width panel
     fig.update_layout(barmode="group", title=dict(text=title, x=0, xanchor="left"),
-                      template="plotly_white", height=380, width=WIDTH,
-                      margin=dict(l=60, r=20, t=96, b=80), yaxis_title="ms",
-                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"))
+                      template="plotly_white", height=400, width=WIDTH,
+                      margin=dict(l=60, r=20, t=70, b=110), yaxis_title="ms",
+                      legend=dict(orientation="h", x=0, y=-0.22, yanchor="top"))
     values = [v for r in rows for v in (r.get("ms"), r.get("reference_ms")) if v]
     if values and max(values) > 30 * min(values):  # a kernel 300x under the reference: both bars seen
         fig.update_yaxes(type="log", title="ms (log)")
