@@ -43,9 +43,13 @@ def _emit(data: Any, as_json: bool, table: Table | None = None) -> None:
 
 
 def _topo(topology: str, nodes: int, link: str | None, oversubscription: float, topology_file: str | None,
-          sharp: bool = False):
+          sharp: bool = False, intra: str = "nvlink4", gpus_per_server: int = 8):
     from hcf_sim.fabric.topology import build_topology
-    return build_topology(topology, nodes, link, oversubscription, path=topology_file, sharp=sharp)
+    return build_topology(topology, nodes, link, oversubscription, gpus_per_server, topology_file, sharp, intra)
+
+
+INTRA_HELP = "link inside a rail server: nvlink4 (H100) | nvlink3 (A100)"
+GPS_HELP = "GPUs per rail server"
 
 
 SHARP_HELP = "the InfiniBand switches reduce (SHARP, NCCL CollNet): rail and fat-tree"
@@ -58,7 +62,7 @@ def _us(t: float) -> str:
 @app.command()
 @_friendly
 def topology(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: int = typer.Option(16, help="number of GPUs"),
-             link: str = typer.Option(None, help="link preset: nvlink4 | ib_ndr | roce_200g | tcp_100g | pcie_gen5"),
+             link: str = typer.Option(None, help="link preset: nvlink4 | nvlink3 | ib_ndr | roce_200g | tcp_100g | pcie_gen5"),
              oversubscription: float = typer.Option(1.0, help="uplink oversubscription (fat-tree, rail)"),
              topology_file: str = typer.Option(None, help="custom topology JSON"),
              links: bool = typer.Option(False, "--links", help="list the links"),
@@ -101,13 +105,15 @@ def simulate(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: in
              topology_file: str = typer.Option(None, help="custom topology JSON (with --topology custom)"),
              fail: str = typer.Option(None, help="fault: link:U,V | switch:NAME | node:GPU"),
              sharp: bool = typer.Option(False, "--sharp", help=SHARP_HELP),
+             intra: str = typer.Option("nvlink4", help=INTRA_HELP),
+             gpus_per_server: int = typer.Option(8, help=GPS_HELP),
              profile: bool = typer.Option(False, "--profile", help="print the wall time of each phase"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Simulate one collective: time, algbw, busbw (nccl-tests definitions), cost terms and the busiest links."""
     from hcf_sim.simulation.timing import phase, record
     with record() as spent:
         with phase("topology"):
-            t = _topo(topology, nodes, link, oversubscription, topology_file, sharp)
+            t = _topo(topology, nodes, link, oversubscription, topology_file, sharp, intra, gpus_per_server)
         _simulate(t, collective, algorithm, size, method, protocol, routing, fail, as_json, spent if profile else None)
 
 
@@ -175,6 +181,8 @@ def sweep(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: int =
           oversubscription: float = typer.Option(1.0, help="uplink oversubscription"),
           topology_file: str = typer.Option(None, help="custom topology JSON"),
           sharp: bool = typer.Option(False, "--sharp", help=SHARP_HELP),
+          intra: str = typer.Option("nvlink4", help=INTRA_HELP),
+          gpus_per_server: int = typer.Option(8, help=GPS_HELP),
           as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Time every algorithm at every size; show NCCL's pick per size (as `simulate`) and the crossovers."""
     from hcf_sim.collectives.analytical import canonical_collective
@@ -182,7 +190,7 @@ def sweep(topology: str = typer.Option("fat-tree", help=TOPO_HELP), nodes: int =
     from hcf_sim.service import sweep as run
     from hcf_sim.service import topology_params
     collective = canonical_collective(collective)
-    t = _topo(topology, nodes, link, oversubscription, topology_file, sharp)
+    t = _topo(topology, nodes, link, oversubscription, topology_file, sharp, intra, gpus_per_server)
     sz = parse_sizes(sizes)
     intra, inter, group = topology_params(t, protocol)
     algos = candidates(collective, len(t.gpus), group) if algorithms == "all" else algorithms.split(",")
