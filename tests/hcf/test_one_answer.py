@@ -125,7 +125,7 @@ def test_published_logs_are_predicted_and_errors_are_reported_apart_from_the_fit
     assert 0 < launch < 20  # us per extra GPU a thread launches on: a kernel launch, not a fudge
     assert [c["file"] for c in checks] == [p.name for p in logs]  # every fixture reported
     modelled = [c for c in checks if "not_modelled" not in c]
-    assert len(modelled) >= len(checks) - 2
+    assert all(c["not_modelled"] for c in checks if c not in modelled)  # a log left out says why
     for c in modelled:
         assert c["source"].startswith("https://"), c["file"]  # every fixture names its source
         assert c["rows"] and (c["median_error_ge_1mib"] is not None or c["median_error_lt_1mib"] is not None)
