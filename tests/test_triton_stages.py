@@ -68,8 +68,12 @@ def test_h200_and_a100_get_their_own_architecture() -> None:
     for target, arch in (("h200-sxm", ".target sm_90a"), ("a100-sxm-80gb", ".target sm_80")):
         result = compile_stages(source.text, spec, gpu_arch(load_target(target)))
         assert arch in result.stage("ptx").text
-    assert gpu_arch(load_target("mi300x")).backend == "hip"
-    assert gpu_arch(load_target("mi300x")).warp_size == 64
+    mi300x = gpu_arch(load_target("mi300x"))
+    assert (mi300x.backend, mi300x.arch, mi300x.warp_size) == ("hip", "gfx942", 64)
+    amd = compile_stages(source.text, spec, mi300x)
+    amdgcn = amd.stage("amdgcn")
+    assert "gfx942" in amdgcn.text and amdgcn.source_lines
+    assert "uol-stages-" not in amdgcn.text  # no temporary folder of the compile shows
 
 
 def test_the_bundled_assembler_builds_a_cubin_offline() -> None:

@@ -5,7 +5,7 @@ Triton keeps the source position through every stage as debug info, in each stag
                         a named `loc("x"(#loc3))` or an inlined `loc(callsite(#callee at #caller))`
     LLVM IR             `..., !dbg !13` with `!13 = !DILocation(line: 51, column: 18, scope: !4)`
                         (`inlinedAt: !21` when the line is inside an inlined library function)
-    PTX                 `.loc 1 51 18` before the instructions of that line; `.file 1 "k.py"`
+    PTX, AMDGCN         `.loc 1 51 18` before the instructions of that line; `.file 1 "k.py"`
 Only positions in the kernel's own file count: a line of `tl.max`'s body in triton/language
 maps to the line of the kernel that called it.
 """
@@ -22,7 +22,7 @@ _MLIR_USE = re.compile(r"loc\((#loc\d*|\"[^\"]*\":\d+:\d+)\)\s*$")
 _LLVM_META = re.compile(r"^(!\d+)\s*=\s*(?:distinct\s+)?!(\w+)\((.*)\)\s*$")
 _LLVM_DBG = re.compile(r"!dbg (!\d+)")
 _PTX_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+\d+")
-_PTX_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"')
+_PTX_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"(?:\s+"([^"]*)")?')
 
 
 def _is_ours(path: str, file_name: str) -> bool:
@@ -102,14 +102,15 @@ def llvm_source_lines(text: str, file_name: str) -> dict[int, int]:
 
 
 def ptx_source_lines(text: str, file_name: str) -> dict[int, int]:
-    """Stage line -> kernel source line, for PTX: each `.loc` holds until the next one.
+    """Stage line -> kernel source line, for PTX (and AMDGCN, which writes the same `.loc`
+    directives): each `.loc` holds until the next one.
 
     A `.loc` into another file (a library function inlined into the kernel) keeps the last
     line of the kernel's own file, the line that called it; so does a `.loc` inside an inline
     asm block."""
     lines = text.splitlines()
-    ours = {m.group(1) for m in map(_PTX_FILE.match, lines)
-            if m and _is_ours(m.group(2), file_name)}
+    ours = {m.group(1) for m in map(_PTX_FILE.match, lines)  # AMDGCN: "folder" "file"
+            if m and _is_ours(m.group(3) or m.group(2), file_name)}
     out: dict[int, int] = {}
     current: int | None = None
     in_asm = False
@@ -122,11 +123,11 @@ def ptx_source_lines(text: str, file_name: str) -> dict[int, int]:
             # inside an inline asm block LLVM numbers the block's own lines on from the call
             # (56, 57, 58 for one load): the .loc before the block is the true one
             if m.group(1) in ours and not in_asm:
-                current = int(m.group(2))
+                current = int(m.group(2)) or None  # line 0: code of no source line
             continue
         if stripped == "}":  # the end of the function: what follows is not its code
             current = None
-        if current and stripped and not stripped.startswith(("//", ".file", "$L")):
+        if current and stripped and not stripped.startswith(("//", ";", ".file", "$L")):
             out[number] = current
     return out
 
@@ -137,6 +138,6 @@ def source_lines(stage: str, text: str, file_name: str) -> dict[int, int]:
         return mlir_source_lines(text, file_name)
     if stage == "llir":
         return llvm_source_lines(text, file_name)
-    if stage == "ptx":
+    if stage in ("ptx", "amdgcn"):
         return ptx_source_lines(text, file_name)
     return {}

@@ -210,6 +210,6 @@ def compile_stages(text: str, spec: KernelSpec, arch: GpuArch, file_name: str = 
 def binary_note(result: StagesResult) -> str:
     """One line on the machine code: its size when the bundled assembler made it."""
     if not result.binaries:
-        return "not assembled (the text stages only; ask for the binary to run ptxas)"
+        return "not assembled (the text stages only; ask for the binary to run the assembler)"
     return "; ".join(f"{BINARY_LABELS.get(k, k)}: {v:,} bytes, built offline"
                      for k, v in result.binaries.items())

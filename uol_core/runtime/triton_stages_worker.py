@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
+import re
 import sys
 import tempfile
 from pathlib import Path
 
 MIN_VERSION = (3, 0)  # ASTSource with a signature dict and GPUTarget in triton.backends.compiler
+FOLDER_PREFIX = "uol-stages-"
+TEMP_FOLDER = re.compile(r'[^"\s;()]*' + FOLDER_PREFIX + r'[^"/\s]+/?')
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -97,7 +99,7 @@ def compile_request(request: dict) -> dict:
     except ImportError as exc:
         return {"ok": False, "version": version,
                 "error": f"Triton {version} lacks the offline compiler entry points ({exc})"}
-    with tempfile.TemporaryDirectory(prefix="uol-stages-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=FOLDER_PREFIX) as tmp:
         folder = Path(tmp)
         skipped = not request.get("binary") and _without_binary(triton)
         try:
@@ -112,7 +114,6 @@ def compile_request(request: dict) -> dict:
             kernel = triton.compile(source, target=target, options=options)
         except Exception as exc:  # every failure becomes the one line the Studio shows
             return {"ok": False, "version": version, "error": _one_line(exc)}
-        prefix = str(folder) + os.sep
         stages, binaries = {}, {}
         for name, value in kernel.asm.items():
             if name == "source":
@@ -120,8 +121,9 @@ def compile_request(request: dict) -> dict:
             if isinstance(value, bytes):
                 if not skipped:
                     binaries[name] = len(value)
-            else:  # the temporary folder is an accident of this run: keep the file name
-                stages[name] = value.replace(prefix, "")
+            else:  # the temporary folder is an accident of a run (this one or the one
+                # Triton's cache kept the stages of): keep the file name
+                stages[name] = TEMP_FOLDER.sub("", value)
     return {"ok": True, "version": version, "stages": stages, "binaries": binaries}
 
 
