@@ -4,7 +4,8 @@ GFLOP/s, and reads a config back from its database key. The backend picks one pe
 
 - `GemmModel`: the C GEMM's analytical cost model, corrected by measurements, families by
   register tile (the first measurements spread over tiles);
-- `PatternModel`: the roofline of the C pattern kernels (rows, maps, stencils, scans, fused);
+- (the C pattern kernels' roofline, `PatternModel`, sits beside their space in
+  `uol_core/backends/c/space.py`);
 - `PickFirst`: a backend's own pick, then its space in order, no predictions (Triton);
 - `Spread`: a given start, then configs spread evenly over the space (the Studio's tune of a
   backend whose runs it queues itself).
