@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -148,11 +148,18 @@ class RunStats:
     calls: int
     views_removed: int
     huge_pages: str
+    # constant weights packed once (prepack.Prepacker.to_dict): memory held beside the arena
+    prepacked: dict = field(default_factory=lambda: {"packed_weights": 0, "packed_bytes": 0})
+
+    @property
+    def packed_bytes(self) -> int:
+        return self.prepacked["packed_bytes"]
 
     def to_dict(self) -> dict:
         return {"memory": self.memory.to_dict(), "kernels": self.kernels, "segments": self.segments,
                 "copies": self.copies, "torch_calls": self.calls, "views_removed": self.views_removed,
-                "huge_pages": self.huge_pages}
+                "huge_pages": self.huge_pages, "prepacked": self.prepacked,
+                "planned_bytes": self.memory.arena_bytes + self.packed_bytes}
 
 
 class PlannedGraph:
@@ -176,6 +183,7 @@ class PlannedGraph:
                 step.fixed = (dst, step.src.on(roots[step.src.root].anchor))
         self._lock = threading.Lock()  # the argument arrays are shared: one call at a time
         self.group_refs: dict[str, dict[str, Ref]] = {}  # for first_difference (record.py fills it)
+        self.prepacker = None  # constant weights packed once (record.py sets it)
 
     def binds(self, env: dict[str, torch.Tensor]) -> bool:
         """Whether `env` holds the very parameter tensors this plan was built on."""
@@ -194,6 +202,8 @@ class PlannedGraph:
              keep: list | None = None) -> dict:
         """One replay; `keep` receives every buffer the kernels' pointers were patched to (the
         outputs, torch steps' results, contiguous copies of inputs), to hold them alive."""
+        if self.prepacker is not None:  # a weight written in place since it was packed
+            self.prepacker.refresh()
         anchors = list(self._anchors)
         for name, root in self.inputs.items():
             t = env[name]
@@ -237,6 +247,8 @@ class PlannedGraph:
 
         with self._lock:
             self.arena.bytes.fill_(255)  # NaN everywhere: a value left from an earlier run cannot pass
+            if self.prepacker is not None:
+                self.prepacker.refresh()
             anchors = list(self._anchors)
             held: list[torch.Tensor] = []
             for name, root in self.inputs.items():

@@ -20,6 +20,7 @@ from uol_core.graph.planned import (
     Segment,
     buffers_of,
 )
+from uol_core.graph.prepack import Prepacker
 from uol_core.graph.siblings import param_value
 from uol_core.runtime.pages import huge_page_mode
 
@@ -43,6 +44,7 @@ class Recorder:
         self.keep: list[torch.Tensor] = []  # holds traced storages, so no address is reused
         self.specs: list[tuple] = []
         self.views_removed = 0
+        self.prepacker = Prepacker()
 
     # ------------------------------------------------------------ storages and references
 
@@ -152,11 +154,28 @@ class Recorder:
     def odl_group(self, group) -> None:
         route = self.compiled.routes[group.name]
         inputs = {k: self.values[v] for k, v in group.inputs.items()}
-        native = None
+        native, kernel_inputs = None, inputs
         if route.kernel is not None and route.engine == "c":
             native = route.kernel.native_for({k: tuple(t.shape) for k, t in inputs.items()})
-        if native is None or not hasattr(native, "fn") or not self._kernel(group, native, inputs):
+            if getattr(self.compiled, "prepack", False) and hasattr(native, "fn"):
+                native, kernel_inputs = self._prepacked(group, route, native, inputs)
+        if native is None or not hasattr(native, "fn") or not self._kernel(group, native, kernel_inputs):
             self._call(group, route, inputs)
+
+    def _prepacked(self, group, route, native, inputs: dict) -> tuple:
+        """The kernel reading its constant B packed once (prepack.py), and its inputs with B
+        replaced by the packed panels (a parameter root of their own); as given otherwise."""
+        variant = self.prepacker.variant(group.name, route, inputs, self.constant)
+        if variant is None:
+            return native, inputs
+        packed_native, packed_inputs, packed = variant
+        if not self.known(packed):
+            self.register(packed, "fixed", f"{group.name}.packed")
+        return packed_native, packed_inputs
+
+    def constant(self, t: torch.Tensor) -> bool:
+        """Whether `t` lies on a parameter's storage (not a private copy of one)."""
+        return self.known(t) and self.roots[self.by_storage[t.untyped_storage().data_ptr()]].kind == "fixed"
 
     def _kernel(self, group, native, inputs: dict) -> bool:
         """The group as a C kernel step (False when its arguments do not fit one)."""
@@ -258,8 +277,10 @@ class Recorder:
             if memory.arena_bytes < HUGE_PAGE else f"no (transparent huge pages: {huge_page_mode()})"
         stats = RunStats(memory, counts["kernel"], sum(isinstance(s, Segment) for s in steps),
                          counts["copy"], counts["call"], self.views_removed, huge)
+        stats.prepacked = self.prepacker.to_dict()
         planned = PlannedGraph(self.roots, steps, patches, inputs, params, outputs, stats, arena)
         planned.group_refs = self.group_refs
+        planned.prepacker = self.prepacker
         return planned
 
 

@@ -15,6 +15,7 @@ from uol_core.graph.format import TORCH_DTYPES, Graph
 from uol_core.graph.fusion import FusionPlan, Group, plan_fusion
 from uol_core.graph.inplace import leaves, may_write, privatise, same_storage, written
 from uol_core.graph.planned import PlannedGraph
+from uol_core.graph.prepack import ModuleConstants
 from uol_core.graph.record import plan_run
 from uol_core.graph.route import Route, route
 from uol_core.graph.siblings import merge_sibling_gemms, param_value
@@ -79,7 +80,11 @@ class CompiledGraph:
     group allocating its outputs, as the reference path for per-group rows. With `verify` (the
     default) the first call at each input shape checks its outputs (verify.py) and raises
     VerificationError, naming the first group that differs, instead of returning them; so
-    does every later call at that shape."""
+    does every later call at that shape.
+
+    With `prepack` (the default) the planned replay runs each GEMM whose B is a parameter on
+    its panels packed once (prepack.py); a parameter of the graph or a tensor of its module
+    written in place is seen by the next call (version counters, `constants`)."""
 
     plan: FusionPlan
     routes: dict[str, Route] = field(default_factory=dict)
@@ -92,10 +97,14 @@ class CompiledGraph:
     written: dict[str, list[int]] = field(default_factory=dict, repr=False)
     fuse: bool = True
     respecialised: dict[tuple, CompiledGraph] = field(default_factory=dict, repr=False)
+    prepack: bool = True
+    constants: ModuleConstants | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.source is None:
             self.source = self.plan.graph
+        if self.constants is None and self.source.module is not None:
+            self.constants = ModuleConstants(self.source.module)
 
     def writes_of(self, node, args, kwargs) -> list[int]:
         """Which tensors (positions in `inplace.leaves((args, kwargs))`) torch node `node`
@@ -159,6 +168,7 @@ class CompiledGraph:
             fresh = import_model(graph.module, *(env[n] for n in graph.inputs), name=graph.name)
             self.respecialised[key] = compile_graph(fresh, self.plan.backend, self.plan.target, self.fuse)
             self.respecialised[key].verify = self.verify
+            self.respecialised[key].prepack = self.prepack
         return self.respecialised[key]
 
     def runner(self, env: dict[str, torch.Tensor]) -> PlannedGraph:
@@ -190,6 +200,8 @@ class CompiledGraph:
         other = self.at_shapes(env)
         if other is not self:
             return other(env, timings, out)
+        if self.constants is not None and self.constants.changed():
+            self.constants.refresh(self, env)  # a module tensor written in place since the last call
         key = self.shape_key(env) if self.verify else None
         failed = self.checked.get(key)
         if isinstance(failed, VerificationError):
@@ -209,6 +221,9 @@ class CompiledGraph:
             except VerificationError as err:
                 self.checked[key] = err
                 raise
+            finally:  # the check restores the module's buffers: a write, but not a change
+                if self.constants is not None:
+                    self.constants.settle()
         return result
 
 
