@@ -81,3 +81,18 @@ def test_a_cpu_target_says_why_there_are_no_stages(page, live_server):
     expect(page.locator("#stage-source")).to_contain_text(
         "No stages: graviton3 is not a GPU target", timeout=60_000)
     assert page.js_errors == []
+
+
+def test_a_tune_without_a_gpu_says_it_needs_one_to_time(page, live_server):
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    open_studio(page, live_server + START.replace("a100-sxm-80gb", "h200-sxm"))
+    page.fill("#tune-budget", "2")
+    page.click("#tune-button")
+    status = page.locator("#tune-status")
+    expect(status).to_contain_text("needs a GPU to time", timeout=240_000)
+    expect(status).to_contain_text("verified under the Triton interpreter")
+    expect(status).not_to_contain_text("0 verified")
+    plot = page.locator("#tune-plot")
+    expect(plot).to_contain_text("needs a GPU to time")
+    assert page.locator("#tune-plot .scatterlayer .point").count() == 0  # no point at 0
+    assert page.js_errors == []
