@@ -4,6 +4,7 @@ module and each group against the reference evaluator."""
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -83,7 +84,8 @@ class CompiledGraph:
     does every later call at that shape.
 
     With `prepack` (the default) the planned replay runs each GEMM whose B is a parameter on
-    its panels packed once (prepack.py); a parameter of the graph or a tensor of its module
+    its panels packed once (prepack.py; UOL_GRAPH_PREPACK=0 in the environment makes the
+    default off, for before/after runs of a whole benchmark); a parameter of the graph or a tensor of its module
     written in place is seen by the next call (version counters, `constants`)."""
 
     plan: FusionPlan
@@ -97,7 +99,7 @@ class CompiledGraph:
     written: dict[str, list[int]] = field(default_factory=dict, repr=False)
     fuse: bool = True
     respecialised: dict[tuple, CompiledGraph] = field(default_factory=dict, repr=False)
-    prepack: bool = True
+    prepack: bool = field(default_factory=lambda: os.environ.get("UOL_GRAPH_PREPACK", "1") != "0")
     constants: ModuleConstants | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
