@@ -84,3 +84,12 @@ def test_apply_best_belongs_to_the_tuned_inputs():
     assert not tuned_for(tuned, {**state, "target": "graviton3"})
     assert not tuned_for(tuned, {**state, "ok": False})
     assert not tuned_for(None, state)
+
+
+def test_an_emulated_run_is_recorded_as_verified_not_timed():
+    from app.services.history import EMULATED, TIMED, run_mode
+    from uol_core.runtime.cross import EMULATED_NOTE
+
+    assert run_mode("run", {"mode": EMULATED_NOTE, "ok": True}) == EMULATED
+    assert EMULATED == EMULATED_NOTE  # one wording wherever the mode is shown
+    assert run_mode("run", {"mode": "measured", "median_s": 1e-4}) == TIMED

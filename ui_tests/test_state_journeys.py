@@ -191,6 +191,8 @@ def test_an_emulated_run_says_it_was_not_timed(page, live_server, width):
     result = page.locator("#run-result")
     expect(result).to_contain_text("verified under emulation; not timed", timeout=180_000)
     expect(result).not_to_contain_text("measured")
+    # the history names the run's mode the same way
+    expect(page.locator("#history-table")).to_contain_text("verified under emulation; not timed")
     assert page.js_errors == []
 
 

@@ -43,6 +43,7 @@ ADDED_COLUMNS = {"mode": "TEXT NOT NULL DEFAULT 'timed'", "machine": "TEXT NOT N
                  "pinned": "INTEGER NOT NULL DEFAULT 0"}
 # How a run's time was obtained; only "timed" runs are compared by time or put on a roofline.
 TIMED, PROFILED, INTERPRETED, UNTIMED = "timed", "profiled", "interpreted", "untimed"
+EMULATED = "verified under emulation; not timed"  # cross-built for another CPU, run by qemu
 
 
 def db_path() -> Path:
@@ -75,6 +76,8 @@ def run_mode(kind: str, result: dict) -> str:
         return PROFILED
     if "interpret" in str(result.get("mode", "")).lower():
         return INTERPRETED
+    if "under emulation" in str(result.get("mode", "")):
+        return EMULATED
     return TIMED if result.get("median_s") else UNTIMED
 
 
