@@ -1,8 +1,9 @@
 """How sure a pipeline step prediction is on this host.
 
 A step predicted from a run's measured stage times is right on a quiet machine; on a shared
-one the same schedule takes a different time from step to step. This module measures the
-host's spread and turns it into an interval around the prediction:
+one the same schedule takes a different time from step to step. This module turns the host's
+spread (measured by `hcf_sim.runtime.host_noise` and by the run's own events) into an interval
+around the prediction:
 
 * wake-up latency: how late a short sleep returns (the delay a rank waiting on a receive pays
   before it runs again), probed before and after the run;
