@@ -57,4 +57,4 @@ def test_states_without_stages_say_why() -> None:
     with pytest.raises(StagesError, match="not a GPU target"):
         triton_stages.stages_view(_state("softmax", "triton", "graviton3", {"R": 8, "C": 64}))
     with pytest.raises(StagesError, match="Triton backend"):
-        triton_stages.stages_view(_state("softmax", "c", "graviton3", {"R": 8, "C": 64}))
+        triton_stages.stages_view(_state("softmax", "c", "h100-sxm", {"R": 8, "C": 64}))

@@ -54,7 +54,7 @@ def cache_size() -> int:
 def stages_view(state: dict, stage: str = "ptx", kernel: str | None = None,
                 binary: bool = False) -> StageView:
     """The stages of the Studio state's Triton kernel (StagesError: why there are none)."""
-    from app.services.kernels import compile_bounds, emit
+    from app.services.kernels import _target, compile_bounds, emit
     from uol_core.runtime.triton_stages import (
         StagesError,
         binary_note,
@@ -63,14 +63,13 @@ def stages_view(state: dict, stage: str = "ptx", kernel: str | None = None,
         kernel_specs,
     )
 
-    if state.get("backend") != "triton":
-        raise StagesError("Triton stages are for the Triton backend: pick Triton as the backend")
+    arch = gpu_arch(_target(state["target"]))  # a CPU target is said before any compile
     with compile_bounds() as check:
         op, sizes, source, _, _ = emit(state["odl"], state["backend"], state["target"],
                                        state["sizes"], state["config"], check)
-    from app.services.kernels import _target
-
-    arch = gpu_arch(_target(state["target"]))
+    if source.lang != "triton":  # the kernel's language, whichever backend wrote it
+        raise StagesError(f"Triton stages are of a Triton kernel; this one is {source.lang}: "
+                          "pick the Triton backend")
     specs = {spec.name: spec for spec in kernel_specs(source, op, sizes)}
     if not specs:
         raise StagesError("the module has no Triton kernel to compile")
