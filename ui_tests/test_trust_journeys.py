@@ -145,6 +145,9 @@ def test_the_ddp_timeline_says_its_compute_follows_the_link(page, live_server):
     expect(note).to_contain_text("scales with the link speed")
     expect(page.locator("#overlap-timeline .gtitle")).to_contain_text("not a model's")
     _no_cut_titles(page)
+    _at(page, NARROW)
+    page.locator("#overlap-timeline").scroll_into_view_if_needed()
+    shot(page, "communication_ddp.png")
     assert page.js_errors == []
 
 
@@ -166,6 +169,8 @@ def test_the_guide_opens_on_the_host_and_counts_what_it_measured(page, live_serv
     expect(page.locator("#guide-measure-status")).to_contain_text("✓ host: 1", timeout=300_000)
     expect(page.locator("#guide-summary-text")).to_contain_text(f"{before + 1} measured")
     _no_cut_titles(page)
+    _at(page, NARROW)
+    shot(page, "guide_host_measured.png")
     assert page.js_errors == []
 
 
