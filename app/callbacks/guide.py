@@ -73,7 +73,8 @@ def summarise(cases, meta, measured):
     done = sum(1 for c in shown if c.get("measured_s"))
     illegal = sum(1 for c in shown if not c["legal"])
     return html.Span(
-        f"{len(shown)} cases ({meta.get('targets', 0)} targets); {done} measured (tuning "
+        f"{len(shown)} case{'s' if len(shown) != 1 else ''} ({meta.get('targets', 0)} "
+        f"target{'s' if meta.get('targets', 0) != 1 else ''}); {done} measured (tuning "
         f"database and this page), the rest model-predicted"
         + (f"; {illegal} NOT LEGAL" if illegal else "")
         + (f"; {meta['errors']} could not be planned" if meta.get("errors") else ""),
