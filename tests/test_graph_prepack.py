@@ -177,3 +177,19 @@ def test_prepacked_kernel_text_matches_golden(case, golden):
     assert "uol_pack_b" not in text and f"#define NPAD {-(-sizes['N'] // cfg.nr) * cfg.nr}" in text
     assert text != emit(load_op(name), cfg, TARGETS["avx512"], sizes).text
     golden(f"c/gemm_prepacked/{case}.c", text)
+
+
+def test_conv_filters_packed_once_and_batch_norm_update_seen():
+    torch.manual_seed(3)
+    module = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                           nn.Conv2d(16, 12, 1))
+    x = torch.randn(1, 8, 10, 10)
+    graph, compiled, env = _compiled(module, x)
+    assert _error(compiled, graph, env, module, x) < 1e-5
+    runner = compiled.runner(env)
+    assert runner.stats.prepacked["packed_weights"] == 2, runner.stats.prepacked
+    with torch.no_grad():  # folded into the first filter at import: the import runs again
+        module[1].running_var.mul_(4)
+        module[3].weight.add_(0.5)
+    assert _error(compiled, graph, env, module, x) < 1e-5
+    assert compiled.runner(env) is runner
