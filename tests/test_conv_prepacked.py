@@ -72,3 +72,41 @@ def test_a_kernel_without_panels_is_refused():
     kernel = compile_c(op, {"N": 1, "C": 3, "K": 5, "H": 7, "W": 7, "R": 3, "S": 3}, TARGET,
                        {"threads": 1, "generic": 1})
     assert "not the conv template" in prepack_refusal(op, kernel.src)
+
+
+SE_REDUCE = ("op se(X: f32[N, C, 1, 1], F: f32[K, C, 1, 1], b: f32[K]) -> Y: f32[N, K, 1, 1]:\n"
+             "    t[n: N, k: K, h: 1, w: 1] = sum[c, r, s](X[n, c, h + r, s + w] * F[k, c, r, s])"
+             " + b[k]\n"
+             "    Y[n, k, h, w] = silu(t[n, k, h, w])\n")
+
+
+@pytest.mark.parametrize("sizes,threads", [({"N": 1, "C": 1152, "K": 48}, 2),
+                                           ({"N": 3, "C": 20, "K": 700}, 1),
+                                           ({"N": 2, "C": 600, "K": 600}, 2)])  # threads split K
+def test_one_pixel_is_a_matrix_vector_product(sizes, threads):
+    """A squeeze-and-excitation 1x1 conv on pooled channels: the filter's rows read in place
+    (nothing to pack ahead), the result as torch's."""
+    op = parse(SE_REDUCE)
+    kernel = compile_c(op, sizes, TARGET, {"threads": threads})
+    assert "matrix-vector" in kernel.src.meta["fusion"]
+    assert "uol_pack_filter" not in kernel.src.text
+    assert "reads its filter in place" in prepack_refusal(op, kernel.src)
+    inputs = random_inputs(op, kernel.sizes, seed=5)
+    want = torch.nn.functional.silu(torch.nn.functional.conv2d(inputs["X"], inputs["F"], inputs["b"]))
+    torch.testing.assert_close(kernel.run(inputs)["Y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_one_pixel_strided_and_padded():
+    """One output pixel of a strided window, and one whose window lies in the padding."""
+    strided = parse("op s2(X: f32[2, 7, 2, 2], F: f32[5, 7, 1, 1]) -> Y: f32[2, 5, 1, 1]:\n"
+                    "    Y[n, k, h, w] = sum[c, r, s](X[n, c, 2*h + r, 2*w + s] * F[k, c, r, s])\n")
+    padded = parse("op p1(X: f32[2, 7, 1, 1], F: f32[5, 7, 1, 1]) -> Y: f32[2, 5, 1, 1]:\n"
+                   "    Y[n, k, h, w] = sum[c, r, s](pad(X[n, c, h + r - 1, w + s - 1], 0.5)"
+                   " * F[k, c, r, s])\n")
+    for op, want in ((strided, lambda i: torch.nn.functional.conv2d(i["X"], i["F"], stride=2)),
+                     (padded, lambda i: (0.5 * i["F"].sum(dim=(1, 2, 3))).view(1, 5, 1, 1)
+                      .expand(2, 5, 1, 1))):
+        kernel = compile_c(op, {}, TARGET, {"threads": 2})
+        assert "matrix-vector" in kernel.src.meta["fusion"], op.name
+        inputs = random_inputs(op, kernel.sizes, seed=2)
+        torch.testing.assert_close(kernel.run(inputs)["Y"], want(inputs), rtol=1e-4, atol=1e-4)

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from uol_core.acg.config import TileConfig, lanes, target_isas
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c.conv.depthwise import depthwise_config, depthwise_plan
+from uol_core.backends.c.conv.gemv import emit_gemv, gemv_fits
 from uol_core.backends.c.conv.im2col import im2col_driver, pack_im2col, pixel_block
 from uol_core.backends.c.conv.tiles import row_driver, row_helpers, row_tiles
 from uol_core.backends.c.gemm.emitter import _micro_kernel, emit_platform_header
@@ -149,9 +150,8 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:  # a length-agnostic ISA (SVE): pixels on lanes of a run-time count
-        if plan.depthwise or plan.strided:
-            return None
-        return c_conv_sve.emit(op, plan, sizes, target, cfg, vla, threads)
+        unit = not (plan.depthwise or plan.strided)  # the SVE form takes unit strides only
+        return c_conv_sve.emit(op, plan, sizes, target, cfg, vla, threads) if unit else None
     isa = target_isas(target)[0]
     lane = lanes(isa, target)
     kdim, pix = cdim * rdim * sdim, oh * ow
@@ -183,6 +183,10 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     ys = strides[plan.out]
     padv = render_const(plan.x.pad if plan.x.pad is not None else 0.0)
     value, uses = _epilogue(op, strides)
+    if gemv_fits(plan, oh, ow, rdim, sdim):  # one pixel: no panel would be a quarter full
+        return emit_gemv(op, plan, target, sizes, cfg, {
+            "batch": nb, "mdim": mdim, "cdim": cdim, "ih": ih, "iw": iw, "threads": threads},
+            {"fst": fst, "xs": xs, "ys": ys}, (value, uses))
 
     w = CodeWriter(default_line=op.line)
     entry = f"uol_{op.name}"

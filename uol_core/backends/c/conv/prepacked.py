@@ -35,6 +35,8 @@ def panels_of(source: KernelSource) -> dict | None:
 def prepack_refusal(op: Op, source: KernelSource) -> str | None:
     """Why the filter of the conv kernel `source` cannot be packed ahead, or None when it can."""
     panels = panels_of(source)
+    if panels is None and "matrix-vector" in source.meta.get("fusion", ""):
+        return "one pixel per image: the kernel reads its filter in place (nothing is packed)"
     if panels is None:
         return "not the conv template's kernel (no packed filter)"
     if source.meta.get("cross"):
