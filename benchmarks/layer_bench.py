@@ -170,7 +170,46 @@ def run_layer(layer: Layer, rounds: int, packing: str) -> dict:
     if "uol_unpacked" in times:
         row["uol_unpacked_ms"] = ms["uol_unpacked"]
         row["packed_vs_unpacked"] = ratio_stats(times["uol_unpacked"], times["uol"])
+        m, k, n = (int(part.split("=")[1]) for part in layer.label.split())
+        row["kernel_packing"] = packing_share(m, k, n, max(20, 4 * rounds))
     return row
+
+
+def packing_share(m: int, k: int, n: int, rounds: int) -> dict:
+    """The GEMM kernel of a linear layer alone (no graph, no Python between calls but the
+    ctypes call), packing B per call against reading it packed once, alternated: the share of
+    the call that packing takes, from each side's fastest call (the least disturbed by other
+    processes) and from the medians. The chosen config on one thread: on a host busier than
+    its cores a two-thread kernel waits for a descheduled thread at its end, which swamps the
+    work; per thread the packing is the same (a row split packs all of B in each thread, so
+    there the share on two threads is larger)."""
+    from uol_core.backends import get_backend
+    from uol_core.backends.c.gemm.prepacked import emit_prepacked, pack_b
+    from uol_core.odl.shapes import shape_of
+    from uol_core.ops import load_op
+    from uol_core.runtime.build import build
+    from uol_core.runtime.native import NativeKernel
+
+    backend, op = get_backend("c"), load_op("linear_bias")
+    plan = backend.plan(op, {"M": m, "K": k, "N": n}, "host")
+    cfg = backend.choose(plan).config.replace(threads=1)
+    names = [d.name for d in op.inputs] + list(plan.detail.stores)
+    shapes = {name: shape_of(op, name, plan.sizes) for name in names}
+    tensors = {name: torch.randn(shapes[name]) for name in names}
+    rhs = plan.detail.rhs.tensor
+    packed = dict(tensors)
+    packed[rhs] = pack_b(tensors[rhs], plan.detail, cfg).as_strided(shapes[rhs], tensors[rhs].stride())
+    kernels = {}
+    for label, source in (("per_call", backend.emit(plan, cfg)),
+                          ("prepacked", emit_prepacked(plan.detail, cfg, plan.target))):
+        kernels[label] = NativeKernel(build(source), source.entry, source.meta["args"], shapes)
+    times = alternated({"per_call": lambda: kernels["per_call"](tensors),
+                        "prepacked": lambda: kernels["prepacked"](packed)}, rounds)
+    best = {name: min(v) * 1e6 for name, v in times.items()}
+    median = {name: statistics.median(v) * 1e6 for name, v in times.items()}
+    return {"config": cfg.key(), "rounds": rounds, "best_us": best, "median_us": median,
+            "share_best": 1 - best["prepacked"] / best["per_call"],
+            "share_median": 1 - median["prepacked"] / median["per_call"]}
 
 
 def host_record() -> dict:
@@ -212,7 +251,8 @@ def main(argv: list[str] | None = None) -> dict:
             continue
         row = run_layer(layer, args.repeat, args.packing)
         report["rows"].append(row)
-        extra = f" | packed/unpacked {row['packed_vs_unpacked']['ratio']:.2f}x" \
+        extra = (f" | packed/unpacked {row['packed_vs_unpacked']['ratio']:.2f}x, packing "
+                 f"{row['kernel_packing']['share_best']:.0%} of the kernel's fastest call") \
             if "packed_vs_unpacked" in row else ""
         print(f"{row['kind']:<13} {row['layer']:<44} uol {row['uol_ms']:8.3f} ms | torch "
               f"{row['torch_ms']:8.3f} ms | {row['ratio']:.2f}x [{row['ratio_q1']:.2f}, "

@@ -35,6 +35,11 @@ def test_tiny_run_writes_every_layer_kind(tmp_path: Path) -> None:
     assert [r["layer"].split()[0] for r in linears] == ["M=1", "M=8"]
     assert all("c" in r["engines"] for r in linears), "a linear layer runs a C GEMM"
     assert all(r["packed_vs_unpacked"]["ratio"] > 0 for r in linears)
+    for r in linears:
+        share = r["kernel_packing"]
+        assert share["best_us"]["per_call"] > 0 and share["best_us"]["prepacked"] > 0
+        assert share["share_best"] == 1 - share["best_us"]["prepacked"] / share["best_us"]["per_call"]
+        assert "threads=1" in share["config"]
 
 
 def test_ratio_stats_spread_brackets_the_median() -> None:
