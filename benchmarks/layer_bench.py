@@ -39,6 +39,7 @@ from uol_core.graph.export_import import import_model  # noqa: E402
 from uol_core.graph.run import compile_graph, max_error  # noqa: E402
 
 OUT = ROOT / "docs" / "benchmarks" / "layers.json"
+MARKDOWN = ROOT / "docs" / "benchmarks" / "layers.md"
 
 
 class Attention(nn.Module):
@@ -232,6 +233,77 @@ def host_record() -> dict:
                             for p in threadpool_info()]}
 
 
+def table(report: dict) -> list[str]:
+    """The markdown section of one run: command, host, load, one row per layer."""
+    host = report["host"]
+    lines = [f"Command: `{report['command']}` ({report['date']}). Host: {host['cpu']}, vector ISA "
+             f"{host['isa']}, {host['threads']} torch threads, probed fp32 peak "
+             f"{host['probed_fp32_peak_gflops']:.0f} GFLOP/s, torch {host['torch']}. Load average "
+             f"(1, 5, 15 min) at the start {_load(report['load_average_start'])}, at the end "
+             f"{_load(report['load_average_end'])} on {os.cpu_count()} CPUs.", "",
+             "x torch: torch's median call over UOL's; [q1, q3]: the interquartile range of the "
+             "per-round ratios (the spread).", "",
+             "| layer | shape | UOL ms | torch ms | x torch [q1, q3] | UOL GFLOP/s | verified |",
+             "|---|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        lines.append(f"| {r['kind']} | {r['layer']} | {r['uol_ms']:.3f} | {r['torch_ms']:.3f} | "
+                     f"{r['ratio']:.2f} [{r['ratio_q1']:.2f}, {r['ratio_q3']:.2f}] | "
+                     f"{r['uol_gflops']:.1f} | {r['verified']} |")
+    lines += ["", f"Median over the rows: {report['median_ratio']:.2f}x torch."]
+    return lines
+
+
+def packing_table(report: dict) -> list[str]:
+    """The linear rows of a `--packing both` run: packed once against packed per call."""
+    lines = [f"Command: `{report['command']}` ({report['date']}); load average at the start "
+             f"{_load(report['load_average_start'])}, at the end {_load(report['load_average_end'])}.",
+             "", "Graph: the compiled layer with its weight packed once over the same layer "
+             "packing per call (alternated, median of per-call times; [q1, q3] of the per-round "
+             "ratios). Kernel: the GEMM alone on one thread, fastest call of each side: the "
+             "share of the per-call kernel that packing B takes.", "",
+             "| shape | x torch (packed once) | graph: packed once / per call [q1, q3] | kernel "
+             "us per call / packed once | packing share of the kernel | config |",
+             "|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        if "packed_vs_unpacked" not in r:
+            continue
+        pv, kp = r["packed_vs_unpacked"], r["kernel_packing"]
+        lines.append(f"| {r['layer']} | {r['ratio']:.2f} | {pv['ratio']:.2f} [{pv['ratio_q1']:.2f}, "
+                     f"{pv['ratio_q3']:.2f}] | {kp['best_us']['per_call']:.0f} / "
+                     f"{kp['best_us']['prepacked']:.0f} | {kp['share_best']:.0%} | "
+                     f"`{kp['config']}` |")
+    return lines
+
+
+def _without_out(argv: list[str]) -> list[str]:
+    """The arguments that say what was measured (not where the JSON went)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            out.append(arg)
+    return out
+
+
+def _load(values) -> str:
+    return ", ".join(f"{v:.1f}" for v in values)
+
+
+def write_markdown(heading: str, lines: list[str], path: Path = MARKDOWN) -> None:
+    """Replace the `## heading` section of `path` (or append it), keeping the others."""
+    import re
+
+    section = "\n".join([f"## {heading}", "", *lines, ""])
+    text = path.read_text() if path.exists() else "# Per-layer benchmark\n\n"
+    pattern = re.compile(rf"## {re.escape(heading)}\n.*?(?=\n## |\Z)", re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else \
+        text.rstrip("\n") + "\n\n" + section
+    path.write_text(text.rstrip("\n") + "\n")
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=15, help="alternated rounds per row")
@@ -240,10 +312,21 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--packing", choices=("on", "off", "both"), default="on",
                     help="UOL's GEMMs with weights packed once (on), per call (off), or both timed")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--render", type=Path, default=None, help="write the docs/benchmarks/"
+                    "layers.md section of this JSON (a whole run: the table; a --packing both "
+                    "run of the linear rows: the packing table) and exit")
     args = ap.parse_args(argv)
+    if args.render:
+        report = json.loads(args.render.read_text())
+        if report["packing"] == "both" and {r["kind"] for r in report["rows"]} == {"linear"}:
+            write_markdown("Weights packed once: linear layers", packing_table(report))
+        else:
+            write_markdown("Every layer against torch's kernel", table(report))
+        return report
     kinds = set(filter(None, args.only.split(",")))
     report = {"benchmark": "per-layer: UOL compiled layer against torch's kernel (CPU fp32, batch 1)",
-              "command": shlex.join(["python", "benchmarks/layer_bench.py", *(argv or sys.argv[1:])]),
+              "command": shlex.join(["python", "benchmarks/layer_bench.py", *_without_out(
+                  argv if argv is not None else sys.argv[1:])]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "host": host_record(),
               "load_average_start": list(os.getloadavg()), "packing": args.packing, "rows": []}
     for layer in layers(args.size):

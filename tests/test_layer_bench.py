@@ -40,6 +40,17 @@ def test_tiny_run_writes_every_layer_kind(tmp_path: Path) -> None:
         assert share["best_us"]["per_call"] > 0 and share["best_us"]["prepacked"] > 0
         assert share["share_best"] == 1 - share["best_us"]["prepacked"] / share["best_us"]["per_call"]
         assert "threads=1" in share["config"]
+    assert "--out" not in report["command"]  # where the JSON went is no part of the command
+    rows = [line for line in layer_bench.table(report) if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + len(report["rows"])
+    packing = [line for line in layer_bench.packing_table(report) if line.startswith("| M=")]
+    assert len(packing) == len(linears)
+    md = tmp_path / "layers.md"
+    layer_bench.write_markdown("Every layer", ["first"], md)
+    layer_bench.write_markdown("Packing", ["second"], md)
+    layer_bench.write_markdown("Every layer", ["third"], md)
+    text = md.read_text()
+    assert "third" in text and "second" in text and "first" not in text
 
 
 def test_ratio_stats_spread_brackets_the_median() -> None:
