@@ -87,11 +87,12 @@ def peers_view(peers: dict | None) -> html.Div | str:
     best = peers.get("best_peer")
     parts = []
     if peers.get("speedup_vs_baseline"):
-        parts.append(f"UOL {peers['speedup_vs_baseline']:.2f}x "
-                     f"{PEER_LABELS.get(baseline, baseline)} (the baseline)")
+        parts.append(faster_than(peers["speedup_vs_baseline"],
+                                 f"{PEER_LABELS.get(baseline, baseline)} (the baseline)"))
     if best and peers.get("speedup_vs_best_peer"):
-        parts.append(f"{peers['speedup_vs_best_peer']:.2f}x the best peer "
-                     f"({PEER_LABELS.get(best, best)})")
+        parts.append(faster_than(peers["speedup_vs_best_peer"],
+                                 f"the best peer ({PEER_LABELS.get(best, best)})")
+                     .removeprefix("UOL is "))
     verdict = ("; ".join(parts) if parts else "no speedup: UOL or every peer has no time")
     return html.Div([
         html.P(verdict + f" · median of {peers.get('rounds')} alternated rounds, "

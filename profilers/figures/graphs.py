@@ -154,12 +154,13 @@ def node_time_bars(rows: Sequence[Mapping],
                hovertemplate="%{x}: %{y:.3f} ms, nodes one by one in the reference evaluator"
                              "<extra></extra>"),
     ])
-    # the title on two short lines, the legend under the plot: nothing cut or covered in a
-    # half-width panel
-    fig.update_layout(barmode="group", title=dict(text=title, x=0, xanchor="left"),
-                      template="plotly_white", height=400, width=WIDTH,
-                      margin=dict(l=60, r=20, t=70, b=110), yaxis_title="ms",
-                      legend=dict(orientation="h", x=0, y=-0.22, yanchor="top"))
+    # the title on two short lines at the top, the legend under it and over the plot: nothing
+    # cut or covered in a half-width panel, whatever room the groups' names take below
+    fig.update_layout(barmode="group", template="plotly_white", height=420, width=WIDTH,
+                      title=dict(text=title, x=0, xanchor="left"),
+                      margin=dict(l=60, r=20, t=124, b=80), yaxis_title="ms",
+                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"))
+    fig.update_xaxes(automargin=True)
     values = [v for r in rows for v in (r.get("ms"), r.get("reference_ms")) if v]
     if values and max(values) > 30 * min(values):  # a kernel 300x under the reference: both bars seen
         fig.update_yaxes(type="log", title="ms (log)")
