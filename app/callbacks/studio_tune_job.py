@@ -38,7 +38,8 @@ def follow_tune_job(_tick, job, state):
     from app.services import tune_jobs
     from app.services.job_queue import client_id
 
-    record = tune_jobs.read((job or {}).get("id"), client_id())
+    # the id comes from the browser: anything but one of this client's job ids finds nothing
+    record = tune_jobs.read(job.get("id") if isinstance(job, dict) else None, client_id())
     if record is None:  # the server's records were cleared, or another browser's id
         return (no_update,) * 8 + (True,)
     trail, budget = record.get("trail") or [], record.get("budget") or 1
@@ -60,7 +61,7 @@ def stop_tune_job(_clicks, job):
     from app.services import tune_jobs
     from app.services.job_queue import client_id
 
-    job_id = (job or {}).get("id")
+    job_id = job.get("id") if isinstance(job, dict) else None
     if not job_id or not tune_jobs.request_stop(job_id, client_id()):
         return no_update
     return "■ stopping: the tune ends before its next measurement"

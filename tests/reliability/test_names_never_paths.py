@@ -28,6 +28,7 @@ NAME_FIELDS = {
     ("graph-zoo", "value"),
     ("graph-upload-data", "data"), ("ktrain-model", "value"), ("ktrain-run", "data"),
     ("train-run", "data"), ("target-select", "value"), ("current-target", "data"),
+    ("tune-job", "data"),
     ("hardware-roof-select", "value"), ("guide-targets", "value"), ("guide-families", "value"),
     ("import-profile", "value"), ("compare-a", "value"), ("compare-b", "value"),
     ("filter-op", "value"), ("filter-target", "value"), ("export-format", "value"),
