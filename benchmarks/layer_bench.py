@@ -259,10 +259,13 @@ def packing_table(report: dict) -> list[str]:
              f"{_load(report['load_average_start'])}, at the end {_load(report['load_average_end'])}.",
              "", "Graph: the compiled layer with its weight packed once over the same layer "
              "packing per call (alternated, median of per-call times; [q1, q3] of the per-round "
-             "ratios). Kernel: the GEMM alone on one thread, fastest call of each side: the "
-             "share of the per-call kernel that packing B takes.", "",
+             "ratios). Kernel: the GEMM alone on one thread, fastest call of each side, and the "
+             "share of the per-call kernel's time that reading B packed once saves: the packing "
+             "where the kernel packs B per call (M > MR, and the packed path), and at M <= MR, "
+             "where it reads B in place from rows N floats apart, the cost of those strided "
+             "reads against contiguous panels.", "",
              "| shape | x torch (packed once) | graph: packed once / per call [q1, q3] | kernel "
-             "us per call / packed once | packing share of the kernel | config |",
+             "us per call / packed once | saved of the kernel | config |",
              "|---|---|---|---|---|---|"]
     for r in report["rows"]:
         if "packed_vs_unpacked" not in r:
