@@ -177,8 +177,8 @@ def tuned_kernel(op, sizes, target, db, budget):
 
 def best_packed_config(op, sizes, target):
     """The cost model's best config on the packed (BLIS) path."""
-    from uol_core.acg.cost_model import CostModel
-    from uol_core.acg.space import build_space
+    from uol_core.backends.c.gemm.cost_model import CostModel
+    from uol_core.backends.c.gemm.space import build_space
     from uol_core.plans.gemm import lower_contraction
 
     plan = lower_contraction(op, sizes)

@@ -120,9 +120,9 @@ def stage_runner(stage: str, op_spec: str, sizes: Mapping[str, int], target: str
     compile_fn = _compile_api()
     if stage in ("solve", "emit"):
         from uol_core.acg.config import resolve_target
-        from uol_core.acg.space import build_space
         from uol_core.api import choose_config
         from uol_core.backends.c import emit
+        from uol_core.backends.c.gemm.space import build_space
         from uol_core.plans.gemm import lower_contraction
 
         tgt = resolve_target(target)

@@ -3,10 +3,10 @@
 import time
 
 from uol_core.acg.config import TileConfig
-from uol_core.acg.cost_model import CostModel
-from uol_core.acg.explain import explain
 from uol_core.acg.fixtures import fixed_target
-from uol_core.acg.space import build_space
+from uol_core.backends.c.gemm.cost_model import CostModel
+from uol_core.backends.c.gemm.explain import explain
+from uol_core.backends.c.gemm.space import build_space
 from uol_core.ops import load_op
 from uol_core.plans.gemm import lower_contraction
 

@@ -18,11 +18,11 @@ import torch
 from test_c_isa_matrix import ATTENTION_GRAD, CASES  # tests/ is on sys.path (pytest prepend mode)
 
 from uol_core.acg.config import TileConfig, lanes, target_isas
-from uol_core.acg.cost_model import CostModel
 from uol_core.acg.fixtures import fixed_target
 from uol_core.api import choose_config
 from uol_core.backends import get_backend
 from uol_core.backends.c import emit
+from uol_core.backends.c.gemm.cost_model import CostModel
 from uol_core.backends.c.native import compile_c
 from uol_core.backends.c.route import emit_any
 from uol_core.hfl import list_targets, load_target

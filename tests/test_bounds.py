@@ -37,7 +37,7 @@ def test_nc_is_derived_and_every_legal_config_is_accepted_at_its_own_sizes():
     """nc follows kc, nr, par and threads (block_nc): a tuned or recorded config of the space
     resolves to itself, a config without nc gets its own, and a stale nc is refused."""
     from app.services.knobs import space_for
-    from uol_core.acg.space import block_nc
+    from uol_core.backends.c.gemm.space import block_nc
 
     sizes = {"M": 256, "N": 4096, "K": 512}
     space = space_for(GEMM, "c", "host", tuple(sorted(sizes.items())))

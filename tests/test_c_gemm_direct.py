@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from uol_core.acg.config import TileConfig, lanes, parse_config
-from uol_core.acg.cost_model import CostModel
-from uol_core.acg.explain import explain
 from uol_core.acg.fixtures import fixed_target, host_isa_flags
-from uol_core.acg.space import DIRECT_MAX_EXTENT, build_space
 from uol_core.api import compile as uol_compile
 from uol_core.backends.c import emit
+from uol_core.backends.c.gemm.cost_model import CostModel
+from uol_core.backends.c.gemm.explain import explain
+from uol_core.backends.c.gemm.space import DIRECT_MAX_EXTENT, build_space
 from uol_core.ops import load_op
 from uol_core.plans.gemm import lower_contraction
 from uol_core.runtime.build import flags_for

@@ -91,7 +91,7 @@ def test_every_op_emits_for_every_target_at_every_listed_size(target) -> None:
 def test_a_small_gemm_explains_the_relaxed_latency_rule() -> None:
     """Grace needs 4 units x 4 cycles = 16 accumulators; at M=N=K=5 a legal tile holds at most
     10 (5 rows x 2 vectors of 4 lanes): the rule asks for what fits and says so."""
-    from uol_core.acg.explain import explain
+    from uol_core.backends.c.gemm.explain import explain
 
     grace = TARGETS["grace-neoverse-v2"]
     cfg, space, model = choose_config(OPS["matmul"], {"M": 5, "N": 5, "K": 5}, grace, None)

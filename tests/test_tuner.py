@@ -16,8 +16,8 @@ from uol_core.acg.config import TileConfig
 from uol_core.acg.fixtures import runnable_target
 from uol_core.acg.session import open_session
 from uol_core.acg.tuner import Trial, TuneResult
-from uol_core.acg.tuning_models import GemmModel
 from uol_core.backends.c import emit
+from uol_core.backends.c.gemm.cost_model import GemmModel
 from uol_core.ops import load_op, op_text
 from uol_core.runtime.tuningdb import TuningDB
 from uol_core.runtime.worker import Worker, make_job

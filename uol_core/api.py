@@ -109,8 +109,8 @@ class CompiledKernel:
 
     def explain(self, measured: dict | None = None):
         """Why this kernel looks as it does (binding constraints, roofline, HFL facts, picture)."""
-        from uol_core.acg.explain import explain
         from uol_core.acg.session import recorded
+        from uol_core.backends.c.gemm.explain import explain
         cfg, src, _, space, model = self._current()
         if model is None:
             from uol_core.backends.c.space import explain_pattern

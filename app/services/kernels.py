@@ -125,7 +125,7 @@ def _safe_explain(space, cfg: dict) -> str:
     used) when it cannot be made."""
     try:
         from uol_core.acg.config import TileConfig
-        from uol_core.acg.explain import explain
+        from uol_core.backends.c.gemm.explain import explain
 
         return explain(space.acg, space.model, TileConfig.from_config(cfg)).render()
     except Exception:  # an explanation failure must not hide the kernel

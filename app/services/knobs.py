@@ -5,9 +5,9 @@ the registry: the C GEMM's tile space, the C pattern space (softmax, norms, conv
 Triton tile space. It is solved once per op, backend, target and sizes, then cached:
 re-solving can take a second and a knob change must not.
 
-A derived knob (the C GEMM's nc, `uol_core.acg.space.block_nc` of kc, nr, par and threads) is
-not searched and has no panel row: its legal values are the ones it takes across the legal
-configs, and a config that does not give it gets the value derived from its own knobs.
+A derived knob (the C GEMM's nc, `uol_core.backends.c.gemm.space.block_nc` of kc, nr, par and
+threads) is not searched and has no panel row: its legal values are the ones it takes across
+the legal configs, and a config that does not give it gets the value derived from its own knobs.
 """
 
 from __future__ import annotations

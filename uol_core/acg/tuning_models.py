@@ -2,10 +2,9 @@
 GFLOP/s, and reads a config back from its database key. The backend picks one per plan
 (`Backend.tuning_model`); the session (acg/session.py) is the same for all of them.
 
-- `GemmModel`: the C GEMM's analytical cost model, corrected by measurements, families by
-  register tile (the first measurements spread over tiles);
-- (the C pattern kernels' roofline, `PatternModel`, sits beside their space in
-  `uol_core/backends/c/space.py`);
+- (the C backend's own models sit beside their spaces: `GemmModel`, the GEMM's cost model
+  corrected by measurements, in `uol_core/backends/c/gemm/cost_model.py`; `PatternModel`, the
+  pattern kernels' roofline, in `uol_core/backends/c/space.py`);
 - `PickFirst`: a backend's own pick, then its space in order, no predictions (Triton);
 - `Spread`: a given start, then configs spread evenly over the space (the Studio's tune of a
   backend whose runs it queues itself).
@@ -17,8 +16,6 @@ import json
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from uol_core.acg.config import TileConfig, parse_config
-from uol_core.acg.cost_model import CostModel
 from uol_core.acg.space_core import Config, as_mapping, parse_key
 
 
@@ -55,39 +52,6 @@ class TuningModel:
         return cfg.key()
 
     family = None  # or a function config -> what the first measurements spread over
-
-
-class GemmModel(TuningModel):
-    """The GEMM cost model (acg/cost_model.py): rank, predict, calibrate by register tile."""
-
-    defaults = (12, 4, 4)
-    learns = True
-
-    def __init__(self, plan: Any, target: Any) -> None:
-        self.cost = CostModel(plan, target)
-
-    def rank(self, configs: list) -> list[tuple[Any, float]]:
-        return self.cost.rank(configs)
-
-    def estimate(self, cfg: Any) -> float:
-        return self.cost.estimate(cfg).gflops
-
-    def learn(self, measured: list[tuple[Any, float]]) -> None:
-        self.cost.calibrate(measured)
-
-    def parse(self, text: str) -> Any:
-        return parse_config(text, TileConfig())
-
-    def identity(self, cfg: Any) -> Hashable:
-        # nc is derived from kc, nr, par and threads (space.block_nc): a step in one searched
-        # knob lands on the legal config whatever nc it carried
-        return (cfg.isa, cfg.mr, cfg.nr, cfg.kc, cfg.mc, cfg.ku, cfg.pf, cfg.par, cfg.threads,
-                cfg.path)
-
-    @staticmethod
-    def family(cfg: Any) -> tuple:
-        """What the first measurements spread over: the register tile and its path."""
-        return cfg.isa, cfg.mr, cfg.nr, cfg.path
 
 
 class PickFirst(TuningModel):

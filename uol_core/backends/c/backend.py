@@ -82,7 +82,7 @@ class CBackend:
 
     def _space(self, plan: Plan):
         # loaded when asked for: importing the registry row stays cheap
-        from uol_core.acg.space import build_space
+        from uol_core.backends.c.gemm.space import build_space
         from uol_core.backends.c.space import build_pattern_space
 
         if plan.kind == "gemm":
@@ -153,7 +153,7 @@ class CBackend:
     def tuning_model(self, plan: Plan, space: Any):
         """GEMMs: the tile cost model; every other pattern: its roofline."""
         # acg's models load when a tune asks: importing the registry row stays cheap
-        from uol_core.acg.tuning_models import GemmModel
+        from uol_core.backends.c.gemm.cost_model import GemmModel
         from uol_core.backends.c.space import PatternModel
 
         if plan.kind == "gemm":
@@ -184,8 +184,8 @@ class CBackend:
 def _choose_tile(plan: Plan, request: Any) -> Choice:
     # loaded when asked for: importing the registry row stays cheap
     from uol_core.acg.config import lanes, named_keys, parse_config, target_isas
-    from uol_core.acg.cost_model import CostModel
-    from uol_core.acg.space import build_space
+    from uol_core.backends.c.gemm.cost_model import CostModel
+    from uol_core.backends.c.gemm.space import build_space
     from uol_core.odl.shapes import ShapeError
 
     target = plan.target

@@ -16,10 +16,10 @@ from functools import lru_cache
 import constraint
 
 from uol_core.acg.config import TileConfig, lanes, target_isas, vector_registers
-from uol_core.acg.cost_model import BARRIER_CYCLES
 from uol_core.acg.formula import compile_formula
 from uol_core.acg.space_core import Constraint, Space, count_removed
 from uol_core.acg.stores import last_level_cache
+from uol_core.backends.c.gemm.cost_model import BARRIER_CYCLES
 from uol_core.backends.c.platforms import PLATFORMS
 from uol_core.plans.gemm import GemmPlan
 

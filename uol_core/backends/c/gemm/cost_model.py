@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
-from uol_core.acg.config import TileConfig, lanes, target_isas
+from uol_core.acg.config import TileConfig, lanes, parse_config, target_isas
+from uol_core.acg.tuning_models import TuningModel
 from uol_core.backends.c.platforms import PLATFORMS
 from uol_core.plans.gemm import GemmPlan
 
@@ -227,3 +230,37 @@ class CostModel:
 
 def _group(cfg: TileConfig) -> str:
     return f"{cfg.isa}:{cfg.mr}x{cfg.nr}"
+
+
+class GemmModel(TuningModel):
+    """The GEMM cost model above as a tuning session's ranking: rank, predict, calibrate by
+    register tile."""
+
+    defaults = (12, 4, 4)
+    learns = True
+
+    def __init__(self, plan: Any, target: Any) -> None:
+        self.cost = CostModel(plan, target)
+
+    def rank(self, configs: list) -> list[tuple[Any, float]]:
+        return self.cost.rank(configs)
+
+    def estimate(self, cfg: Any) -> float:
+        return self.cost.estimate(cfg).gflops
+
+    def learn(self, measured: list[tuple[Any, float]]) -> None:
+        self.cost.calibrate(measured)
+
+    def parse(self, text: str) -> Any:
+        return parse_config(text, TileConfig())
+
+    def identity(self, cfg: Any) -> Hashable:
+        # nc is derived from kc, nr, par and threads (space.block_nc): a step in one searched
+        # knob lands on the legal config whatever nc it carried
+        return (cfg.isa, cfg.mr, cfg.nr, cfg.kc, cfg.mc, cfg.ku, cfg.pf, cfg.par, cfg.threads,
+                cfg.path)
+
+    @staticmethod
+    def family(cfg: Any) -> tuple:
+        """What the first measurements spread over: the register tile and its path."""
+        return cfg.isa, cfg.mr, cfg.nr, cfg.path
