@@ -156,7 +156,10 @@ def node_time_bars(rows: Sequence[Mapping],
     ])
     # the title on two short lines at the top, the legend under it and over the plot: nothing
     # cut or covered in a half-width panel, whatever room the groups' names take below
-    fig.update_layout(barmode="group", template="plotly_white", height=420, width=WIDTH,
+    # many groups' names stand upright under the bars: room for them, not taken from the bars
+    names_px = 7 * max((len(n) for n in names), default=0) if len(names) > 8 else 0
+    fig.update_layout(barmode="group", template="plotly_white", height=420 + names_px,
+                      width=WIDTH,
                       title=dict(text=title, x=0, xanchor="left"),
                       margin=dict(l=60, r=20, t=124, b=80), yaxis_title="ms",
                       legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"))
