@@ -28,7 +28,7 @@ def bench(fn) -> float:
 
 def candidates(op, sizes: dict, target, top: int) -> list[dict]:
     """The ACG's ranked configs (constraint-solved space, roofline order), one per block shape."""
-    from uol_core.acg.gpu_space import gpu_space, rank
+    from uol_core.backends.triton.space import gpu_space, rank
 
     picked: dict[tuple, dict] = {}
     for cfg, _ in rank(gpu_space(op, sizes, target), target):

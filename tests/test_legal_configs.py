@@ -11,11 +11,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from uol_core.acg.gpu_space import gpu_space
 from uol_core.api import choose_config
 from uol_core.api import compile as uol_compile
 from uol_core.backends import c as c_backend
 from uol_core.backends import triton as triton_backend
+from uol_core.backends.triton.space import gpu_space
 from uol_core.hfl import list_targets, load_target
 from uol_core.odl import parse
 from uol_core.odl.shapes import shape_of

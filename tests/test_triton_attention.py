@@ -123,7 +123,7 @@ def test_half_precision_inputs() -> None:
 def test_flash_tile_space_has_its_own_knobs() -> None:
     from types import SimpleNamespace
 
-    from uol_core.acg.gpu_space import first_rejections, gpu_space, rank
+    from uol_core.backends.triton.space import first_rejections, gpu_space, rank
 
     gpu = SimpleNamespace(smem_per_block_optin_bytes=65536, smem_per_block_bytes=49152,
                           registers_per_thread_max=255, warp_size=32, max_threads_per_block=1024,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from uol_core.acg.gpu_space import first_rejections, gpu_space, predict, rank
+from uol_core.backends.triton.space import first_rejections, gpu_space, predict, rank
 from uol_core.ops import load_op
 
 # A small hand-made GPU: 64 KiB shared memory, 16x8x16 MMA for f16, 100 SMs.

@@ -92,8 +92,8 @@ def build_case(target: Any, fam: Family) -> GuideCase:
 
 def _predictor(plan: Any, choice: Any):
     """Predicted seconds of a config of this plan's space, or None where no model exists."""
-    from uol_core.acg.gpu_space import predict
     from uol_core.backends.c.space import predict_seconds
+    from uol_core.backends.triton.space import predict
 
     space, target = choice.space, plan.target
     if choice.model is not None:

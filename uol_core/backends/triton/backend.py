@@ -1,4 +1,4 @@
-"""The Triton backend's row of the registry: the GPU tile space (acg/gpu_space.py), the row,
+"""The Triton backend's row of the registry: the GPU tile space (backends/triton/space.py), the row,
 matmul, flash and generic kernels, run on a GPU when there is one, else interpreted."""
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ class TritonBackend:
         where time means nothing) the legal config closest to the emitter's defaults. A request
         ('BLOCK_M=64' or a dict) goes on top; 'tuned' keeps the pick (tuning needs a GPU)."""
         # loaded when asked for: importing the registry row stays cheap
-        from uol_core.acg.gpu_space import rank
         from uol_core.acg.space_core import parse_key
         from uol_core.backends.triton import DEFAULTS
+        from uol_core.backends.triton.space import rank
 
         space = gpu_space_of(plan)
         notes = list(space.notes)
@@ -139,6 +139,6 @@ class TritonBackend:
 
 def gpu_space_of(plan: Plan):
     # loaded when asked for: importing the registry row stays cheap
-    from uol_core.acg.gpu_space import gpu_space
+    from uol_core.backends.triton.space import gpu_space
 
     return gpu_space(plan.op, dict(plan.sizes), plan.target)
