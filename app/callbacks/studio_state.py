@@ -65,7 +65,7 @@ clientside_callback(
 def gpu_backend_for(target: str, backend: str) -> tuple[str | None, str]:
     """(the backend to switch to, why) when `backend` cannot build for `target`: a GPU target
     needs a GPU backend (the C backend would build a CPU kernel). (None, "") when it can."""
-    from uol_core.backends import kernel_backend_names
+    from uol_core.backends import gpu_backend_names
     from uol_core.hfl import load_target
 
     try:
@@ -74,17 +74,14 @@ def gpu_backend_for(target: str, backend: str) -> tuple[str | None, str]:
         return None, ""
     if kind != "gpu":
         return None, ""
-    if backend in GPU_BACKENDS:
+    usable = gpu_backend_names()
+    if backend in usable:
         return None, ""
-    usable = [name for name in kernel_backend_names() if name in GPU_BACKENDS]
     if not usable:
         return None, (f"{target} is a GPU target and no GPU backend is installed: the "
                       f"{backend} backend builds CPU kernels only")
     return usable[0], (f"{target} is a GPU target: backend switched from {backend} to "
                        f"{usable[0]} (the {backend} backend builds CPU kernels only)")
-
-
-GPU_BACKENDS = ("triton",)  # the kernel backends that build for a GPU target
 
 
 @callback(Output("backend-select", "value", allow_duplicate=True),

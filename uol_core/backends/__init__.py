@@ -74,6 +74,12 @@ def kernel_backend_names() -> tuple[str, ...]:
     return tuple(name for name in _FACTORIES if name not in _EVALUATORS)
 
 
+def gpu_backend_names() -> tuple[str, ...]:
+    """The kernel backends that build for a GPU target (those "auto" picks for one)."""
+    gpu = set(AUTO_BY_TARGET_KIND.values())
+    return tuple(name for name in kernel_backend_names() if name in gpu)
+
+
 def backend_choices() -> tuple[str, ...]:
     """What a user may ask for: "auto" and every registered backend."""
     return (AUTO, *_FACTORIES)
