@@ -26,16 +26,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # module prefix -> layer, most specific first; import arrows point from a lower number to a
-# higher one only (docs/architecture.md, "The whole house")
+# higher one only (docs/architecture.md, "Layers"). The tuning session sits above the registry
+# it asks; the spaces' core, the plans and fusion below the templates that read them; an ISA's
+# platform file is a hardware fact like the HFL's.
 LAYERS: tuple[tuple[str, int, str], ...] = (
     ("app", 0, "IDE"), ("uol_cli", 0, "CLI"),
     ("uol_core.graph", 1, "graph"), ("uol_core.torch", 1, "torch"),
     ("uol_core.api", 2, "API"),
-    ("uol_core.backends", 3, "backends"),
-    ("uol_core.acg", 4, "ACG"),
-    ("uol_core.plans", 5, "plans"),
+    ("uol_core.acg.session", 3, "tuning"), ("uol_core.acg.tuner", 3, "tuning"),
+    ("uol_core.acg.runners", 3, "tuning"), ("uol_core.acg.tuning_models", 3, "tuning"),
+    ("uol_core.acg.stores", 3, "tuning"),
+    ("uol_core.backends.c.platforms", 8, "facts"),
+    ("uol_core.backends", 4, "backends"),
+    ("uol_core.acg", 5, "ACG"), ("uol_core.plans", 5, "plans"),
+    ("uol_core.runtime.usercache", 9, "system"),  # private cache folders, used by every layer
     ("uol_core.runtime", 6, "runtime"),
-    ("uol_core.hfl", 7, "facts"), ("uol_core.odl", 7, "language"), ("uol_core.ops", 7, "ops"),
+    ("uol_core.hfl", 7, "facts"), ("uol_core.odl", 8, "language"), ("uol_core.ops", 8, "ops"),
 )
 
 
