@@ -34,11 +34,13 @@ run: install
 	else echo "The IDE is not part of this build yet; the command line:"; $(VENV)/bin/uol --help; fi
 
 # ruff (style, bugs, complexity <= 15), the layer contracts of .importlinter, and no import
-# circle between files of different families (tools/import_cycles.py)
+# circle between files of different families (tools/import_cycles.py), no import inside a function
+# without its reason (tools/deferred_imports.py)
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/python tools/import_cycles.py
+	$(VENV)/bin/python tools/deferred_imports.py
 
 test: install lint
 # The whole suite, never -x: one failure must not hide the others. --durations names the
