@@ -147,6 +147,15 @@ def test_a_reloaded_page_reattaches_to_its_tune_and_applies_the_best(page, live_
              if page.locator(f'[data-knob="{name}"]').count()}
     assert shown and shown == {k: v for k, v in best.items() if k in shown}, (shown, best)
     page.screenshot(path=str(ARTIFACTS / f"studio_tune_reattached_{width}.png"), full_page=True)
+    # other sizes, then a reload: the tune of the old sizes is not shown, nor offered to Apply
+    set_sizes(page, "M=48,K=32,N=32")
+    page.reload()
+    compiled(page)
+    page.wait_for_timeout(2500)  # the job's record is polled once a second
+    wait_idle(page)
+    expect(page.locator("#tune-status")).not_to_contain_text("best verified")
+    expect(page.locator("#tune-apply")).to_be_disabled()
+    expect(page.locator("#tune-button")).to_be_enabled()
     assert page.js_errors == []
 
 

@@ -30,8 +30,9 @@ def watch_tune_job(job):
           Input("tune-watch", "n_intervals"), State("tune-job", "data"),
           State("studio-state", "data"), prevent_initial_call=True)
 def follow_tune_job(_tick, job, state):
-    """The job's progress while it runs, its summary, trail and best config once it ended; the
-    polling stops then (and for an id this browser has no job of)."""
+    """The job's progress while it runs, its summary, trail and best config once it ended (when
+    it tuned the page's inputs); the polling stops then (and for an id this browser has no job
+    of)."""
     from app.callbacks.studio_run import progress_line
     from app.callbacks.studio_state import tuned_for
     from app.figures.studio import tune_figure
@@ -47,6 +48,11 @@ def follow_tune_job(_tick, job, state):
         line = progress_line(trail, record.get("done", 0), budget)
         return (line, tune_figure(trail), str(record.get("done", 0)), str(budget), no_update,
                 True, True, False, False)
+    if not state:  # the page's first compile has not landed: look again at the next tick
+        return (no_update,) * 9
+    if not tuned_for(record.get("inputs"), state):
+        # an ended tune of other inputs (another op, sizes, backend or target): not shown
+        return (no_update,) * 6 + (False, True, True)
     tuned = record.get("tuned")
     return (record.get("status", ""), tune_figure(trail), str(len(trail)),
             str(max(len(trail), 1)), tuned, not tuned_for(tuned, state), False, True, True)
