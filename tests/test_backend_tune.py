@@ -20,8 +20,9 @@ from uol_core.runtime.tuningdb import TuningDB
 
 def test_cli_tunes_a_triton_kernel_over_its_own_space(tmp_path):
     db = tmp_path / "tune.db"
+    # a 256-wide row launches BLOCK_C=256: 1, 2, 4 (and 8) warps are legal, enough for 3 trials
     result = CliRunner().invoke(app, ["tune", "softmax", "--backend", "triton", "--shape",
-                                      "R=8,C=64", "--budget", "3", "--db", str(db), "--json"])
+                                      "R=8,C=256", "--budget", "3", "--db", str(db), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert len(report["trials"]) == 3
@@ -36,9 +37,9 @@ def test_cli_tunes_a_triton_kernel_over_its_own_space(tmp_path):
 
 def test_api_tune_records_each_triton_config_at_once(tmp_path):
     db = TuningDB(str(tmp_path / "api.db"))
-    result = uol_core.tune("layernorm", {"R": 4, "C": 32}, budget=2, db=db, backend="triton")
+    result = uol_core.tune("layernorm", {"R": 4, "C": 256}, budget=2, db=db, backend="triton")
     assert result.measurements == 2
-    again = uol_core.tune("layernorm", {"R": 4, "C": 32}, budget=2, db=db, backend="triton")
+    again = uol_core.tune("layernorm", {"R": 4, "C": 256}, budget=2, db=db, backend="triton")
     assert all(t.from_db for t in again.trials)  # read back, not measured twice
 
 

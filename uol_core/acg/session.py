@@ -5,7 +5,7 @@ round where the runner races).
 
 What differs between backends is data, chosen by the registry row, never by the caller: the
 ranking (`Backend.tuning_model`: acg/tuning_models.py), the runner (`Backend.tuning_runner`:
-acg/runners.py) and the generator the key names (`Backend.generator(plan)`). The API, the
+runtime/runners.py) and the generator the key names (`Backend.generator(plan)`). The API, the
 CLI, the remote workers and the IDE all open sessions with `open_session`; the IDE passes its
 own runner (queued Runs) and ranking, and keeps only presentation.
 

@@ -165,9 +165,9 @@ class CBackend:
         """Kernels built, verified and timed in the worker (`worker`: the isolated process by
         default, or a queued or remote one); a pattern's GFLOP/s counts its own work."""
         # the runner and the worker load when a tune asks: importing the row stays cheap
-        from uol_core.acg.runners import WorkerRunner
         from uol_core.backends.c import emit
         from uol_core.odl.cost import op_cost
+        from uol_core.runtime.runners import WorkerRunner
 
         if plan.kind == "gemm":
             def source(cfg):  # the GEMM's TileConfig, emitted as such (no cross-build wrapper)

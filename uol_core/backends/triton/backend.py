@@ -131,8 +131,8 @@ class TritonBackend:
         """Kernels emitted, loaded, verified and benchmarked in this process (a worker, a
         minimum time or a timeout of the C runner's do not apply)."""
         # the runner loads when a tune asks: importing the registry row stays cheap
-        from uol_core.acg.runners import InProcessRunner
         from uol_core.odl.cost import op_cost
+        from uol_core.runtime.runners import InProcessRunner
 
         return InProcessRunner(self, plan, seed, op_cost(plan.op, plan.sizes).flops)
 
