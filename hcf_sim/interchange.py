@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hcf_sim.calibration.nccl_log import read_nccl_tests as read
+from hcf_sim.collectives.nccl_model import constants
 from hcf_sim.errors import HcfError
 from hcf_sim.fabric.topology import Topology
 
@@ -53,7 +55,6 @@ def astra_network(topo: Topology) -> dict:
 def _astra_link(link: dict) -> tuple[float, float]:
     """(GB/s, ns) of a link in ASTRA-sim's conventions: their validated figures where they publish
     one for this link technology (nccl_constants.json), else our bandwidth and a switch's 2 hops."""
-    from hcf_sim.collectives.nccl_model import constants
 
     published = constants()["astra_sim"].get(link.get("preset", ""))
     if published:
@@ -91,6 +92,5 @@ def export_astra(topo: Topology, out_dir: str | Path, algorithm: str = "ring") -
 
 def read_nccl_tests(path: str | Path) -> dict:
     """The first run of an nccl-tests file (any layout); see hcf_sim.calibration.nccl_log for every run."""
-    from hcf_sim.calibration.nccl_log import read_nccl_tests as read
 
     return read(path)

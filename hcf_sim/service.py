@@ -22,7 +22,7 @@ from hcf_sim.errors import MAX_FLOW_RANKS, HcfError, check_ranks, check_size, hu
 from hcf_sim.fabric.links import get_protocol
 from hcf_sim.fabric.topology import Topology
 from hcf_sim.simulation.flowsim import Router, flow_simulate
-from hcf_sim.simulation.nccl_flow import unfit
+from hcf_sim.simulation.nccl_flow import tune, unfit
 from hcf_sim.simulation.timing import phase
 
 
@@ -157,7 +157,6 @@ def tuned(topo: Topology, collective: str, size: float, algorithm: str | None = 
           method: str = "flow", routing: str = "spread", ranks: int | None = None,
           router: Router | None = None, top_links: int = 10) -> CommResult:
     """NCCL's pick (or `algorithm`, one of NCCL's) timed by the flow model, as a CommResult."""
-    from hcf_sim.simulation.nccl_flow import tune
 
     p = check_ranks(ranks or len(topo.gpus))
     flow = method == "flow" and p <= MAX_FLOW_RANKS

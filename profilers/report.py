@@ -6,15 +6,23 @@ import datetime as _dt
 import platform
 from collections.abc import Mapping, Sequence
 
+import uol_core
+from profilers.callgrind import CallgrindUnavailable
 from profilers.compare import compare
 from profilers.flame import FlameNode
+from profilers.hotspots import _kernel_source, kernel_hotspots
 from profilers.pyinstrument_source import _compile_api, op_spec_text, profile_call
 from profilers.roofline_points import RooflinePoint, point, resolve, roof_curve
 from profilers.runs import Run
 from profilers.timing import time_kernel
 from profilers.traces import Timeline
+from uol_core.acg.session import open_session
 from uol_core.hfl.roofline import peak_key
 from uol_core.odl.cost import peak_dtype
+from uol_core.odl.patterns import classify
+from uol_core.odl.shapes import bind_sizes, shape_of
+from uol_core.runtime.build import BuildError
+from uol_core.runtime.inputs import random_inputs
 from uol_core.runtime.stats import thin
 
 REPORT_VERSION = 1
@@ -38,11 +46,6 @@ def operator_report(op_spec: str, sizes: Mapping[str, int], target: str = "host"
                     compare_targets: Sequence[str] = ()) -> dict:
     """Compile, verify, time, profile and explain one operator; returns the report's data."""
     import torch
-
-    import uol_core
-    from uol_core.odl.patterns import classify
-    from uol_core.odl.shapes import bind_sizes, shape_of
-    from uol_core.runtime.inputs import random_inputs
 
     text = op_spec_text(op_spec)
     op = uol_core.parse(text)
@@ -108,9 +111,6 @@ def operator_report(op_spec: str, sizes: Mapping[str, int], target: str = "host"
 
     hot = None
     if hotspots:
-        from profilers.callgrind import CallgrindUnavailable
-        from profilers.hotspots import _kernel_source, kernel_hotspots
-        from uol_core.runtime.build import BuildError
         src = _kernel_source(kernel)
         shapes = {n: shape_of(op, n, sizes) for n in src.meta.get("args", [])}
         try:  # callgrind where valgrind decodes the kernel, else the cycle-counter build
@@ -168,8 +168,6 @@ def roof_point(label: str, flops: float, nbytes: float, seconds: float | None, t
 def _history(op, sizes: dict, target, notes: list) -> list[dict]:
     """Rows of the tuning database for this op, sizes and target (oldest first)."""
     try:
-        from uol_core.acg.session import open_session
-
         session = open_session(op, sizes, target)  # the GEMM or the pattern tuner's records
         try:
             rows = session.db.rows(session.key)

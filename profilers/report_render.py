@@ -18,7 +18,8 @@ from profilers.figures import (
     roofline_chart,
     timeline_chart,
 )
-from profilers.flame import FlameNode
+from profilers.flame import FlameNode, render_text
+from profilers.pdf import html_to_pdf
 from profilers.roofline_points import RoofCurve, RooflinePoint
 from profilers.runs import Run
 from profilers.traces import Timeline
@@ -279,7 +280,6 @@ def hotspot_event(hot: Mapping) -> tuple[str, str]:
 def _figure_markdown(report: Mapping, name: str) -> list[str]:
     """Text stand-ins for figures (Markdown has no plotly)."""
     if name == "flame":
-        from profilers.flame import render_text
         return ["```", render_text(FlameNode.from_dict(report["flame"]), max_depth=6,
                                    min_share=0.02), "```"]
     if name == "hotspots_odl":
@@ -316,7 +316,6 @@ def write(report: Mapping, path: str | Path, fmt: str | None = None) -> Path:
     elif fmt == "pdf":
         import tempfile
 
-        from profilers.pdf import html_to_pdf
         with tempfile.TemporaryDirectory(prefix="uol-report-") as tmp:
             html_path = Path(tmp) / "report.html"
             html_path.write_text(to_html(report), encoding="utf-8")

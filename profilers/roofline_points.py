@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from uol_core.hfl import load_target
 from uol_core.hfl.roofline import roofline
 from uol_core.hfl.schema import Target
 
@@ -53,7 +54,6 @@ class RooflinePoint:
 def resolve(target: Target | str) -> Target:
     """A Target from a name or a Target."""
     if isinstance(target, str):
-        from uol_core.hfl import load_target
         return load_target(target)
     return target
 

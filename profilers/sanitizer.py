@@ -9,8 +9,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from profilers.hotspots import build_driver_binary
+import uol_core
+from profilers.hotspots import _kernel_source, build_driver_binary
+from profilers.pyinstrument_source import _compile_api, op_spec_text
 from uol_core.backends.base import KernelSource
+from uol_core.odl.shapes import shape_of
 from uol_core.runtime import build as kbuild
 
 # -O1 keeps the loops recognisable; no OpenMP: the sanitizer runtime and libgomp's thread pool
@@ -114,10 +117,6 @@ def parse_findings(stderr: str, src: KernelSource) -> list[Finding]:
 def sanitize_op(op_spec: str, sizes: Mapping[str, int], target: str = "host",
                 config: dict | str | None = None) -> SanitizerReport:
     """Compile an operator with the C backend and run it under the sanitizers."""
-    import uol_core
-    from profilers.hotspots import _kernel_source
-    from profilers.pyinstrument_source import _compile_api, op_spec_text
-    from uol_core.odl.shapes import shape_of
 
     op = uol_core.parse(op_spec_text(op_spec))
     kernel = _compile_api()(op, shapes=dict(sizes), target=target, backend="c", config=config)

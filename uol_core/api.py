@@ -15,10 +15,17 @@ from pathlib import Path
 import torch
 
 from uol_core.acg.config import TileConfig, resolve_target
+from uol_core.acg.explain import explain_space
+from uol_core.acg.session import open_session, recorded
+from uol_core.acg.space_core import as_mapping
 from uol_core.backends import get_backend
 from uol_core.backends.base import KernelSource
+from uol_core.backends.c.backend import tuned_tile
+from uol_core.backends.c.space import explain_pattern
+from uol_core.odl import parse
 from uol_core.odl.ir import Op
 from uol_core.odl.shapes import ShapeError, bind_sizes, shape_of
+from uol_core.ops import load_op
 from uol_core.runtime.native import NativeKernel
 from uol_core.runtime.pages import fresh_output
 
@@ -38,8 +45,6 @@ def looks_like_odl(text: str) -> bool:
 
 def load_any(op_or_path) -> Op:
     """An Op from an Op, ODL text, a path to an .odl file, or a library operator name."""
-    from uol_core.odl import parse
-    from uol_core.ops import load_op
 
     if isinstance(op_or_path, Op):
         return op_or_path
@@ -90,8 +95,6 @@ class CompiledKernel:
 
     @property
     def config(self) -> dict:
-        from uol_core.acg.space_core import as_mapping
-
         return dict(as_mapping(self._current()[0]))
 
     @property
@@ -109,15 +112,11 @@ class CompiledKernel:
 
     def explain(self, measured: dict | None = None):
         """Why this kernel looks as it does (binding constraints, roofline, HFL facts, picture)."""
-        from uol_core.acg.session import recorded
         from uol_core.backends.c.gemm.explain import explain
         cfg, src, _, space, model = self._current()
-        if model is None:
-            from uol_core.backends.c.space import explain_pattern
-            if space.family == "pattern":  # fusion plan, pattern space, byte roofline
-                return explain_pattern(space, cfg, src, measured)
+        if model is None and space.family == "pattern":  # fusion plan, pattern space, bytes
+            return explain_pattern(space, cfg, src, measured)
         if model is None:  # any other space: its rules and the op's roofline
-            from uol_core.acg.explain import explain_space
             return explain_space(self.op, self.sizes, self.target, space, cfg,
                                  src.meta.get("fusion", ""), measured)
         rank = None
@@ -174,7 +173,6 @@ def choose_config(op: Op, sizes: dict, target, request):
 
 def tuned_config(op: Op, sizes: dict, target) -> TileConfig | None:
     """The best recorded GEMM config, tuning with a small budget when none is recorded."""
-    from uol_core.backends.c.backend import tuned_tile
 
     return tuned_tile(op, sizes, resolve_target(target))
 
@@ -205,7 +203,6 @@ def tune(op_or_path, shapes: Mapping, target="host", budget: int = 12,
     """Tune an op's kernel at `shapes` on `backend` (C: the GEMM tuner for contractions it
     lowers, the pattern tuner for the rest; Triton: its own space, verified and, on a GPU,
     timed); every measurement lands in the tuning database."""
-    from uol_core.acg.session import open_session
 
     op = load_any(op_or_path)
     session = open_session(op, bind_sizes(op, dict(shapes)), target, backend, db=db,

@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from hcf_sim.errors import HcfError
+from hcf_sim.runtime.compression import comm_hook, make_codec
 from hcf_sim.runtime.training import free_port
 
 
@@ -165,7 +166,6 @@ def _selfcheck_worker(rank: int, world: int, store: str, out: str) -> None:
 
     from torch import nn
 
-    from hcf_sim.runtime.compression import comm_hook, make_codec
     torch.set_num_threads(1)
     # A file store in the run's private folder: no port to lose between choosing and binding it,
     # and a rendezvous that waits out a busy host (the gloo pairs themselves still use TCP).

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from functools import cache
 
+from uol_core.acg.space_core import Config
 from uol_core.backends.c.platforms import PLATFORMS
+from uol_core.hfl import load_target
+from uol_core.hfl.sysinfo import isa_table
 
 # The vector instruction sets the C backend has a platform file for, best first (the platform
 # registry's order); "vecext" (GCC vector extensions) is the portable one.
@@ -49,7 +52,6 @@ class TileConfig:
 
     def to_config(self):
         """The shared `Config` (acg.space_core) with the same knobs, in field order."""
-        from uol_core.acg.space_core import Config
 
         return Config(self.to_dict())
 
@@ -107,7 +109,6 @@ def parse_config(text: str | dict, base: TileConfig) -> TileConfig:
 def resolve_target(target):
     """An HFL Target object from a name ('host', 'amd-epyc-turin') or a Target itself."""
     if isinstance(target, str):
-        from uol_core.hfl import load_target
         return load_target(target)
     return target
 
@@ -125,7 +126,6 @@ def target_isas(target, vla: bool = False) -> list[str]:
 @cache
 def _vector_isa(isa: str) -> dict:
     """The isa.toml [[vector_isa]] entry of an explicit ISA (width, registers, sources)."""
-    from uol_core.hfl.sysinfo import isa_table
 
     flag = ISA_REQUIRES[isa][0]
     return next(e for e in isa_table()["vector_isa"] if e["flag"] == flag)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from uol_core.hfl.roofline import peak_key, roofline
+from uol_core.odl.cost import op_cost, peak_dtype
+
 
 @dataclass
 class Explanation:
@@ -59,8 +62,6 @@ def explain_space(op, sizes: dict, target, space, cfg, picture: str = "",
                   measured: dict | None = None) -> Explanation:
     """An Explanation from any `Space` (the GPU tile space, say): the rules that stop each
     knob growing, the constraints with the HFL facts they use, and the op's roofline."""
-    from uol_core.hfl.roofline import peak_key, roofline
-    from uol_core.odl.cost import op_cost, peak_dtype
 
     cfg = dict(cfg)
     binding = []

@@ -12,6 +12,7 @@ from typing import Any
 # The recorder needs the interpreter; triton.language reads the switch when first imported.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from uol_core.backends.triton import emit
 from uol_core.debug.recorder import MAX_PROGRAMS, Trace, recording
 from uol_core.debug.trace_io import load_trace, save_trace
 from uol_core.debug.views import (
@@ -22,6 +23,7 @@ from uol_core.debug.views import (
     program_events,
     summary,
 )
+from uol_core.runtime.triton_runner import random_inputs, run_triton
 
 __all__ = ["Trace", "bytes_per_program", "heatmap", "load_kernel", "load_trace", "mask_ratios",
            "oob_findings", "program_events", "save_trace", "summary", "trace_kernel", "trace_op"]
@@ -31,8 +33,6 @@ def trace_op(op, tensors: dict | None = None, sizes: dict | None = None, config:
              max_programs: int = MAX_PROGRAMS) -> tuple[Trace, dict]:
     """Emit Triton for an ODL op, run it under the recorder; returns (trace, outputs)."""
     os.environ["TRITON_INTERPRET"] = "1"  # before the kernel module is imported
-    from uol_core.backends.triton import emit
-    from uol_core.runtime.triton_runner import random_inputs, run_triton
 
     if tensors is None:
         tensors = random_inputs(op, sizes or {})

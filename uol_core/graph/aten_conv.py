@@ -13,6 +13,7 @@ from uol_core.graph import aten_map as A
 from uol_core.graph.aten_common import constant
 from uol_core.graph.aten_map import Unmapped
 from uol_core.graph.export_import import ExportImporter, _arg, packet
+from uol_core.graph.format import Node, TensorSpec
 from uol_core.ops import op_text
 
 # batch_norm(input, weight, bias, mean, var, training, momentum, eps, cudnn) and the form a
@@ -85,7 +86,6 @@ def _only_first_item_read(n: fx.Node) -> bool:
 
 def view(imp: ExportImporter, src: str, method: str, args: list, shape: tuple[int, ...]) -> str:
     """A torch view node `src.method(args)` (zero-copy where the layout allows)."""
-    from uol_core.graph.format import Node, TensorSpec
 
     out = imp.fresh(f"{src}_{method}")
     imp.nodes.append(Node(out, "torch", source=f"method:{method}", outputs={"out": out},

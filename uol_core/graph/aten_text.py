@@ -17,7 +17,7 @@ from torch import fx
 from uol_core.graph import aten_map as A
 from uol_core.graph.aten_common import constant, number_text
 from uol_core.graph.aten_map import Unmapped
-from uol_core.graph.export_import import ExportImporter, _arg
+from uol_core.graph.export_import import ExportImporter, _arg, packet
 from uol_core.graph.format import Node, TensorSpec
 from uol_core.odl import parse
 from uol_core.ops import op_text
@@ -99,8 +99,6 @@ def lookup(imp: ExportImporter, n: fx.Node) -> None:
 
 
 def _kind(n: fx.Node) -> str:
-    from uol_core.graph.export_import import packet
-
     return packet(n.target)
 
 

@@ -18,7 +18,7 @@ from uol_core.graph import aten_map as A
 from uol_core.graph.aten_common import constant, number_text
 from uol_core.graph.aten_conv import view
 from uol_core.graph.aten_map import Unmapped, shape_text
-from uol_core.graph.export_import import ExportImporter, _arg
+from uol_core.graph.export_import import ExportImporter, _arg, packet
 
 
 def constant_pad_nd(imp: ExportImporter, n: fx.Node) -> None:
@@ -217,7 +217,6 @@ def resize(imp: ExportImporter, n: fx.Node) -> None:
     separable, so Y = RH X RW^T with the per-axis matrices torch's op applies. Nearest by an
     integer factor is a broadcast instead (each pixel copied into a k x k block), and any mode
     by integer factors a stencil per output phase (`_periodic_taps`)."""
-    from uol_core.graph.export_import import packet
 
     x = n.args[0]
     shape, out = imp.shape(x), imp.shape(n)

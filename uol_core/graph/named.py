@@ -15,7 +15,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from uol_core.graph.export_import import import_model
 from uol_core.graph.format import Graph, GraphError
+from uol_core.graph.hf_zoo import HF_MODELS, build
+from uol_core.graph.zoo import MODELS
+from uol_core.graph.zoo import build as build_block
 
 SIZES = ("small", "bench")
 BATCHES = (1, 8)
@@ -45,8 +49,6 @@ class ZooModel:
 
 def zoo_models() -> dict[str, ZooModel]:
     """Every zoo model by name: the hand-built blocks first, then the library models."""
-    from uol_core.graph.hf_zoo import HF_MODELS
-    from uol_core.graph.zoo import MODELS
 
     models = {name: ZooModel(name, f"{name} (UOL zoo)", UOL) for name in MODELS}
     for name, entry in HF_MODELS.items():
@@ -85,10 +87,7 @@ def build_zoo_model(name: str, size: str = "small", batch: int = 1
         raise GraphError(f"{model.label} cannot be built here: {reason}")
     try:
         if model.library == TRANSFORMERS:
-            from uol_core.graph.hf_zoo import build
-
             return build(name, size, int(batch))
-        from uol_core.graph.zoo import build as build_block
 
         module, x = build_block(name, size, int(batch))
         return module, (x,)
@@ -101,7 +100,6 @@ def import_zoo_model(name: str, size: str = "small", batch: int = 1, method: str
     """Build the model and import it (torch.export, torch.fx as the fallback): the graph, the
     module it came from and the example inputs it was imported on. Any failure of the export
     (dynamic shapes, data-dependent control flow, an unsupported dtype) is one GraphError."""
-    from uol_core.graph.export_import import import_model
 
     module, inputs = build_zoo_model(name, size, batch)
     label = f"{name}_b{batch}" + ("_small" if size == "small" else "")

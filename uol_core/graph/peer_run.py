@@ -18,6 +18,8 @@ import torch
 from torch import nn
 
 from uol_core.graph.format import Graph
+from uol_core.graph.peers import PEERS, prepare_peers, verify_peers
+from uol_core.graph.run import TOLERANCE, compile_graph, interleaved_ms, make_inputs, max_error
 
 BASELINE = "eager"  # what a user runs before deploying: every speedup is against it too
 UOL = "uol"
@@ -30,7 +32,6 @@ def _first_line(exc: BaseException) -> str:
 def _ours(graph: Graph, inputs: Sequence[torch.Tensor], backend: str, target: str,
           expected: torch.Tensor) -> tuple[Callable[[], object] | None, str, float | None]:
     """The compiled graph on the example inputs: (call, note, max rel. error) or (None, why)."""
-    from uol_core.graph.run import compile_graph, make_inputs, max_error
 
     try:
         compiled = compile_graph(graph, backend, target)
@@ -55,8 +56,6 @@ def time_with_peers(graph: Graph, module: nn.Module, inputs: Sequence[torch.Tens
     {"rows": [{"contender", "ms", "verified", "note", "speedup"}], "baseline", "best_peer",
     "speedup_vs_baseline", "speedup_vs_best_peer", "rounds", "threads"}. `speedup` is the
     contender's time over ours (above 1: we are faster)."""
-    from uol_core.graph.peers import PEERS, prepare_peers, verify_peers
-    from uol_core.graph.run import TOLERANCE, interleaved_ms
 
     threads = threads or torch.get_num_threads()  # the peers get the cores eager has
     inputs = tuple(inputs)

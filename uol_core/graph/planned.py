@@ -27,6 +27,7 @@ import torch
 
 from uol_core.graph.arena import Arena
 from uol_core.graph.memory_plan import Buffer, MemoryPlan
+from uol_core.graph.verify import relative_error
 from uol_core.runtime.driver import driver
 
 
@@ -243,7 +244,6 @@ class PlannedGraph:
         """One replay run a step (and a kernel) at a time, each group's outputs compared with
         `expected` (tensor name -> value) right after its step, before the arena reuses their
         memory: (group, tensor, relative error) of the first one over `tolerance`, or None."""
-        from uol_core.graph.verify import relative_error
 
         with self._lock:
             self.arena.bytes.fill_(255)  # NaN everywhere: a value left from an earlier run cannot pass

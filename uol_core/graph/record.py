@@ -22,6 +22,7 @@ from uol_core.graph.planned import (
 )
 from uol_core.graph.prepack import Prepacker
 from uol_core.graph.siblings import param_value
+from uol_core.runtime.native import NativeKernel
 from uol_core.runtime.pages import huge_page_mode
 
 # torch nodes that, when they allocate (a reshape of a non-viewable layout, contiguous, clone),
@@ -179,7 +180,6 @@ class Recorder:
 
     def _kernel(self, group, native, inputs: dict) -> bool:
         """The group as a C kernel step (False when its arguments do not fit one)."""
-        from uol_core.runtime.native import NativeKernel
 
         strided = isinstance(native, NativeKernel)  # the GEMM entry honours argument strides
         args = native.launch_args()

@@ -13,9 +13,12 @@ from typing import Any
 
 import torch
 
+import uol_core
+from uol_core.api import check_memory
 from uol_core.backends import REFERENCE, backend_names, generator_of, get_backend
 from uol_core.odl.ir import Op
 from uol_core.odl.printer import format_op
+from uol_core.runtime.reference import evaluate_all
 
 BACKENDS = backend_names()
 Runner = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
@@ -42,7 +45,6 @@ def _key(op: Op, sizes: dict[str, int], backend: str, target) -> tuple:
 def _check(op: Op, sizes: dict[str, int], backend: str, target) -> str:
     """Plan and emit the kernel text without building it (cheap enough for the fusion
     planner); returns the generator that would write the kernel (a template, generic, ...)."""
-    from uol_core.api import check_memory
 
     check_memory(op, sizes)
     return generator_of(get_backend(backend, target), op, sizes, target)
@@ -74,14 +76,10 @@ def can_emit(op: Op, sizes: dict[str, int], backend: str, target="host") -> tupl
 
 
 def _reference(op: Op) -> Runner:
-    from uol_core.runtime.reference import evaluate_all
-
     return lambda tensors: evaluate_all(op, tensors)
 
 
 def _build(op: Op, sizes: dict[str, int], backend: str, target) -> tuple[Runner, Any]:
-    import uol_core
-
     kernel = uol_core.compile(op, shapes=sizes, target=target, backend=backend)
     single = len(op.outputs) == 1
 

@@ -15,7 +15,7 @@ import torch
 from uol_core.graph.format import TORCH_DTYPES, Graph
 from uol_core.graph.fusion import FusionPlan, Group, plan_fusion
 from uol_core.graph.inplace import leaves, may_write, privatise, same_storage, written
-from uol_core.graph.planned import PlannedGraph
+from uol_core.graph.planned import PlannedGraph, page_faults
 from uol_core.graph.prepack import ModuleConstants
 from uol_core.graph.record import plan_run
 from uol_core.graph.route import Route, route
@@ -291,7 +291,6 @@ def torch_compiled(module) -> tuple[Callable | None, str]:
 def runtime_report(compiled: CompiledGraph, env: dict[str, torch.Tensor], calls: int = 5) -> dict:
     """What the memory-planned runtime did for this graph: the arena plan and its explanation,
     kernels per driver call, copies, page faults per steady-state call, dispatch overhead."""
-    from uol_core.graph.planned import page_faults
 
     runner = compiled.runner(env)
     with torch.no_grad():

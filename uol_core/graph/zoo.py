@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from uol_core.graph.examples import ResNetBasicBlock
+
 
 class CausalSDPA(nn.Module):
     """torch's causal scaled-dot-product attention on [batch, heads, seq, head_dim], as a
@@ -199,8 +201,6 @@ class SiLUMLP(nn.Module):
 
 
 def _resnet_basic(channels: int) -> nn.Module:
-    from uol_core.graph.examples import ResNetBasicBlock
-
     return ResNetBasicBlock(channels)
 
 

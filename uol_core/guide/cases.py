@@ -13,7 +13,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+from uol_core.acg.config import TileConfig
+from uol_core.acg.space_core import as_mapping
+from uol_core.backends import get_backend
+from uol_core.backends.c.space import predict_seconds
+from uol_core.backends.triton.space import predict
 from uol_core.guide.families import Family
+from uol_core.hfl.roofline import peak_key, roofline
+from uol_core.odl.cost import op_cost, peak_dtype
+from uol_core.ops import load_op
 
 PREDICTED = "model-predicted (ACG cost model; not measured)"
 ROOFLINE_ONLY = "model-predicted (roofline bound only; this space has no cost model)"
@@ -62,9 +70,6 @@ def studio_link(op: str, target: str, backend: str, sizes: dict, config: dict) -
 
 def build_case(target: Any, fam: Family) -> GuideCase:
     """The case of `fam` on `target` (a resolved HFL Target), from the backend contract."""
-    from uol_core.acg.space_core import as_mapping
-    from uol_core.backends import get_backend
-    from uol_core.ops import load_op
 
     op = load_op(fam.op)
     backend = get_backend("auto", target)
@@ -92,13 +97,9 @@ def build_case(target: Any, fam: Family) -> GuideCase:
 
 def _predictor(plan: Any, choice: Any):
     """Predicted seconds of a config of this plan's space, or None where no model exists."""
-    from uol_core.backends.c.space import predict_seconds
-    from uol_core.backends.triton.space import predict
 
     space, target = choice.space, plan.target
     if choice.model is not None:
-        from uol_core.acg.config import TileConfig
-
         return lambda cfg: choice.model.estimate(TileConfig.from_config(cfg)).seconds
     if space.family == "pattern":
         defaults = {"threads": 1, "chunk": 0, "vec": 0, "fuse": 1}
@@ -111,8 +112,6 @@ def _predictor(plan: Any, choice: Any):
 
 def _roofline(op: Any, sizes: dict, target: Any) -> dict:
     """Where the op sits under the target's roofline, held to the peak of the units it runs on."""
-    from uol_core.hfl.roofline import peak_key, roofline
-    from uol_core.odl.cost import op_cost, peak_dtype
 
     cost = op_cost(op, sizes)
     try:
@@ -126,8 +125,6 @@ def _roofline(op: Any, sizes: dict, target: Any) -> dict:
 
 
 def _values(cfg: Any) -> dict:
-    from uol_core.acg.space_core import as_mapping
-
     return dict(as_mapping(cfg))
 
 

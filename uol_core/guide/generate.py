@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from uol_core.acg.config import resolve_target
+from uol_core.backends import backend_names, get_backend
 from uol_core.guide.cases import MEASURED, GuideCase, build_case
 from uol_core.guide.families import FAMILIES, Family
 from uol_core.guide.measure import (
@@ -27,6 +29,9 @@ from uol_core.guide.measure import (
     host_only,
     measure_cases,
 )
+from uol_core.hfl import list_targets
+from uol_core.runtime.tuningdb import TuningDB
+from uol_core.runtime.usercache import private_dir
 
 GUIDE_VERSION = 1
 Progress = Callable[[int, int, str], None]  # done, total, what is being built
@@ -55,7 +60,6 @@ class Guide:
 
 def shipped_targets() -> list[str]:
     """The HFL's shipped targets (not the probed host)."""
-    from uol_core.hfl import list_targets
 
     return [name for name in list_targets() if name != "host"]
 
@@ -63,7 +67,6 @@ def shipped_targets() -> list[str]:
 def guide_key(targets: Iterable[Any], families: Iterable[Family]) -> str:
     """Content key of a guide: the HFL records, the backends' generator hashes, the families,
     this package's code and the ACG's (its space and cost model choose every case's config)."""
-    from uol_core.backends import backend_names, get_backend
 
     digest = hashlib.sha256(f"guide-{GUIDE_VERSION}".encode())
     code = Path(__file__).parent
@@ -83,7 +86,6 @@ def generate(targets: Iterable[str] | None = None, families: Iterable[Family] | 
     """The guide of `targets` (default: every shipped target) x `families` (default: all).
 
     Each target's cases are cached on their own, so a guide of other targets reuses them."""
-    from uol_core.acg.config import resolve_target
 
     resolved = [resolve_target(name) for name in (targets or shipped_targets())]
     fams = list(families or FAMILIES)
@@ -116,8 +118,6 @@ def generate(targets: Iterable[str] | None = None, families: Iterable[Family] | 
 
 
 def _cache_path(key: str):
-    from uol_core.runtime.usercache import private_dir
-
     return private_dir("guide") / f"guide-{key}.json"
 
 
@@ -141,7 +141,6 @@ def _with_recorded_times(guide: Guide) -> Guide:
     host_cases = [c for c in guide.cases if c.target == "host" and c.measured_s is None]
     if not host_cases:
         return guide
-    from uol_core.runtime.tuningdb import TuningDB
 
     db = TuningDB()
     try:

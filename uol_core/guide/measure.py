@@ -15,7 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from uol_core.acg.config import resolve_target
+from uol_core.acg.tuner import tuning_key
+from uol_core.backends import get_backend
 from uol_core.guide.cases import MEASURED, GuideCase
+from uol_core.ops import load_op
+from uol_core.runtime.tuningdb import TuningDB
+from uol_core.runtime.worker import Worker, make_job
 
 MIN_SECONDS = 0.05  # each timing: enough repeats for a stable median, short for a whole guide
 DEFAULT_TIMEOUT_S = 120.0
@@ -60,7 +66,6 @@ class TargetMeasurement:
 
 def local_measurer(timeout_s: float = DEFAULT_TIMEOUT_S) -> CaseMeasurer:
     """C kernels of `host` timed in a sandboxed worker process on this machine."""
-    from uol_core.runtime.worker import Worker
 
     worker = Worker(timeout_s=timeout_s)
     return CaseMeasurer(run_kernel=worker.run, label=lambda _result: MEASURED,
@@ -149,9 +154,6 @@ def measure_case(case: GuideCase, measurer: CaseMeasurer, timeout_s: float = DEF
 def case_key(case: GuideCase):
     """(tuning key, config text) of a case's kernel: the key and config string the tuners
     write, so the guide's measurements and the tuners' rows are one history."""
-    from uol_core.acg.config import resolve_target
-    from uol_core.acg.tuner import tuning_key
-    from uol_core.ops import load_op
 
     target = resolve_target(case.target)
     op = load_op(case.op)
@@ -163,7 +165,6 @@ def record_case(case: GuideCase, result: dict) -> None:
     """Write a case's measurement (or its failure) to the tuning database at once, with the
     result's host facts (a remote worker's) in its row; a database problem never loses the
     measurement on the case itself."""
-    from uol_core.runtime.tuningdb import TuningDB
 
     try:
         key, config = case_key(case)
@@ -177,15 +178,11 @@ def record_case(case: GuideCase, result: dict) -> None:
 
 
 def _run(case: GuideCase, measurer: CaseMeasurer, timeout_s: float, min_seconds: float) -> dict:
-    from uol_core.acg.config import resolve_target
-    from uol_core.backends import get_backend
     from uol_core.ops import load_op, op_text
 
     target = resolve_target(case.target)
     backend = get_backend(case.backend, target)
     if getattr(backend, "worker_jobs", False):
-        from uol_core.runtime.worker import make_job
-
         op = load_op(case.op)
         source = backend.emit(backend.plan(op, case.sizes, target), case.config)
         job = make_job(source, op_text(case.op), f"{case.op}.odl", case.sizes, warmup=1,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from uol_core.hfl.loader import list_targets, load_target
+
 # HFL field -> torch device-property attribute (names as torch spells them).
 PROPERTY_OF_FIELD = {
     "cores": "multi_processor_count",
@@ -30,7 +32,6 @@ def check_gpus() -> list[dict[str, Any]]:
 
 def find_record(device_name: str):
     """The shipped GPU target whose `match` strings occur in the device name, or None."""
-    from uol_core.hfl.loader import list_targets, load_target
 
     for name in list_targets():
         if name == "host":

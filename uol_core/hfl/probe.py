@@ -19,6 +19,8 @@ from uol_core.hfl.crosscheck import (
     check_core_facts,
     settle_bandwidth,
 )
+from uol_core.hfl.gpu import check_gpus
+from uol_core.hfl.matrix import peak_from, unit_for
 from uol_core.hfl.probe_c import CFLAGS, ProbeProgram
 from uol_core.hfl.schema import HflError, Target, validate
 from uol_core.hfl.sysinfo import (
@@ -29,6 +31,7 @@ from uol_core.hfl.sysinfo import (
     read_os_clock,
     widest_vector_isa,
 )
+from uol_core.runtime.usercache import private_dir, write_atomic
 
 PROBE_VERSION = 2  # bump when what is measured changes: old caches are then ignored
 Progress = Callable[[str, float], None]  # (step description, fraction done 0..1)
@@ -62,7 +65,6 @@ def cache_dir() -> Path:
     """Where probe results live: the private per-user cache root (usercache: $UOL_CACHE_DIR,
     else $XDG_CACHE_HOME/uol, else ~/.cache/uol), checked to be ours and not writable by
     others, since a probe result becomes the `host` target every kernel is built for."""
-    from uol_core.runtime.usercache import private_dir
 
     return private_dir()
 
@@ -97,7 +99,6 @@ def probe_host(quick: bool = False, refresh: bool = False,
         except (ValueError, KeyError, HflError):
             pass  # a stale or damaged cache is simply measured again
     record = measure(info, quick=quick, progress=progress)
-    from uol_core.runtime.usercache import write_atomic
 
     # atomic (a concurrent reader sees the old file or the new one), mode 0600
     write_atomic(path, json.dumps(record, indent=1).encode())
@@ -350,7 +351,6 @@ def _record(info: HostInfo, quick: bool, vec: dict, m: dict) -> dict:
 def _matrix_facts(record: dict, flags: list[str], cores: int, core: CoreFacts) -> None:
     """bf16 peak and tile shape of the host's matrix unit (isa.toml [[matrix_isa]]), computed
     from the documented rate at the measured clock; the benchmark measures the real one."""
-    from uol_core.hfl.matrix import peak_from, unit_for
 
     unit = unit_for(list(flags), "bf16")
     if unit is None:
@@ -364,6 +364,5 @@ def _matrix_facts(record: dict, flags: list[str], cores: int, core: CoreFacts) -
 
 def _gpu_check() -> list[dict]:
     """GPU properties checked against the matching record; empty without torch or a GPU."""
-    from uol_core.hfl.gpu import check_gpus
 
     return check_gpus()

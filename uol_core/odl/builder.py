@@ -32,6 +32,8 @@ from uol_core.odl.ir import (
     Unary,
     Var,
 )
+from uol_core.odl.lexer import tokenize
+from uol_core.odl.parser import _Parser
 
 
 def _expr(value: object) -> Expr:
@@ -134,9 +136,6 @@ def _shape(dims: tuple[object, ...]) -> tuple[Affine, ...]:
 
 
 def _parse_shape(text: str) -> Affine:
-    from uol_core.odl.lexer import tokenize
-    from uol_core.odl.parser import _Parser
-
     return _Parser(tokenize(text), text).affine("a shape expression")
 
 

@@ -25,6 +25,7 @@ from uol_core.odl.derivatives import (
     Differentiator,
     access_symbols,
     affine_expr,
+    rebuild,
     substitute,
     substitute_affine,
 )
@@ -261,7 +262,6 @@ class _Builder(SavePolicy):
             body = self.hoist_reductions(expr.body, stmt, own, extents, out)
             return self.intermediate(Reduce(expr.op, expr.indices, body, expr.loc, expr.extents),
                                      stmt, extents, out)
-        from uol_core.odl.derivatives import rebuild
 
         return rebuild(expr, lambda child: self.hoist_reductions(child, stmt, own, extents, out))
 
@@ -304,7 +304,6 @@ class _Builder(SavePolicy):
             written = tuple((mapping[n].pure_symbol if n in mapping else n, e) for n, e in expr.extents)
             body = substitute(expr.body, mapping)
             return Reduce(expr.op, renamed, self.freshen(body, names, extents), expr.loc, written)
-        from uol_core.odl.derivatives import rebuild
 
         return rebuild(expr, lambda child: self.freshen(child, names, extents))
 

@@ -33,6 +33,8 @@ from pathlib import Path
 
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c.platforms import PLATFORMS
+from uol_core.runtime.cross import toolchain
+from uol_core.runtime.usercache import private_dir
 
 CC = os.environ.get("UOL_CC", "gcc")
 # -march=native: the kernel runs where it is built; the ISA flag makes intrinsics explicit.
@@ -160,7 +162,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def cache_dir() -> Path:
     """The private kernel cache (usercache: 0700, ours): the .so files here are loaded into
     worker processes, so nobody else may be able to plant one."""
-    from uol_core.runtime.usercache import private_dir
 
     return private_dir("kernels")
 
@@ -273,7 +274,6 @@ def build_program(src: KernelSource, harness: str, limits: BuildLimits | None = 
     """Cross-compile (or find in the cache) the program `harness` + kernel `src` for the CPU
     its `meta["cross"]` names; returns the executable's path. The cross compiler must be
     installed (runtime.cross.Toolchain.require says what to install)."""
-    from uol_core.runtime.cross import toolchain
 
     cross = src.meta["cross"]
     tools = toolchain(cross["arch"])

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from uol_core.api import compile as compile_op
 from uol_core.backends import AUTO, REFERENCE, backend_choices, get_backend, resolve_name
 from uol_core.odl.check import check_op, stmt_extents
 from uol_core.odl.derivatives import substitute
 from uol_core.odl.ir import Access, Affine, DType, Op, Reduce, Stmt, Var, walk
+from uol_core.odl.patterns import classify
 from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
 
 BACKENDS = backend_choices()  # "auto" and every registered backend
@@ -79,8 +81,6 @@ class OpRunner:
         return lambda ts: evaluate_all(self.op, ts)
 
     def _kernel(self, key: tuple, tensors: Mapping[str, torch.Tensor], backend) -> Callable:
-        from uol_core.api import compile as compile_op
-
         dtypes = getattr(backend, "float_dtypes", None)
         allowed = {TORCH_DTYPES[DType(t)] for t in dtypes or ()}
         floats = {d.name for d in self.op.inputs if d.dtype.is_float}
@@ -158,7 +158,6 @@ def statement_groups(op: Op) -> list[tuple[int, ...]]:
     non-contraction statements that runs after everything it reads, preferring one that
     already touches its tensors: so the bias gradient `db = sum over rows of g` rides the
     pass that makes `g` instead of costing a kernel launch and a pass of its own."""
-    from uol_core.odl.patterns import classify
 
     kinds = classify(op).statements
     groups: list[list[int]] = []

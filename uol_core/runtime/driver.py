@@ -15,6 +15,9 @@ from __future__ import annotations
 import ctypes
 from functools import lru_cache
 
+from uol_core.backends.base import KernelSource
+from uol_core.runtime.build import build
+
 DRIVER_C = """#include <stdint.h>
 typedef void (*uol_kernel)(void **, const int64_t *);
 void uol_graph_run(int64_t n, void **fns, void ***args, const int64_t **strides) {
@@ -40,8 +43,6 @@ void uol_plan_run(const int64_t *table, void *const *env) {
 def driver() -> ctypes.CDLL | None:
     """The C driver library; None when it cannot be built, and then kernels are called one by
     one from Python."""
-    from uol_core.backends.base import KernelSource
-    from uol_core.runtime.build import build
 
     try:
         lib = ctypes.CDLL(str(build(KernelSource(DRIVER_C, "c", "uol_graph_run", "uol_graph_driver"))))

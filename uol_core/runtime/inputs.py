@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 import torch
 
-from uol_core.odl.ir import DType, Op
+from uol_core.odl.ir import DType, Op, retyped
 from uol_core.odl.shapes import shape_of
-from uol_core.runtime.reference import TORCH_DTYPES
+from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
 
 
 def random_inputs(op: Op, sizes: Mapping[str, int], seed: int = 0) -> dict[str, torch.Tensor]:
@@ -37,8 +37,6 @@ def random_inputs_in_domain(op: Op, sizes: Mapping[str, int],
     evaluates the op once in f64 on the reference evaluator: meant for small sizes (tests,
     gradient checks), not for timing runs.
     """
-    from uol_core.odl.ir import retyped
-    from uol_core.runtime.reference import evaluate_all
 
     tensors = random_inputs(op, sizes, seed)
     wide = {k: v.double() if v.is_floating_point() else v for k, v in tensors.items()}

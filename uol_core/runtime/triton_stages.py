@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from uol_core.backends.triton.expr import safe
 from uol_core.runtime.triton_stage_lines import source_lines
+from uol_core.runtime.usercache import private_dir
 
 WORKER = Path(__file__).with_name("triton_stages_worker.py")
 TIMEOUT_S = 180.0  # a large flash kernel compiles in seconds; a loaded host needs headroom
@@ -138,7 +140,6 @@ def kernel_specs(source: Any, op: Any, sizes: Mapping[str, int]) -> list[KernelS
     """The kernels of a generated Triton module (`KernelSource.meta`), each typed as the
     module's launcher calls it at `sizes`: tensors as pointers of their element type
     (intermediates at the compute type), sizes as i32 (1 as a constant, as the JIT does)."""
-    from uol_core.backends.triton.expr import safe
 
     outside = {d.name for d in op.inputs} | {d.name for d in op.outputs}
     wide = any(d.dtype.value == "f64" for d in op.inputs + op.outputs + op.locals)
@@ -176,7 +177,6 @@ def compile_stages(text: str, spec: KernelSpec, arch: GpuArch, file_name: str = 
                    binary: bool = False, timeout_s: float = TIMEOUT_S) -> StagesResult:
     """Compile kernel `spec.name` of module `text` for `arch` and return its stages; `binary`
     also runs the assembler Triton bundles (ptxas: the cubin), the slow part of large kernels."""
-    from uol_core.runtime.usercache import private_dir
 
     request = {"text": text, "file_name": file_name, "kernel": spec.name,
                "signature": spec.signature, "constexprs": spec.constexprs,

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from uol_core.runtime.usercache import private_dir
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS measurements (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -92,8 +94,6 @@ def target_fingerprint(target) -> str:
 
 
 def default_path() -> Path:
-    from uol_core.runtime.usercache import private_dir
-
     return private_dir() / "tuning.sqlite"
 
 

@@ -10,6 +10,17 @@ import traceback
 from dataclasses import asdict
 
 from uol_core.backends.base import KernelSource
+from uol_core.odl import parse
+from uol_core.runtime.build import BuildError, build
+from uol_core.runtime.cross import EMULATED_NOTE, ToolchainMissing
+from uol_core.runtime.emulate import EmulatedKernel, EmulationError
+from uol_core.runtime.inputs import random_inputs
+from uol_core.runtime.measure import time_call, time_interleaved
+from uol_core.runtime.native import NativeKernel
+from uol_core.runtime.peak_memory import check_memory
+from uol_core.runtime.reference import TORCH_DTYPES, evaluate_all
+from uol_core.runtime.stats import thin
+from uol_core.runtime.verify import compare
 
 
 def _signal_name(code: int | None) -> str:
@@ -118,9 +129,6 @@ _REFERENCE: dict = {}
 
 def execute_job(job: dict) -> dict:
     """Build the kernel, run it on seeded random inputs, compare with the reference, then time."""
-    from uol_core.odl import parse
-    from uol_core.runtime.measure import time_call
-    from uol_core.runtime.peak_memory import check_memory
 
     src = KernelSource(**job["source"])
     op = parse(job["op_text"], job["op_file"])
@@ -140,8 +148,6 @@ def execute_job(job: dict) -> dict:
 def _reference(job: dict, op) -> tuple[dict, dict]:
     """The job's seeded random inputs and the reference outputs (kept for the next job of
     the same op, sizes and seed)."""
-    from uol_core.runtime.inputs import random_inputs
-    from uol_core.runtime.reference import evaluate_all
 
     key = (job["op_text"], tuple(sorted(job["sizes"].items())), job["seed"])
     if key not in _REFERENCE:
@@ -157,11 +163,6 @@ def _built_and_verified(src: KernelSource, op, inputs: dict, reference: dict):
     reference; `call` runs it again, None when it failed to build or verify. Every tensor has
     the dtype `op` declares (a bf16 GEMM reads bf16 inputs)."""
     import torch
-
-    from uol_core.runtime.build import BuildError, build
-    from uol_core.runtime.native import NativeKernel
-    from uol_core.runtime.reference import TORCH_DTYPES
-    from uol_core.runtime.verify import compare
 
     try:
         path = build(src)
@@ -194,7 +195,6 @@ def _built_and_verified(src: KernelSource, op, inputs: dict, reference: dict):
 def _timed(timing, flops: float) -> dict:
     """A timing's fields in a result (GFLOP/s from the kernel's FLOPs where it knows them);
     the samples travel too (thinned), so two results can be compared with a confidence."""
-    from uol_core.runtime.stats import thin
 
     return {"median_s": timing.median_s, "iqr_s": timing.iqr_s, "spread": timing.spread,
             "repeats": timing.repeats, "samples": thin(timing.samples),
@@ -214,9 +214,6 @@ def execute_race(job: dict) -> dict:
     on the same inputs, each into its own outputs (measure.time_interleaved). The result's
     `results` holds one measurement per kernel, in order; a kernel that fails to build or
     verify gets its failure there and is not timed."""
-    from uol_core.odl import parse
-    from uol_core.runtime.measure import time_interleaved
-    from uol_core.runtime.peak_memory import check_memory
 
     op = parse(job["op_text"], job["op_file"])
     check_memory(op, job["sizes"])
@@ -240,11 +237,6 @@ def _execute_emulated(src: KernelSource, op, sizes: dict, seed: int) -> dict:
     """Build `src` for its foreign CPU, run it under the emulator on seeded random inputs and
     compare with the reference; never timed (the result's reason says so)."""
     from uol_core.runtime.build import BuildError
-    from uol_core.runtime.cross import EMULATED_NOTE, ToolchainMissing
-    from uol_core.runtime.emulate import EmulatedKernel, EmulationError
-    from uol_core.runtime.inputs import random_inputs
-    from uol_core.runtime.reference import evaluate_all
-    from uol_core.runtime.verify import compare
 
     try:
         kernel = EmulatedKernel(src, op, sizes)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 
+from uol_core.api import load_any
 from uol_core.odl.grad import GradOp, derive_grad, differentiable_inputs
 from uol_core.odl.ir import Op, retyped
 from uol_core.odl.printer import format_op
@@ -278,7 +279,6 @@ def to_torch(op_or_path, backend: str = "auto", target: str = "host") -> TorchOp
     backend: "auto" (compiled C where the C backend emits the op, else the reference),
     "c", "triton" (interpreter without a GPU) or "reference".
     """
-    from uol_core.api import load_any
 
     op = load_any(op_or_path)
     key = f"{format_op(op)}|{backend}|{target}"

@@ -17,6 +17,7 @@ from typing import Any
 
 import constraint
 
+from uol_core.acg.explain import Explanation
 from uol_core.acg.fusion import FusionPlan, flat_map, plan_fusion, tensors_read
 from uol_core.acg.space_core import (
     Config,
@@ -164,8 +165,6 @@ def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> f
     """Roofline estimate: memory traffic over bandwidth (scaled by threads), plus a per-chunk
     cost; a bf16 GEMM's FLOPs over its unit's peak."""
     if "bf16_isa" in cfg or "bq" in cfg:
-        from uol_core.odl.cost import op_cost
-
         flops = op_cost(op, sizes).flops
         if "bq" in cfg:
             return predict_attention_seconds(attention_shape(op, sizes, target), flops,
@@ -209,7 +208,6 @@ def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
 
 def explain_pattern(space: Space, cfg: Mapping, src, measured: dict | None = None):
     """An Explanation of a non-GEMM kernel: fusion plan, constraints, byte roofline, HFL facts."""
-    from uol_core.acg.explain import Explanation
 
     target, op, sizes = space.target, space.facts["op"], space.facts["sizes"]
     seconds = predict_seconds(op, sizes, target, {**_defaults(), **cfg})
@@ -220,7 +218,6 @@ def explain_pattern(space: Space, cfg: Mapping, src, measured: dict | None = Non
     roofline = {"bound": "memory", "bytes": nbytes, "predicted_seconds": seconds,
                 "attainable_gflops": 0.0, "predicted_gflops": 0.0}
     if "bf16_isa" in cfg or "bq" in cfg:  # GEMMs: bound by a unit's peak (bf16, attention)
-        from uol_core.odl.cost import op_cost
 
         flops = op_cost(op, sizes).flops
         roofline.update(bound="compute", attainable_gflops=flops / seconds / 1e9,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from uol_core.backends.base import KernelSource
+from uol_core.backends.emit_limits import check_op_size, check_source_size
+from uol_core.backends.triton.attention import emit_flash, flash_plan
 from uol_core.backends.triton.expr import TORCH_DTYPES, Writer, extent_code, safe
 from uol_core.backends.triton.generic import (
     KernelPart,
@@ -12,7 +14,10 @@ from uol_core.backends.triton.generic import (
     emit_generic,
     generic_groups,
 )
+from uol_core.backends.triton.matmul import emit_matmul
+from uol_core.backends.triton.row import emit_row, row_block_limit, row_plan
 from uol_core.odl.ir import Access, DType, Op, walk
+from uol_core.plans.gemm import matmul_plan
 
 ENTRY = "launch"
 DEFAULTS = {"BLOCK": 128, "BLOCK_R": 32, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32,
@@ -21,8 +26,6 @@ DEFAULTS = {"BLOCK": 128, "BLOCK_R": 32, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K"
 
 def emit(op: Op, config: dict | None = None, target: Any = None) -> KernelSource:
     """Triton source of `op`: @triton.jit kernels plus a `launch` function that runs them in order."""
-    from uol_core.backends.emit_limits import check_op_size, check_source_size
-    from uol_core.backends.triton.row import row_block_limit
 
     check_op_size(op)
     cfg = {**DEFAULTS, **(config or {})}
@@ -36,10 +39,6 @@ def emit(op: Op, config: dict | None = None, target: Any = None) -> KernelSource
 
 def plan(op: Op, cfg: dict) -> list[KernelPart]:
     """Choose a kernel per group of statements: fused row, flash attention, matmul or generic."""
-    from uol_core.backends.triton.attention import emit_flash, flash_plan
-    from uol_core.backends.triton.matmul import emit_matmul
-    from uol_core.backends.triton.row import emit_row, row_plan
-    from uol_core.plans.gemm import matmul_plan
 
     if cfg.get("force_generic"):
         return _generic_parts(op, list(range(len(op.stmts))), cfg)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from uol_core.backends.emit_limits import checkpoint
+from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import (
     Access,
     Affine,
@@ -177,8 +178,6 @@ class ExprEmitter:
         return reduce_extents(self.op, self.stmt_index, node)
 
     def current_scan_extent(self, node: Scan) -> Affine:
-        from uol_core.odl.check import stmt_extents
-
         return stmt_extents(self.op, self.stmt_index).free[node.index]
 
     def expr(self, e: Expr, ctx: Ctx) -> str:
@@ -315,7 +314,6 @@ def _is_number(code: str) -> bool:
 
 def reduce_extents(op: Op, stmt_index: int, node: Reduce) -> list[Affine]:
     """Extents of a reduction's indices, in its index order."""
-    from uol_core.odl.check import stmt_extents
 
     found = stmt_extents(op, stmt_index).reductions[node]
     return [found[n] for n in node.indices]

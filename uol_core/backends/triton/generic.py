@@ -17,7 +17,7 @@ from uol_core.backends.triton.expr import (
     scalar_loop_reduce,
 )
 from uol_core.odl.check import stmt_extents
-from uol_core.odl.ir import Access, Affine, DType, Op, Reduce, Scan, walk
+from uol_core.odl.ir import Access, Affine, DType, Op, Reduce, Scan, children, walk
 
 
 @dataclass
@@ -98,7 +98,6 @@ def register_reads_ok(op: Op, index: int, group_targets: set[str]) -> bool:
         if isinstance(expr, Access) and expr.tensor in group_targets:
             return not rebound and expr.pad is None and expr.indices == own
         inner = rebound or isinstance(expr, (Reduce, Scan))
-        from uol_core.odl.ir import children
 
         return all(visit(c, inner) for c in children(expr))
 

@@ -15,9 +15,13 @@ from typing import Any
 import constraint
 
 from uol_core.acg.space_core import Config, Constraint, Space, count_removed
+from uol_core.backends.triton.attention import flash_plan
+from uol_core.backends.triton.row import row_block_limit
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Op
 from uol_core.odl.patterns import classify
+from uol_core.plans.gemm import matmul_plan
+from uol_core.plans.rows import row_split
 
 HFL_DTYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64", "i8": "int8"}
 GEMM_DOMAINS = {
@@ -126,7 +130,6 @@ def gemm_rules(p: dict[str, Any], target: Any) -> list[Constraint]:
 
 def flash_problem(op: Op, sizes: dict[str, int]) -> dict[str, Any]:
     """S, T, D, E, batch and element type when the op is the flash attention structure."""
-    from uol_core.backends.triton.attention import flash_plan
 
     plan = flash_plan(op)
     if plan is None:
@@ -185,8 +188,6 @@ ROW_DOMAINS = {"num_warps": [1, 2, 4, 8]}  # a row kernel sizes its tile from th
 def row_problem(op: Op, sizes: dict[str, int]) -> dict[str, Any]:
     """Rows and columns when the Triton emitter makes one fused row kernel of the op (no GEMM
     statement, every reduction over the whole row: softmax, layernorm, ...), else {}."""
-    from uol_core.plans.gemm import matmul_plan
-    from uol_core.plans.rows import row_split
 
     if any(matmul_plan(op, i) is not None for i in range(len(op.stmts))):
         return {}
@@ -203,7 +204,6 @@ def row_problem(op: Op, sizes: dict[str, int]) -> dict[str, Any]:
 def row_block(problem: dict[str, Any], num_warps: int, target: Any) -> int:
     """The BLOCK_C the row kernel launches with at `num_warps`: the row's next power of two,
     capped by what one program keeps in registers (longer rows loop over chunks of it)."""
-    from uol_core.backends.triton.row import row_block_limit
 
     whole = 1 << max(problem["C"] - 1, 0).bit_length()
     return min(whole, row_block_limit(target, num_warps))

@@ -27,12 +27,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c.attention.forward import MAX_HEAD, _addr, flash_plan
+from uol_core.backends.c.attention import backward_sve as c_attention_bwd_sve
+from uol_core.backends.c.attention import forward_sve as c_attention_sve
+from uol_core.backends.c.attention.backward_body import body, owns_slices
+from uol_core.backends.c.attention.forward import MAX_HEAD, _addr, flash_plan, whole_tiles
 from uol_core.backends.c.attention.tiles import Tiles, acc_kernel, choose_tiles, score_kernel
 from uol_core.backends.c.text.expr import PRELUDE, ExprContext, render
 from uol_core.backends.c.text.frame import includes, open_entry
 from uol_core.backends.c.text.names import index_id, size_id
 from uol_core.backends.c.text.writer import CodeWriter
+from uol_core.odl.check import check_op
+from uol_core.odl.derivatives import Differentiator, substitute
+from uol_core.odl.errors import OdlError
+from uol_core.odl.grad import derive_grad
+from uol_core.odl.grad_rewrite import alpha_normal
 from uol_core.odl.ir import (
     Access,
     Affine,
@@ -47,6 +55,7 @@ from uol_core.odl.ir import (
     walk,
 )
 from uol_core.odl.masks import causal_offset
+from uol_core.odl.simplify import simplify
 
 GENERATOR = "uol-c-flash-bwd-1"
 # The blocks a config asks for when it names none (backends/c/attention/space.py offers others).
@@ -78,8 +87,6 @@ class FlashGradPlan:
 
 def flash_grad_plan(op: Op) -> FlashGradPlan | None:
     """The plan when `op` is the derived gradient of a flash-recognised attention, else None."""
-    from uol_core.odl.errors import OdlError
-    from uol_core.odl.grad import derive_grad
 
     if not op.name.endswith("_grad") or len(op.inputs) != 7 or len(op.outputs) != 3 or \
             len(op.stmts) < 2 or {d.dtype for d in op.inputs + op.outputs + op.locals} != {DType.f32}:
@@ -109,8 +116,6 @@ def flash_grad_plan(op: Op) -> FlashGradPlan | None:
 def _forward_of(op: Op) -> Op | None:
     """The attention forward whose gradient `op` would be, from its first two statements
     (s and p, recomputed) and its inputs (Q, K, V, then the saved O, mx and l, and dO)."""
-    from uol_core.odl.check import check_op
-    from uol_core.odl.errors import OdlError
 
     s, p = op.stmts[:2]
     q, k, v, o, mx, lsum, do = op.inputs
@@ -141,8 +146,6 @@ def _forward_of(op: Op) -> Op | None:
 
 def _canonical(stmt: Stmt) -> tuple:
     """A statement with its own and its reductions' index names replaced by position."""
-    from uol_core.odl.derivatives import substitute
-    from uol_core.odl.grad_rewrite import alpha_normal
 
     names = {x: Affine.of(f"__s{n}") for n, x in enumerate(stmt.indices)}
     extents = tuple((names[x].pure_symbol, f) for x, f in stmt.extents)
@@ -151,9 +154,7 @@ def _canonical(stmt: Stmt) -> tuple:
 
 def _slope(score: Stmt, reduce: Reduce) -> Expr | None:
     """d f / d (Q.K sum) of the score expression, when it reads no tensor (a scale, a mask)."""
-    from uol_core.odl.derivatives import Differentiator
     from uol_core.odl.grad_rewrite import alpha_normal, replace_subexpression
-    from uol_core.odl.simplify import simplify
 
     *_, i, j = score.indices
     z = Access("__qk", (Affine.of(i), Affine.of(j)))
@@ -169,9 +170,6 @@ def emit(op: Op, plan: FlashGradPlan, sizes: Mapping[str, int], target=None,
     S, T, D, E, NB = grad_extents(op, plan, sizes)
     if D > MAX_HEAD or E > MAX_HEAD:
         return None
-    from uol_core.backends.c.attention import backward_sve as c_attention_bwd_sve
-    from uol_core.backends.c.attention import forward_sve as c_attention_sve
-    from uol_core.backends.c.attention.backward_body import body, owns_slices
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:  # a length-agnostic ISA (SVE): the head dimension on the lanes
@@ -255,8 +253,6 @@ def shrink_blocks(bq: int, bk: int, q_unit: int, k_unit: int,
 def backward_fits_l2(bq: int, bk: int, D: int, E: int, target) -> bool:
     """Whether a task of bq queries x bk keys stays within half of the target's L2, the bound
     this emitter (or the SVE one) shrinks its blocks to."""
-    from uol_core.backends.c.attention import backward_sve as c_attention_bwd_sve
-    from uol_core.backends.c.attention import forward_sve as c_attention_sve
 
     half = int(getattr(target, "l2_bytes", 0) or 1 << 20) // 2
     if c_attention_sve.vla_isa(target) is not None:
@@ -268,7 +264,6 @@ def _blocks(t: Tiles, S: int, T: int, D: int, E: int, cfg: Mapping, l2: int) -> 
     """Block sizes: BQ whole query tiles, BK whole key tiles, the task's working set within
     half the target's L2 (an HFL fact) so every re-read of a block hits the cache."""
     DP, EP = (-(-x // t.qt) * t.qt for x in (D, E))
-    from uol_core.backends.c.attention.forward import whole_tiles
 
     bq, bk = whole_tiles(cfg["bq"], t.qt, S), whole_tiles(cfg["bk"], t.mr, T)
 

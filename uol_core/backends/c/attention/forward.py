@@ -24,8 +24,9 @@ import math
 from collections.abc import Mapping
 
 from uol_core.backends.base import KernelSource
+from uol_core.backends.c.attention import forward_sve as c_attention_sve
 from uol_core.backends.c.attention.tiles import Tiles, choose_tiles, score_kernel, value_kernel
-from uol_core.backends.c.text.expr import PRELUDE, ExprContext, render
+from uol_core.backends.c.text.expr import PRELUDE, ExprContext, render, render_affine_c
 from uol_core.backends.c.text.frame import includes, open_entry
 from uol_core.backends.c.text.names import index_id, size_id, tensor_id
 from uol_core.backends.c.text.writer import CodeWriter
@@ -63,7 +64,6 @@ def emit(op: Op, plan: FlashPlan, sizes: Mapping[str, int], target=None,
     S, T, D, E, _ = attention_extents(op, plan, sizes)
     if D > MAX_HEAD or E > MAX_HEAD:
         return None
-    from uol_core.backends.c.attention import forward_sve as c_attention_sve
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:
@@ -123,7 +123,6 @@ def block_units(target, backward: bool = False) -> tuple[int, int]:
     """The query and key granularity of the flash templates' blocks on `target`: whole
     register tiles (fixed-width ISAs: QT queries, MR keys; SVE: MQ queries and NJ keys, the
     backward's key blocks whole dot and dV/dK tiles)."""
-    from uol_core.backends.c.attention import forward_sve as c_attention_sve
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:
@@ -158,7 +157,6 @@ def _base(prefix: tuple[str, ...], shape: list[int]) -> str:
 
 def _addr(op: Op, sizes: Mapping[str, int]):
     """Addresses of reads outside the Q.K sum (e.g. a bias in the score expression)."""
-    from uol_core.backends.c.text.expr import render_affine_c
 
     def address(a: Access) -> str:
         shape = [f.evaluate(dict(sizes)) for f in op.tensor(a.tensor).shape]

@@ -25,8 +25,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from uol_core.acg.config import TileConfig, lanes, target_isas
+from uol_core.acg.config import TileConfig, lanes, resolve_target, target_isas
 from uol_core.backends.base import KernelSource
+from uol_core.backends.c.attention import forward_sve as c_attention_sve
+from uol_core.backends.c.conv import sve as c_conv_sve
 from uol_core.backends.c.conv.depthwise import depthwise_config, depthwise_plan
 from uol_core.backends.c.conv.gemv import emit_gemv, gemv_fits
 from uol_core.backends.c.conv.im2col import im2col_driver, pack_im2col, pixel_block
@@ -127,7 +129,6 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     if plan is None or not _epilogue_ok(op, plan):
         return None
     if target is None:
-        from uol_core.acg.config import resolve_target
         target = resolve_target("host")
     cfg = dict(config or {})
     threads = int(cfg.get("threads") or getattr(target, "cores", 0) or 1)
@@ -145,8 +146,6 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
         return None
     if not _pads_honoured(op, plan, sizes):
         return None
-    from uol_core.backends.c.attention import forward_sve as c_attention_sve
-    from uol_core.backends.c.conv import sve as c_conv_sve
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:  # a length-agnostic ISA (SVE): pixels on lanes of a run-time count

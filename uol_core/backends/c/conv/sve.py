@@ -22,12 +22,14 @@ from dataclasses import dataclass
 
 from uol_core.acg.config import lanes
 from uol_core.backends.base import KernelSource
+from uol_core.backends.c.conv.emitter import _entry_head, _epilogue, _pack_filter, _strides
 from uol_core.backends.c.conv.tiles import _fill_rows
 from uol_core.backends.c.platforms import platform
 from uol_core.backends.c.text.expr import PRELUDE
 from uol_core.backends.c.text.frame import includes
 from uol_core.backends.c.text.names import index_id, size_id, tensor_id
 from uol_core.backends.c.text.writer import CodeWriter, render_const
+from uol_core.odl.check import stmt_extents
 from uol_core.odl.ir import Op
 
 GENERATOR = "uol-c-conv-vla-1"
@@ -71,8 +73,6 @@ def vla_rows(target, cfg: Mapping, dims: Mapping[str, int]) -> VlaRows:
 def emit(op: Op, plan, sizes: Mapping[str, int], target, cfg: Mapping, isa: str,
          threads: int) -> KernelSource:
     """The length-agnostic convolution kernel of a recognised plan (plans/conv.py, conv_plan)."""
-    from uol_core.backends.c.conv.emitter import _entry_head, _epilogue, _pack_filter, _strides
-    from uol_core.odl.check import stmt_extents
 
     line = op.stmts[0].line
     ext = stmt_extents(op, 0)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c.gemm.bf16_kernels import KERNELS, driver_text, packing_text
 from uol_core.backends.c.text.writer import CodeWriter
+from uol_core.hfl.matrix import unit_for
 from uol_core.odl.ir import Access, Binary, DType, Op, Reduce
 from uol_core.odl.shapes import shape_of
 
@@ -136,7 +137,6 @@ def match(op: Op, sizes: Mapping[str, int]) -> Bf16Gemm | None:
 
 def choose_isa(target, config: Mapping | None = None) -> str:
     """The micro-kernel for `target`: the config's bf16_isa, else its first matrix unit."""
-    from uol_core.hfl.matrix import unit_for
 
     wanted = (config or {}).get("bf16_isa")
     if wanted:

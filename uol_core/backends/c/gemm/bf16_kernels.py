@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from uol_core.hfl.matrix import matrix_units
+
 
 @dataclass(frozen=True)
 class MicroKernel:
@@ -164,7 +166,6 @@ def packing_text() -> str:
 
 def _amx_kernel() -> MicroKernel:
     """AMX tiles, geometry and the OS permission request from isa.toml [[matrix_isa]] amx_bf16."""
-    from uol_core.hfl.matrix import matrix_units
 
     unit = next(u for u in matrix_units("bf16") if u.flag == "amx_bf16")
     rows, colsb = unit.fact("tile_rows"), unit.fact("tile_colsb")

@@ -13,6 +13,7 @@ from typing import Any
 from uol_core.acg.config import TileConfig, lanes, parse_config, target_isas
 from uol_core.acg.tuning_models import TuningModel
 from uol_core.backends.c.platforms import PLATFORMS
+from uol_core.hfl.roofline import roofline
 from uol_core.plans.gemm import GemmPlan
 
 F32 = 4
@@ -75,7 +76,6 @@ def c_beyond_l2(plan: GemmPlan, cfg: TileConfig, target) -> bool:
 def roofline_gflops(flops: float, bytes_moved: float, target) -> tuple[float, str]:
     """Attainable GFLOP/s and the bound ('compute' or 'memory'), from the HFL roofline."""
     try:
-        from uol_core.hfl.roofline import roofline
         r = roofline(flops, bytes_moved, target, dtype="fp32")
         return r.attainable_gflops, r.bound
     except ImportError:  # the HFL roofline module not there yet: the same formula

@@ -21,19 +21,26 @@ from __future__ import annotations
 
 from uol_core.acg.config import TileConfig, lanes
 from uol_core.backends.base import KernelSource
+from uol_core.backends.c.gemm.emitter import (
+    _header,
+    _operand_strides,
+    _packing,
+    _store,
+    batch_extent,
+    emit_prepacked_note,
+)
 from uol_core.backends.c.platforms import platform
 from uol_core.backends.c.text.frame import open_entry
 from uol_core.backends.c.text.names import index_id, tensor_id
 from uol_core.backends.c.text.writer import GENERATOR_VERSION, MICRO_KERNEL, CodeWriter
 from uol_core.odl.ir import Access, Affine
-from uol_core.plans.gemm import GemmPlan
+from uol_core.plans.gemm import GemmPlan, epilogue_reads
 
 
 def emit_gemm_direct(plan: GemmPlan, cfg: TileConfig, target, prepacked_b: bool = False
                      ) -> KernelSource:
     """The complete C source of one GEMM-family kernel on the direct path (`prepacked_b`: B's
     argument is its panels packed beforehand, see emitter.emit_gemm)."""
-    from uol_core.backends.c.gemm.emitter import _header, _packing, emit_prepacked_note
 
     w = CodeWriter(default_line=plan.op.line)
     tensors = [d.name for d in plan.op.inputs] + list(plan.stores)
@@ -58,7 +65,6 @@ def emit_gemm_direct(plan: GemmPlan, cfg: TileConfig, target, prepacked_b: bool 
 def plain_store(plan: GemmPlan) -> bool:
     """Whether the kernel stores the bare sum (no epilogue, no other reads): then full tiles
     go from the accumulators straight to C, without the tile buffer."""
-    from uol_core.plans.gemm import epilogue_reads
 
     return (len(plan.stmts) == 1 and not epilogue_reads(plan)
             and plan.stmts[0].expr == plan.reduce)
@@ -131,8 +137,6 @@ def _store_to_c(w: CodeWriter, ops, acc: list[list[str]], lane: int, line: int) 
 
 def _driver(w: CodeWriter, plan: GemmPlan, cfg: TileConfig, tensors: list[str], entry: str,
             prepacked_b: bool = False) -> None:
-    from uol_core.backends.c.gemm.emitter import _operand_strides, _store, batch_extent
-
     line = plan.stmts[0].line
     a_off, a_rs, a_cs = _operand_strides(plan, plan.lhs, plan.m, plan.k)
     b_off, b_rs, b_cs = _operand_strides(plan, plan.rhs, plan.k, plan.n)

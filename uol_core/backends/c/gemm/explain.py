@@ -4,7 +4,7 @@ provenance), and a picture of the tiles."""
 
 from __future__ import annotations
 
-from uol_core.acg.config import TileConfig, lanes
+from uol_core.acg.config import TileConfig, lanes, vector_registers
 from uol_core.acg.explain import Explanation
 from uol_core.acg.space_core import Space
 from uol_core.acg.stores import last_level_cache
@@ -13,9 +13,12 @@ from uol_core.backends.c.gemm.cost_model import (
     CostModel,
     b_streams,
     c_beyond_l2,
+    k_step_loads,
+    loads_per_cycle,
     pass_depth,
     roofline_gflops,
 )
+from uol_core.backends.c.gemm.space import DIRECT_MAX_EXTENT
 from uol_core.backends.c.platforms import PLATFORMS
 
 HFL_FIELDS = ("isa", "vector_bits", "vector_registers", "fma_units", "fma_latency_cycles",
@@ -39,7 +42,6 @@ def _latency_line(space: Space, cfg: TileConfig, nv: int) -> str:
 
 def _load_line(space: Space, cfg: TileConfig, nv: int) -> str:
     """Loads per k step against the FMA cycles they feed (the ISA's GemmCosts)."""
-    from uol_core.backends.c.gemm.cost_model import k_step_loads, loads_per_cycle
 
     per_cycle = loads_per_cycle(cfg.isa)
     cycles = cfg.mr * nv / (space.target.fma_units or 1)
@@ -51,7 +53,6 @@ def _load_line(space: Space, cfg: TileConfig, nv: int) -> str:
 
 def _path_line(cfg: TileConfig, plan) -> str:
     """Which operands are packed, and the rule ('direct path', DIRECT_MAX_EXTENT) behind it."""
-    from uol_core.backends.c.gemm.space import DIRECT_MAX_EXTENT
 
     if cfg.path == "packed":
         return ("path packed: A blocks MC x KC and B blocks KC x NC are packed (BLIS); the direct "
@@ -101,7 +102,6 @@ def explain(space: Space, model: CostModel, cfg: TileConfig, measured: dict | No
     est = model.estimate(cfg)
     nv = cfg.nr // lanes(cfg.isa, t)
     regs = cfg.mr * nv + nv + 1
-    from uol_core.acg.config import vector_registers
     binding = [
         f"register file: {regs} of {vector_registers(cfg.isa, t)} vector registers "
         f"({cfg.mr}x{nv} accumulators + {nv} B vectors + 1 broadcast)",

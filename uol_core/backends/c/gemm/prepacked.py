@@ -19,6 +19,7 @@ import torch
 
 from uol_core.acg.config import TileConfig
 from uol_core.backends.base import KernelSource
+from uol_core.backends.c.gemm.emitter import emit_gemm
 from uol_core.backends.c.platforms import platform
 from uol_core.odl.ir import DType
 from uol_core.plans.gemm import GemmPlan, epilogue_reads
@@ -90,7 +91,6 @@ def pack_b(weight: torch.Tensor, plan: GemmPlan, cfg: TileConfig) -> torch.Tenso
 
 def emit_prepacked(plan: GemmPlan, cfg: TileConfig, target) -> KernelSource:
     """The kernel that reads B's argument as `pack_b`'s output (same entry and arguments)."""
-    from uol_core.backends.c.gemm.emitter import emit_gemm
 
     return emit_gemm(plan, cfg, target, prepacked_b=True)
 

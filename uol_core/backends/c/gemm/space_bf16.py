@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from uol_core.acg.space_core import Constraint, count_removed, keyword_test
-from uol_core.hfl.matrix import matrix_units
+from uol_core.backends.c.gemm.bf16 import ISA_OF_UNIT, KERNELS, match
+from uol_core.hfl.matrix import matrix_units, peak_gflops
 from uol_core.odl.ir import DType, Op
 
 KNOBS = ("threads", "bf16_isa")
@@ -22,14 +23,12 @@ KNOBS = ("threads", "bf16_isa")
 def is_bf16_gemm(op: Op, sizes: Mapping[str, int]) -> bool:
     """Whether the C backend runs `op` as its bf16 GEMM (other bf16 ops, an elementwise map,
     go to the pattern templates and keep the pattern knobs)."""
-    from uol_core.backends.c.gemm.bf16 import match
 
     return any(d.dtype == DType.bf16 for d in op.inputs) and match(op, sizes) is not None
 
 
 def kernels_for(target) -> tuple[list[str], list[str]]:
     """(every bf16 GEMM micro-kernel, the ones `target` runs, preferred first)."""
-    from uol_core.backends.c.gemm.bf16 import ISA_OF_UNIT, KERNELS
 
     have = set(getattr(target, "isa", []) or [])
     usable = [ISA_OF_UNIT[u.flag] for u in matrix_units("bf16")
@@ -56,7 +55,6 @@ def bf16_domains_and_rules(target) -> tuple[dict[str, list], list[Constraint]]:
 def predict_bf16_seconds(flops: float, target, cfg: Mapping) -> float:
     """FLOPs over the peak of the chosen unit (HFL), scaled by the threads' share of cores."""
     from uol_core.backends.c.gemm.bf16 import ISA_OF_UNIT
-    from uol_core.hfl.matrix import peak_gflops
 
     unit = next((u for u in matrix_units("bf16")
                  if ISA_OF_UNIT.get(u.flag) == cfg.get("bf16_isa")), None)

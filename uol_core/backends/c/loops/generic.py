@@ -45,6 +45,7 @@ from uol_core.backends.c.text.expr import (
     kind,
     outer_reduces,
     render,
+    render_affine_c,
     store,
 )
 from uol_core.backends.c.text.frame import includes, open_entry
@@ -111,7 +112,6 @@ class _Layout:
         return f"{name}[{' + '.join(reversed(terms)) or '0'}]"
 
     def access(self, a: Access) -> str:
-        from uol_core.backends.c.text.expr import render_affine_c
         key = (a.tensor, float(a.pad)) if a.pad is not None else None
         if key in self.halos:
             return halo_address(a, key, list(self.halos), list(self.shapes[a.tensor]),
@@ -120,7 +120,6 @@ class _Layout:
         return self.hoisted.get(text, text)
 
     def bounds(self, a: Access) -> str:
-        from uol_core.backends.c.text.expr import render_affine_c
         if (a.tensor, float(a.pad)) in self.halos:
             return "1"  # the halo buffer holds the pad value outside the tensor
         parts = []

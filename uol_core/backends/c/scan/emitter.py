@@ -17,6 +17,7 @@ from uol_core.backends.c.text.expr import (
     ExprContext,
     compute_type,
     render,
+    render_affine_c,
     store,
 )
 from uol_core.backends.c.text.frame import includes, open_entry
@@ -52,7 +53,6 @@ def emit(op: Op, sizes: Mapping[str, int], threads: int) -> KernelSource:
     shapes = {d.name: [f.evaluate(dict(sizes)) for f in d.shape] for d in op.inputs + op.outputs}
 
     def address(a: Access) -> str:
-        from uol_core.backends.c.text.expr import render_affine_c
         terms, stride = [], 1
         for p in range(len(a.indices) - 1, -1, -1):
             terms.append(f"{render_affine_c(a.indices[p], set(op.dims))} * {stride}")
