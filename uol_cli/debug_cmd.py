@@ -1,4 +1,8 @@
-"""`uol debug`: trace a Triton kernel (an ODL op's, or a user's own) under the interpreter."""
+"""`uol debug`: trace a Triton kernel (an ODL op's, or a user's own) under the interpreter.
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
+"""
 
 from __future__ import annotations
 

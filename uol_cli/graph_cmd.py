@@ -1,4 +1,8 @@
-"""`uol graph ...`: show, import and run operator graphs (JSON files or torch modules)."""
+"""`uol graph ...`: show, import and run operator graphs (JSON files or torch modules).
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """`uol guide`: the optimisation guide (every HFL target x every operator family) as a table,
-JSON or an offline HTML page."""
+JSON or an offline HTML page.
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
+"""
 
 from __future__ import annotations
 

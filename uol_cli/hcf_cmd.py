@@ -1,4 +1,8 @@
-"""`uol hcf`: simulate collectives on cluster topologies, sweep, faults, pipelines, calibrate and validate (gloo or your nccl-tests logs), NCCL-style prediction, train with compression."""
+"""`uol hcf`: simulate collectives on cluster topologies, sweep, faults, pipelines, calibrate and validate (gloo or your nccl-tests logs), NCCL-style prediction, train with compression.
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
+"""
 
 from __future__ import annotations
 

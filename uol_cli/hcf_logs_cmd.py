@@ -1,4 +1,8 @@
-"""`uol hcf calibrate --from` and `uol hcf validate --from`: fit and check the model on nccl-tests logs."""
+"""`uol hcf calibrate --from` and `uol hcf validate --from`: fit and check the model on nccl-tests logs.
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
+"""
 
 from __future__ import annotations
 

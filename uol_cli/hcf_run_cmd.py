@@ -1,5 +1,9 @@
 """`uol hcf run-pipeline`: a real pipeline-parallel training on gloo processes, measured per rank,
-against the simulator; a straggler and its rebalance; elastic recovery from a SIGKILL under torchrun."""
+against the simulator; a straggler and its rebalance; elastic recovery from a SIGKILL under torchrun.
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
+"""
 
 from __future__ import annotations
 

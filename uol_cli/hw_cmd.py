@@ -13,6 +13,7 @@ from rich.table import Table
 from uol_cli.common import print_json, read_op, user_errors
 from uol_core.hfl import HflError, Target, list_targets, load_target
 from uol_core.hfl.probe import cached_host, probe_host
+from uol_core.hfl.roofline import peak_key
 from uol_core.hfl.roofline import roofline as roofline_of
 from uol_core.hfl.sysinfo import isa_table
 from uol_core.odl.shapes import bind_sizes, parse_shape_spec
@@ -198,7 +199,6 @@ def roofline(file: Annotated[str, typer.Argument(help="an .odl file, or a librar
                  "--seconds", help="measured time, to report the fraction achieved")] = None,
              as_json: JsonOpt = False) -> None:
     """Attainable GFLOP/s, bound and ridge point of an operator on a target."""
-    from uol_core.hfl.roofline import peak_key
     from uol_core.odl.cost import op_cost, peak_dtype  # the only command that needs the cost model
 
     op, _, _ = read_op(file)

@@ -6,6 +6,9 @@ It imports the IDE (so every background callback is registered as a task), then 
 IDE's own queue only (never a target's: a Run on a target with a live worker still goes from
 the callback to that worker, as a signed job). Its messages and results are sealed with the
 key `uol serve` wrote for it (uol_remote.ide_channel).
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
 """
 
 from __future__ import annotations

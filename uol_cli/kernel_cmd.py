@@ -1,5 +1,9 @@
 """`uol compile | run | tune | explain`: generate, verify, measure and explain kernels on any
-registered backend (C, Triton: interpreted where there is no GPU, the reference)."""
+registered backend (C, Triton: interpreted where there is no GPU, the reference).
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
+"""
 
 from __future__ import annotations
 

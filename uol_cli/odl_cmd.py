@@ -12,6 +12,7 @@ from rich.table import Table
 
 from uol_cli.common import UserError, friendly_errors, print_json, read_op
 from uol_core.odl.cost import op_cost
+from uol_core.odl.grad import derive_grad
 from uol_core.odl.ir import Op
 from uol_core.odl.patterns import classify
 from uol_core.odl.printer import format_decl, format_op
@@ -147,7 +148,6 @@ def grad_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Print the derived backward (vector-Jacobian product) op as ODL."""
-    from uol_core.odl.grad import derive_grad
 
     op, _, _ = read_op(file)
     grad = derive_grad(op, tuple(wrt.split(",")) if wrt else None, recompute_wide)

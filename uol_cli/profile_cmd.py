@@ -1,4 +1,8 @@
-"""`uol profile | hotspots | report | compare`: the profilers' faces on the command line."""
+"""`uol profile | hotspots | report | compare`: the profilers' faces on the command line.
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
+"""
 
 from __future__ import annotations
 

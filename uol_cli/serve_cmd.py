@@ -2,6 +2,9 @@
 
 The token is fresh at each start and printed in the URL to open, unless the user gives one
 through --token-file or $UOL_SERVE_TOKEN (--token works too, but argv shows in `ps`).
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
 """
 
 from __future__ import annotations

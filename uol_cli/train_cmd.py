@@ -1,4 +1,8 @@
-"""`uol train-demo`: train a model with torch modules and with UOL-backed ones, compare."""
+"""`uol train-demo`: train a model with torch modules and with UOL-backed ones, compare.
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
+"""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from uol_core.torch.nn import swap_modules
+from uol_core.torch.optim import SGD
 
 HIDDEN = 256
 
@@ -71,8 +72,6 @@ def sgd(model: nn.Module, lr: float, kind: str = "torch") -> torch.optim.Optimiz
     """SGD with momentum over the model's parameters: torch's, or UOL's (`uol_core.torch.optim`,
     the same math as one kernel written over the parameters)."""
     if kind == "uol":
-        from uol_core.torch.optim import SGD
-
         return SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from uol_cli.training_demo import TrainResult
 from uol_core.graph.zoo import NanoGPTBlock
 from uol_core.torch.nn import UolAttention, swap_modules
+from uol_core.torch.optim import AdamW
 
 DIM, HEADS, BATCH, SEQ = 256, 4, 8, 128
 LR = 1e-3
@@ -27,8 +28,6 @@ LR = 1e-3
 
 def _adamw(model: torch.nn.Module, kind: str) -> torch.optim.Optimizer:
     if kind == "uol":
-        from uol_core.torch.optim import AdamW
-
         return AdamW(model.parameters(), lr=LR)
     return torch.optim.AdamW(model.parameters(), lr=LR)
 

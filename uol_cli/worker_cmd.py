@@ -5,6 +5,9 @@ The worker checks first that this machine can run the target (its ISA flags, or 
 then takes signed jobs from the target's queue one at a time (timings must not overlap); a C
 kernel job runs in a sandboxed process of its own (uol_remote.kernel_sandbox), the others in a
 child process, as a local run.
+
+Deferred imports: each command imports its engine (compiler, simulator, profilers, remote
+workers) when it runs, so `uol --help` and the other commands stay fast.
 """
 
 from __future__ import annotations
