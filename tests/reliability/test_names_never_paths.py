@@ -28,7 +28,7 @@ NAME_FIELDS = {
     ("graph-zoo", "value"),
     ("graph-upload-data", "data"), ("ktrain-model", "value"), ("ktrain-run", "data"),
     ("train-run", "data"), ("target-select", "value"), ("current-target", "data"),
-    ("tune-job", "data"),
+    ("tune-job", "data"), ("stage-select", "value"), ("stage-kernel", "value"),
     ("hardware-roof-select", "value"), ("guide-targets", "value"), ("guide-families", "value"),
     ("import-profile", "value"), ("compare-a", "value"), ("compare-b", "value"),
     ("filter-op", "value"), ("filter-target", "value"), ("export-format", "value"),
@@ -204,7 +204,9 @@ def test_every_callback_input_is_classified(ide):
                         ("asm-html", "data"), ("kernel-html", "data"), ("diff-html", "data"),
                         ("debug-source-html", "data"), ("line-hotspots-html", "data"),
                         ("odl-hotspots-html", "data"), ("graph-report", "data"),
-                        ("graph-structure", "data"), ("_pages_store", "data")})
+                        ("graph-structure", "data"), ("_pages_store", "data"),
+                        ("stage-binary", "value"), ("stage-select", "options"),
+                        ("guide-meta", "data")})
     assert not unknown, f"classify these callback inputs (NAME_FIELDS or a plain value): {unknown}"
 
 
