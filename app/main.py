@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 from pathlib import Path
 
 import dash
@@ -48,7 +49,22 @@ def create_app(cache_dir: str | None = None, token: str | None = None,
     from app.services import job_queue
 
     job_queue.install(app)  # a per-browser id, so one browser's jobs queue apart from another's
+    threading.Thread(target=warm_host_probe, name="host-probe", daemon=True).start()
     return app
+
+
+def warm_host_probe() -> None:
+    """Probe this machine once as the server starts (seconds), so the user's first compile for
+    the host finds its facts cached rather than spending its time budget measuring them; a
+    compile that comes sooner waits for this probe (uol_core.hfl.probe) instead of repeating it."""
+    import logging  # stdlib, loaded with the thread
+
+    from uol_core.hfl import load_target  # the compiler's facts load in this thread
+
+    try:
+        load_target("host")
+    except Exception as exc:  # no compiler, no cache folder: the first compile says what
+        logging.getLogger(__name__).warning("host probe at start failed: %s", exc)
 
 
 def callback_failed(err: Exception) -> None:

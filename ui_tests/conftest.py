@@ -85,6 +85,9 @@ def live_app(tmp_path_factory):
     from app.security import app_token
 
     app = create_app(cache_dir=str(tmp_path_factory.mktemp("jobs")))
+    from app.main import warm_host_probe
+
+    warm_host_probe()  # the server's start probes the host too: wait for it before any page
     server = make_server("127.0.0.1", 0, app.server, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

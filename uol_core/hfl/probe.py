@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import platform
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -91,18 +92,35 @@ def probe_host(quick: bool = False, refresh: bool = False,
     """
     info = host_info()
     path = cache_path(info)
-    if not refresh and path.is_file():
-        try:
-            record = json.loads(path.read_text())
-            if quick or not record["measurements"]["quick"]:
-                return validate(record, path.name)
-        except (ValueError, KeyError, HflError):
-            pass  # a stale or damaged cache is simply measured again
-    record = measure(info, quick=quick, progress=progress)
-
-    # atomic (a concurrent reader sees the old file or the new one), mode 0600
-    write_atomic(path, json.dumps(record, indent=1).encode())
+    cached = None if refresh else _cached_record(path, quick)
+    if cached is not None:
+        return cached
+    # one measurement at a time in a process: a request that arrives while the server's start
+    # probes the host waits for that probe and reads its record instead of measuring again
+    with _MEASURING:
+        cached = None if refresh else _cached_record(path, quick)
+        if cached is not None:
+            return cached
+        record = measure(info, quick=quick, progress=progress)
+        # atomic (a concurrent reader sees the old file or the new one), mode 0600
+        write_atomic(path, json.dumps(record, indent=1).encode())
     return validate(record, path.name)
+
+
+_MEASURING = threading.Lock()
+
+
+def _cached_record(path: Path, quick: bool) -> Target | None:
+    """The cached probe at `path` when it satisfies the request (a quick one any record)."""
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if quick or not record["measurements"]["quick"]:
+            return validate(record, path.name)
+    except (ValueError, KeyError, HflError):
+        pass  # a stale or damaged cache is simply measured again
+    return None
 
 
 def _entry(value: Any, source: str, prov: str = "measured") -> dict[str, Any]:
