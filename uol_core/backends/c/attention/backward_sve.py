@@ -19,7 +19,6 @@ import math
 from collections.abc import Mapping
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c.attention.backward import BACKWARD_BLOCKS, shrink_blocks
 from uol_core.backends.c.attention.forward import _addr, whole_tiles
 from uol_core.backends.c.attention.forward_sve import AL, acc_kernel, choose_vla_tiles, dot_kernel
 from uol_core.backends.c.text.expr import PRELUDE, ExprContext, render
@@ -35,6 +34,8 @@ def emit(op: Op, plan, sizes: Mapping[str, int], target, config: Mapping | None,
          isa: str) -> KernelSource:
     """The length-agnostic flash backward of a recognised gradient (c_attention_bwd's plan)."""
     t = choose_vla_tiles(isa, target)
+    # a circle: backward.py imports this module at its top, so this import waits for the call
+    from uol_core.backends.c.attention.backward import BACKWARD_BLOCKS
 
     cfg = {**BACKWARD_BLOCKS, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}
     shape = {d.name: [f.evaluate(dict(sizes)) for f in d.shape] for d in op.inputs}
@@ -91,6 +92,8 @@ def task_bytes(bq: int, bk: int, width: int) -> int:
 def _fit_l2(bq: int, bk: int, q_step: int, k_step: int, width: int, l2: int) -> tuple[int, int]:
     """Halve the larger block until a task's working set (st, dt, its dK and dV rows, the
     query and key rows it reads) is within half the target's L2 (an HFL fact)."""
+    # a circle: backward.py imports this module at its top, so this import waits for the call
+    from uol_core.backends.c.attention.backward import shrink_blocks
 
     return shrink_blocks(bq, bk, q_step, k_step,
                          lambda bq, bk: task_bytes(bq, bk, width) <= l2 // 2)

@@ -21,14 +21,6 @@ from dataclasses import dataclass
 
 from uol_core.acg.config import lanes, target_isas
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c.attention.forward import (
-    FORWARD_BLOCKS,
-    _addr,
-    _base,
-    attention_extents,
-    open_query_blocks,
-    whole_tiles,
-)
 from uol_core.backends.c.platforms import platform
 from uol_core.backends.c.text.expr import PRELUDE, ExprContext, render
 from uol_core.backends.c.text.frame import includes, open_entry
@@ -150,6 +142,15 @@ static inline void {name}(int64_t nk, const float *restrict a, const float *rest
 def emit(op: Op, plan, sizes: Mapping[str, int], target, config: Mapping | None,
          isa: str) -> KernelSource:
     """The length-agnostic flash kernel of a recognised attention (c_attention.flash_plan)."""
+    # a circle: forward.py imports this module at its top, so this import waits for the call
+    from uol_core.backends.c.attention.forward import (
+        FORWARD_BLOCKS,
+        _addr,
+        _base,
+        attention_extents,
+        open_query_blocks,
+        whole_tiles,
+    )
 
     t = choose_vla_tiles(isa, target)
     cfg = {**FORWARD_BLOCKS, "threads": int(getattr(target, "cores", 0) or 1), **(config or {})}

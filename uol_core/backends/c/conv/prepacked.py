@@ -21,7 +21,6 @@ from collections.abc import Mapping
 import torch
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c.conv.emitter import emit
 from uol_core.odl.ir import Access, Op, Reduce, walk
 
 ROLE_ORDER = ("m", "c", "r", "s")  # the packed reduction runs over c, then r, then s
@@ -98,6 +97,8 @@ def pack_filter(weight: torch.Tensor, source: KernelSource) -> torch.Tensor:
 def emit_prepacked(op: Op, sizes: Mapping[str, int], target, config: Mapping) -> KernelSource:
     """The conv kernel of `op` reading its filter argument as `pack_filter`'s output (same entry
     and arguments)."""
+    # a circle: emitter.py imports this module at its top, so this import waits for the call
+    from uol_core.backends.c.conv.emitter import emit
 
     src = emit(op, sizes, target, config, prepacked_filter=True)
     if src is None or not (panels_of(src) or {}).get("prepacked"):

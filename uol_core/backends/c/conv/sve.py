@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from uol_core.acg.config import lanes
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c.conv.emitter import _entry_head, _epilogue, _pack_filter, _strides
 from uol_core.backends.c.conv.tiles import _fill_rows
 from uol_core.backends.c.platforms import platform
 from uol_core.backends.c.text.expr import PRELUDE
@@ -73,6 +72,8 @@ def vla_rows(target, cfg: Mapping, dims: Mapping[str, int]) -> VlaRows:
 def emit(op: Op, plan, sizes: Mapping[str, int], target, cfg: Mapping, isa: str,
          threads: int) -> KernelSource:
     """The length-agnostic convolution kernel of a recognised plan (plans/conv.py, conv_plan)."""
+    # a circle: emitter.py imports this module at its top, so this import waits for the call
+    from uol_core.backends.c.conv.emitter import _entry_head, _epilogue, _pack_filter, _strides
 
     line = op.stmts[0].line
     ext = stmt_extents(op, 0)
