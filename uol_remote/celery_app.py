@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlparse
 
+import redis
 from celery import Celery
 
 BROKER_ENV = "UOL_BROKER"
@@ -44,8 +45,6 @@ def make_app(broker_url: str) -> Celery:
 
 def redis_client(broker_url: str):
     """A plain Redis client on the broker (heartbeats, claims)."""
-    import redis
-
     return redis.Redis.from_url(check_broker_url(broker_url), socket_timeout=5,
                                 socket_connect_timeout=5, health_check_interval=10,
                                 decode_responses=True)

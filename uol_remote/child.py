@@ -3,7 +3,11 @@ here from the job's ODL, a profile of a library op, and a gloo measurement. Runs
 uol_remote.child` with one JSON request on stdin, so a kernel that crashes or hangs takes down
 this process only, as a local run does. It runs as the worker's user, without the broker's
 address and the shared secret in its environment (a C kernel job, whose C comes from the job,
-runs in the sandbox instead: kernel_sandbox.py)."""
+runs in the sandbox instead: kernel_sandbox.py).
+
+Deferred imports: a worker process loads only the engine its job kind needs (compiler,
+profilers, gloo), so a worker starts fast and a job's process holds no more than it runs.
+"""
 
 from __future__ import annotations
 

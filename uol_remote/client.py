@@ -173,6 +173,7 @@ class RemoteWorker:
 
 def target_isa(target: str) -> list[str]:
     """The ISA flags a CPU target's kernels are emitted for (none for GPU targets)."""
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     from uol_core.hfl import load_target
 
     tgt = load_target(target)

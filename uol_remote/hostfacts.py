@@ -28,6 +28,7 @@ def _gpu_names() -> list[str]:
 @lru_cache(maxsize=1)
 def host_facts() -> dict:
     """Host name, CPU model, ISA flags, cores, architecture, GPUs and the host fingerprint."""
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     from uol_core.hfl.sysinfo import host_info
 
     info = host_info()
@@ -82,6 +83,7 @@ def how_this_machine_runs(target, facts: dict | None = None) -> tuple[str, str]:
     (built, verified and timed here), EMULATED (another CPU architecture, built by the cross
     toolchain and verified under its emulator, never timed) or NOT_HERE (compile and explain
     only: a GPU this machine lacks, ISA flags its CPU lacks, or a missing cross toolchain)."""
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     from uol_core.runtime.cross import (
         EMULATED_NOTE,
         needs_cross_build,

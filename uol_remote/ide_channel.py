@@ -30,7 +30,8 @@ from celery.backends.redis import RedisBackend
 from kombu.serialization import register
 from kombu.utils.json import dumps, loads
 
-from uol_remote.celery_app import check_broker_url
+from uol_remote.celery_app import broker_from_env, check_broker_url
+from uol_remote.ledger import IDE_LEDGER, ledger
 from uol_remote.signing import MAX_AGE_S, SignatureError, check_issued, read_secret_file
 
 QUEUE_ENV = "UOL_IDE_QUEUE"  # set by `uol serve --broker`: the IDE's own job queue
@@ -144,7 +145,6 @@ class SealedRedisBackend(RedisBackend):
         """True the first time `nonce` is claimed: a sealed job runs once, replays never.
         The nonce must be new to this machine's ledger as well as to Redis, so deleting the
         claim key does not let a captured message run again (uol_remote.ledger)."""
-        from uol_remote.ledger import IDE_LEDGER, ledger
 
         if not ledger(IDE_LEDGER).first_sight(nonce):
             return False
@@ -175,7 +175,6 @@ def make_ide_app(broker_url: str, key: bytes, queue: str, task_cls=None) -> Cele
 
 def app_from_env(task_cls=None) -> Celery | None:
     """The IDE's job app when `uol serve --broker` set this process up for one, else None."""
-    from uol_remote.celery_app import broker_from_env
 
     queue, key_file, broker = (os.environ.get(QUEUE_ENV), os.environ.get(KEY_FILE_ENV),
                                broker_from_env())

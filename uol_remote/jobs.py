@@ -4,17 +4,17 @@ the worker builds, verifies and times it on its own hardware."""
 
 from __future__ import annotations
 
+from uol_core.acg.config import resolve_target
+from uol_core.api import check_memory
+from uol_core.backends import get_backend
+from uol_core.odl import parse
+from uol_core.odl.shapes import bind_sizes
 from uol_core.runtime.worker import make_job
 
 
 def kernel_job(odl: str, target: str, sizes: dict, config: dict | None = None,
                backend: str = "c", min_seconds: float = 0.2) -> tuple[dict, dict]:
     """(the job for `RemoteWorker.run`, the config the backend chose) for one C kernel."""
-    from uol_core.acg.config import resolve_target
-    from uol_core.api import check_memory
-    from uol_core.backends import get_backend
-    from uol_core.odl import parse
-    from uol_core.odl.shapes import bind_sizes
 
     op = parse(odl)
     bound = bind_sizes(op, sizes)

@@ -19,6 +19,9 @@ start processes, ctypes must load the built kernel). A worker that is not root r
 as its own user. Timing is measured inside the job process, after its start-up, so the
 sandbox's start costs the job time but not accuracy. This module is also the sandboxed
 side: `python -m uol_core.runtime.sandbox uol_remote.kernel_sandbox` runs `main()`.
+
+Deferred imports: a worker process loads only the engine its job kind needs (compiler,
+profilers, gloo), so a worker starts fast and a job's process holds no more than it runs.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ IDE_LEDGER = "seen-ide-jobs.sqlite"  # the IDE's job worker (`uol serve --broker
 
 def ledger_path(name: str) -> Path:
     """`name` in the private `remote` folder of the per-user cache (created 0700, checked)."""
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     from uol_core.runtime.usercache import private_dir
 
     return private_dir("remote") / name

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -13,6 +14,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import redis
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,9 +49,7 @@ class LocalBroker:
                 [self.exe, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.folder),
                  "--appendonly", "yes", "--appendfsync", "always", "--save", "",
                  "--protected-mode", "yes"], stdout=log, stderr=subprocess.STDOUT)
-        import redis
-
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+            client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
         give_up = time.monotonic() + wait_s
         while True:
             try:
@@ -137,7 +138,6 @@ def stop_processes(procs: list[subprocess.Popen]) -> None:
 
 def write_secret(path: Path) -> Path:
     """A fresh shared secret in `path`, readable by its owner alone."""
-    import secrets
 
     path.write_text(secrets.token_hex(32) + "\n")
     path.chmod(0o600)

@@ -18,6 +18,7 @@ def tune_target(broker_url: str, secret, op, sizes: dict, target: str, budget: i
                 progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Measure the model's top `budget` configs of `op` on `target`'s workers; the summary
     (best config, GFLOP/s, trials with the worker each ran on, wall time)."""
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     from uol_core.acg.session import open_session
     from uol_core.runtime.tuningdb import TuningDB
 

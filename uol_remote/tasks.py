@@ -10,6 +10,9 @@ collective on gloo processes of the worker's machine).
 A job runs once: its nonce must be new both to the broker (a claim key, `SET NX`, that any
 worker of any machine sees) and to this machine's own ledger (`ledger.py`), so deleting the
 claim key in Redis does not let a captured job run again here, nor does a worker restart.
+
+Deferred imports: a worker process loads only the engine its job kind needs (compiler,
+profilers, gloo), so a worker starts fast and a job's process holds no more than it runs.
 """
 
 from __future__ import annotations
