@@ -138,6 +138,7 @@ def compare(a: Run, b: Run, event: str = "Ir") -> Comparison:
 def _significance(a: Run, b: Run, basis: str) -> dict:
     """The bootstrap verdict of B against A on their samples (by the medians, significance
     unknown, where a run stored none). By FLOP rate the time ratio is scaled by the work."""
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     from uol_core.runtime import stats
 
     scale = b.flops / a.flops if basis == FLOP_RATE else 1.0

@@ -278,6 +278,7 @@ def kernel_hotspots(src: KernelSource, shapes: Mapping[str, Sequence[int]], reps
                     raise
                 blocker = "callgrind failed: " + str(exc).splitlines()[0]
         why = blocker
+    # deferred: at the top this import closes a circle, and fails while the modules load
     from profilers.cycle_counters import counter_hotspots
 
     report = counter_hotspots(src, shapes, reps=max(reps, MIN_COUNTER_REPS), odl_text=odl_text)
@@ -362,6 +363,7 @@ def hotspots_for_op(op_spec: str, sizes: Mapping[str, int], target: str = "host"
                     source: str = "auto") -> HotspotReport:
     """Compile an operator (uol_core.compile, C backend) and profile its lines (`kernel_hotspots`:
     callgrind where it can run the kernel, cycle counters elsewhere)."""
+    # deferred: at the top this import closes a circle, and fails while the modules load
     import uol_core
     from profilers.pyinstrument_source import _compile_api, op_spec_text
     from uol_core.odl.shapes import shape_of

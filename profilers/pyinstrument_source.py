@@ -106,6 +106,7 @@ def stage_runner(stage: str, op_spec: str, sizes: Mapping[str, int], target: str
     if stage not in STAGES:
         raise ValueError(f"unknown stage '{stage}'; known: {', '.join(STAGES)}")
     text = op_spec_text(op_spec)
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     import uol_core
 
     if stage == "parse":
@@ -114,11 +115,13 @@ def stage_runner(stage: str, op_spec: str, sizes: Mapping[str, int], target: str
     if stage == "classify":
         return lambda: uol_core.classify(op)
     if stage == "reference":
+        # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
         from uol_core.runtime.inputs import random_inputs
         inputs = random_inputs(op, sizes)
         return lambda: uol_core.evaluate(op, **inputs)
     compile_fn = _compile_api()
     if stage in ("solve", "emit"):
+        # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
         from uol_core.acg.config import resolve_target
         from uol_core.api import choose_config
         from uol_core.backends.c import emit
@@ -135,6 +138,7 @@ def stage_runner(stage: str, op_spec: str, sizes: Mapping[str, int], target: str
     if stage == "tune":
         return lambda: compile_fn(op, shapes=dict(sizes), target=target, config="tuned")
     kernel = compile_fn(op, shapes=dict(sizes), target=target, config=config)
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     from uol_core.runtime.inputs import random_inputs
     inputs = random_inputs(op, sizes)
     return lambda: kernel(**inputs)
@@ -159,6 +163,7 @@ def op_spec_text(op_spec: str) -> str:
     so a file is read only by the CLI (`uol_cli.common.read_op`), which passes on its text."""
     if "\n" in op_spec or "->" in op_spec:  # ODL text itself (a user's op, not in the library)
         return op_spec
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     from uol_core.ops import op_text
     return op_text(op_spec)
 
@@ -170,10 +175,12 @@ def spec_label(op_spec: str) -> str:
 
 
 def _compile_api() -> Callable[..., Any]:
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     import uol_core
     compile_fn = getattr(uol_core, "compile", None)
     if compile_fn is None:
         try:
+            # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
             from uol_core.api import compile as compile_fn  # type: ignore[no-redef]
         except ImportError:
             raise RuntimeError("uol_core.compile is not available in this build") from None

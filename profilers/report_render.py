@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -314,8 +315,6 @@ def write(report: Mapping, path: str | Path, fmt: str | None = None) -> Path:
     elif fmt == "html":
         path.write_text(to_html(report), encoding="utf-8")
     elif fmt == "pdf":
-        import tempfile
-
         with tempfile.TemporaryDirectory(prefix="uol-report-") as tmp:
             html_path = Path(tmp) / "report.html"
             html_path.write_text(to_html(report), encoding="utf-8")

@@ -66,6 +66,7 @@ def load_run(spec: str, db_path: str | Path | None = None) -> Run:
 
 def run_from_db(row_id: int, db_path: str | Path | None = None) -> Run:
     """The run recorded as row `row_id` of the tuning database."""
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     from uol_core.runtime.tuningdb import TuningDB
 
     db = TuningDB(db_path)

@@ -151,6 +151,7 @@ def torch_reference_timeline(op_spec: str, sizes: Mapping[str, int], repeats: in
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    # deferred: at the top it would load uol_core, and torch with it, whenever this module loads
     import uol_core
     from profilers.pyinstrument_source import op_spec_text
     from uol_core.runtime.inputs import random_inputs

@@ -112,6 +112,7 @@ class CompiledKernel:
 
     def explain(self, measured: dict | None = None):
         """Why this kernel looks as it does (binding constraints, roofline, HFL facts, picture)."""
+        # here, not at the top: this module's own `explain` (below) takes that name
         from uol_core.backends.c.gemm.explain import explain
         cfg, src, _, space, model = self._current()
         if model is None and space.family == "pattern":  # fusion plan, pattern space, bytes

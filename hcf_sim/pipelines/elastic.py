@@ -18,10 +18,12 @@ STARTED = time.monotonic()  # before the heavy imports: a restarted rank's clock
 
 import json  # noqa: E402
 import os  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from hcf_sim.errors import HcfError  # noqa: E402
@@ -50,7 +52,6 @@ def _latest_checkpoint(folder: Path) -> tuple[int, Path] | None:
 def _attempt_store(rank: int, attempt: int):
     """torchrun's store, with this attempt's keys apart: the agent may keep one store across
     restarts, and a restarted rank must not read the dead ranks' gloo addresses of the last one."""
-    from datetime import timedelta
 
     import torch.distributed as dist
 
@@ -65,6 +66,7 @@ def _rank_main(folder: Path) -> None:
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
+    # deferred: at the top it would load scipy (the simulator's fits) into every rank before its clock starts
     from hcf_sim.pipelines.rank_events import RankEventWriter
     from hcf_sim.pipelines.real_pipeline import _Pipe
     from hcf_sim.pipelines.stage_model import RankClock, even_split, full_state, train_step
@@ -110,6 +112,7 @@ def _rank_main(folder: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
+    # deferred: at the top it would load scipy (the simulator's fits) into every rank before its clock starts
     import psutil
 
     try:
@@ -134,8 +137,6 @@ def run_elastic(cfg: PipeConfig, plan: ElasticPlan, folder: str | os.PathLike, t
     for old in [*out.glob("rank*.jsonl"), *out.glob("torchrun.log")]:
         old.unlink()
     if (out / CHECKPOINTS).exists():
-        import shutil
-
         shutil.rmtree(out / CHECKPOINTS)
     (out / "elastic.json").write_text(json.dumps({"config": cfg.to_dict(), "checkpoint_every": plan.checkpoint_every}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
@@ -183,6 +184,7 @@ def _watch(events: list[dict], plan: ElasticPlan, marks: dict) -> None:
 def recovery(events: list[dict], cfg: PipeConfig, plan: ElasticPlan, marks: dict) -> dict:
     """Loss per step (the last attempt's value wins), and when a rank was killed: detection,
     restart, reload, steps lost and the total, beside hcf_sim.faults' checkpoint-restart model."""
+    # deferred: at the top it would load scipy (the simulator's fits) into every rank before its clock starts
     from hcf_sim.faults import recovery_time
 
     steps = {}

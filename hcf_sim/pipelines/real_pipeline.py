@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -193,7 +194,6 @@ def launch_ranks(worker: Callable, args: tuple, stages: int, folders: list[Path]
 
 def _torch_threads_started() -> bool:
     """Whether this process has more threads than its main one (fork copies none of them)."""
-    import threading
 
     return threading.active_count() > 1
 

@@ -8,6 +8,7 @@ import os
 import statistics
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -162,8 +163,6 @@ if __name__ == "__main__":
 
 
 def _selfcheck_worker(rank: int, world: int, store: str, out: str) -> None:
-    from datetime import timedelta
-
     from torch import nn
 
     torch.set_num_threads(1)

@@ -214,6 +214,7 @@ class ExportImporter:
         return None
 
     def run(self) -> Graph:
+        # deferred: at the top this import closes a circle, and fails while the modules load
         from uol_core.graph.aten_rules import RULES
 
         sig = self.program.graph_signature
@@ -363,6 +364,7 @@ def _parse(text: str) -> Op:
 
 def export_module(module: nn.Module, *example_inputs: torch.Tensor, name: str | None = None) -> Graph:
     """Import `module` (put in eval mode) with torch.export; keeps the module as the reference."""
+    # deferred: at the top this import closes a circle, and fails while the modules load
     from uol_core.graph.fx_import import TRACE_LOCK
 
     module = module.eval()
@@ -389,6 +391,7 @@ def import_model(module: nn.Module, *example_inputs: torch.Tensor, name: str | N
                  method: str = "auto") -> Graph:
     """torch.export first ("auto"), torch.fx symbolic tracing when export fails; or force one
     with method="export" / "fx". Both failing raises one GraphError quoting both."""
+    # deferred: at the top this import closes a circle, and fails while the modules load
     from uol_core.graph.fx_import import import_module
 
     if method not in ("auto", "export", "fx"):

@@ -24,6 +24,7 @@ def functionalize(program: ExportedProgram) -> tuple[ExportedProgram, str]:
     """`program` with in-place and out= forms replaced by functional ones, ops without an ODL
     rule decomposed to Core ATen (which may map); returns (program, note). A program that
     cannot be decomposed is kept as exported, with the reason in the note."""
+    # deferred: at the top this import closes a circle, and fails while the modules load
     from uol_core.graph.aten_rules import RULES
     from uol_core.graph.export_import import VIEW_OPS, packet
 

@@ -11,6 +11,7 @@ set: a name that is not in it, a size or a batch that is not offered, is refused
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.util import find_spec
 
 import torch
 from torch import nn
@@ -38,8 +39,6 @@ class ZooModel:
     def unavailable(self) -> str | None:
         """Why this model cannot be built here (its library is missing), else None."""
         if self.library == TRANSFORMERS:
-            from importlib.util import find_spec
-
             # found, not imported: a server listing the zoo never loads transformers (seconds,
             # hundreds of MiB); a broken install is reported by the build, in one line
             return None if find_spec("transformers") else (

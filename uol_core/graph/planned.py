@@ -20,7 +20,10 @@ overwrite it.
 from __future__ import annotations
 
 import ctypes
+import resource
+import statistics
 import threading
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -284,8 +287,6 @@ class PlannedGraph:
         its outputs and goes through the Python call path, which at small sizes costs more
         than the kernel. A kernel that writes over one of its inputs reads its own result on
         later calls: the time stands, the arena's values after this call do not."""
-        import statistics
-        import time
 
         out: dict[str, float] = {}
         held: list = []  # the buffers the patched pointers point at, alive while kernels run
@@ -304,7 +305,6 @@ class PlannedGraph:
     def overhead_us(self, calls: int = 200) -> dict:
         """Dispatch cost with every kernel replaced by an empty C function: pointer patches,
         output allocation and the driver calls per graph run, and per kernel."""
-        import time
 
         lib = driver()
         segments = [s for s in self.steps if isinstance(s, Segment)]
@@ -351,7 +351,6 @@ def _fits(tensor: torch.Tensor, ref: Ref, root: Root) -> bool:
 
 def page_faults() -> int:
     """Minor + major page faults of this process so far (getrusage)."""
-    import resource
 
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_minflt + usage.ru_majflt

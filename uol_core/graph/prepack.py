@@ -19,6 +19,11 @@ from itertools import chain
 
 import torch
 
+from uol_core.acg.config import TileConfig
+from uol_core.backends import get_backend
+from uol_core.backends.c.conv import prepacked as conv
+from uol_core.backends.c.gemm.prepacked import emit_prepacked, layout_key, pack_b, prepack_refusal
+from uol_core.graph.export_import import import_model
 from uol_core.graph.format import GraphError
 
 
@@ -65,9 +70,6 @@ class Prepacker:
                 constant: Callable[[torch.Tensor], bool]):
         """(the prepacked kernel, `inputs` with B replaced by a view of its panels, the packed
         tensor) for a C GEMM group whose B is `constant`; None when the group has no such B."""
-        from uol_core.acg.config import TileConfig
-        from uol_core.backends import get_backend
-        from uol_core.backends.c.gemm.prepacked import layout_key, pack_b, prepack_refusal
 
         kernel = route.kernel
         shapes = {k: tuple(t.shape) for k, t in inputs.items()}
@@ -102,8 +104,6 @@ class Prepacker:
         return native, {**inputs, operand: view}, entry.packed
 
     def _native(self, kernel, backend, plan, cfg):
-        from uol_core.backends.c.gemm.prepacked import emit_prepacked
-
         key = (id(kernel), tuple(sorted(kernel.sizes.items())), cfg.key())
         if key not in self._variants:
             self._variants[key] = backend.load(emit_prepacked(plan.detail, cfg, plan.target), plan)
@@ -113,7 +113,6 @@ class Prepacker:
                       constant: Callable[[torch.Tensor], bool]):
         """`variant` for a conv template kernel whose filter is `constant`: the filter's MR-row
         panels packed once, read through the filter's argument."""
-        from uol_core.backends.c.conv import prepacked as conv
 
         src = kernel.kernel_source
         panels = conv.panels_of(src)
@@ -180,7 +179,6 @@ class ModuleConstants:
         """Recompute the graph's parameters from the module (imported again at the shapes of
         `env`), write the ones that differ into the tensors the runs read, rebuild derived
         ones (concatenated sibling weights); returns the names written."""
-        from uol_core.graph.export_import import import_model
 
         graph = compiled.source
         fresh = import_model(graph.module, *(env[n] for n in graph.inputs), name=graph.name)

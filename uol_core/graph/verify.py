@@ -77,6 +77,7 @@ def expected_outputs(compiled, env: dict[str, torch.Tensor]) -> tuple[dict, str]
 
 def reference_values(compiled, env: dict[str, torch.Tensor]) -> dict[str, object]:
     """Every tensor of the graph as the reference evaluator computes it, node by node."""
+    # deferred: at the top this import closes a circle, and fails while the modules load
     from uol_core.graph.run import compile_graph
 
     if compiled.reference is None:

@@ -19,7 +19,7 @@ from uol_core.acg.config import resolve_target
 from uol_core.acg.tuner import tuning_key
 from uol_core.backends import get_backend
 from uol_core.guide.cases import MEASURED, GuideCase
-from uol_core.ops import load_op
+from uol_core.ops import load_op, op_text
 from uol_core.runtime.tuningdb import TuningDB
 from uol_core.runtime.worker import Worker, make_job
 
@@ -178,7 +178,6 @@ def record_case(case: GuideCase, result: dict) -> None:
 
 
 def _run(case: GuideCase, measurer: CaseMeasurer, timeout_s: float, min_seconds: float) -> dict:
-    from uol_core.ops import load_op, op_text
 
     target = resolve_target(case.target)
     backend = get_backend(case.backend, target)

@@ -27,6 +27,7 @@ def check_aliases(op: Op) -> None:
     """Raise OdlError (line, column, what to change) unless every `aliases` is safe in place."""
     if not op.aliases:
         return
+    # deferred: at the top this import closes a circle, and fails while the modules load
     from uol_core.odl.check import stmt_extents
 
     inputs = {d.name: d for d in op.inputs}

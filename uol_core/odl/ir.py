@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Union
 
 
@@ -308,7 +308,6 @@ def walk(expr: Expr):
 
 def retyped(op: Op, dtype: DType) -> Op:
     """The same op with every floating tensor declared as `dtype` (e.g. f64 for gradcheck)."""
-    from dataclasses import replace
 
     def fix(decls: tuple[TensorDecl, ...]) -> tuple[TensorDecl, ...]:
         return tuple(replace(d, dtype=dtype) if d.dtype.is_float else d for d in decls)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 AARCH64 = "aarch64"
@@ -130,7 +130,6 @@ def emulator_argv(cross: dict) -> list[str]:
 def for_target(src: Any, target: Any) -> Any:
     """`src` stamped with `cross_meta(target)` when `target` needs a cross build here, else
     `src` itself (a KernelSource is frozen: the stamped one is a copy)."""
-    from dataclasses import replace
 
     if target is None or not needs_cross_build(target) or src.lang != "c":
         return src

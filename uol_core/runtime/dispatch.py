@@ -145,6 +145,7 @@ def _all_f32(tensors: Mapping[str, torch.Tensor]) -> bool:
 def whole_op_template(op: Op) -> bool:
     """Whether the C backend has a template for the op as a whole (flash attention), which
     beats splitting it at its contractions."""
+    # here, not at the top: this wrapper carries the same name
     from uol_core.backends.c.route import whole_op_template
 
     return whole_op_template(op)

@@ -25,6 +25,7 @@ cgroup, the per-run uid, the session), removes the directory, and reports which 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -199,7 +200,6 @@ def _failure(report: dict, timed_out: str, err: str) -> str:
 def _launch(argv: list[str]) -> None:
     """`--limits JSON --preload a,b --confine-files 0|1 --channel FD --uid UID TARGET`:
     isolate this process, then run TARGET.main()."""
-    import importlib
 
     def arg(name: str) -> str:
         return argv[argv.index(name) + 1]

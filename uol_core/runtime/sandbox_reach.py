@@ -14,6 +14,7 @@ path stays unreadable the run is refused with one line saying why and how to fix
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import stat
 import sys
@@ -37,7 +38,6 @@ def needed_paths(private: Path) -> list[Path]:
 
 def sentinel_files() -> list[Path]:
     """Files inside the needed trees that the first lazy imports read."""
-    import importlib
 
     return [Path(os.__file__), Path(importlib.__file__).parent / "readers.py"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -204,7 +205,6 @@ def summary(samples: list[float] | None, *, median_s: float | None = None,
 def load_snapshot() -> dict:
     """The CPU time counters (/proc/stat's first line, jiffies) and the wall clock now; {} off
     Linux. Two snapshots bracket a run: `load_during` turns them into the run's load."""
-    import time
 
     try:  # read before the run: the run's own threads must not count as the machine's load
         out: dict = {"t": time.time(), "load1": os.getloadavg()[0]}

@@ -101,7 +101,6 @@ def _while_locked(step, limit_s: float = 30.0):
     """Run `step` again while SQLite says the database is locked. Switching a new database to
     WAL and creating its tables take an exclusive lock that SQLite's busy timeout does not
     wait for: two tuners opening a fresh database at once would otherwise fail."""
-    import time
 
     deadline = time.monotonic() + limit_s
     delay = 0.005

@@ -236,7 +236,6 @@ def execute_race(job: dict) -> dict:
 def _execute_emulated(src: KernelSource, op, sizes: dict, seed: int) -> dict:
     """Build `src` for its foreign CPU, run it under the emulator on seeded random inputs and
     compare with the reference; never timed (the result's reason says so)."""
-    from uol_core.runtime.build import BuildError
 
     try:
         kernel = EmulatedKernel(src, op, sizes)

@@ -40,7 +40,7 @@ from uol_core.odl.check import check_op
 from uol_core.odl.derivatives import Differentiator, substitute
 from uol_core.odl.errors import OdlError
 from uol_core.odl.grad import derive_grad
-from uol_core.odl.grad_rewrite import alpha_normal
+from uol_core.odl.grad_rewrite import alpha_normal, replace_subexpression
 from uol_core.odl.ir import (
     Access,
     Affine,
@@ -154,7 +154,6 @@ def _canonical(stmt: Stmt) -> tuple:
 
 def _slope(score: Stmt, reduce: Reduce) -> Expr | None:
     """d f / d (Q.K sum) of the score expression, when it reads no tensor (a scale, a mask)."""
-    from uol_core.odl.grad_rewrite import alpha_normal, replace_subexpression
 
     *_, i, j = score.indices
     z = Access("__qk", (Affine.of(i), Affine.of(j)))

@@ -20,6 +20,7 @@ def owns_slices(slices: int, threads: int) -> bool:
 def body(w: CodeWriter, op: Op, plan, n: dict, t: Tiles, texts: tuple[str, str],
          batch: list[int]) -> None:
     """Emit the kernel's statements after the argument declarations (closes the function)."""
+    # deferred: at the top this import closes a circle, and fails while the modules load
     from uol_core.backends.c.attention.backward import uses_index
 
     S, T, D, E, NB, BQ, BK, DP, EP, SP, KB, TH = (n[k] for k in (

@@ -70,6 +70,7 @@ def attention_shape(op: Op, sizes: Mapping[str, int], target) -> AttentionShape 
 
 
 def _recognise(op: Op, sizes: Mapping[str, int], target) -> AttentionShape | None:
+    # deferred: at the top this import closes a circle, and fails while the modules load
     from uol_core.backends.c.attention import backward as c_attention_bwd
     from uol_core.backends.c.attention import forward as c_attention
 
@@ -92,6 +93,7 @@ def _recognise(op: Op, sizes: Mapping[str, int], target) -> AttentionShape | Non
     defaults = {"bq": c_attention.whole_tiles(blocks["bq"], qu, S),
                 "bk": c_attention.whole_tiles(blocks["bk"], ku, T)}
     if kind == "backward":  # the emitter halves the larger block until a task fits
+        # deferred: at the top this import closes a circle, and fails while the modules load
         from uol_core.backends.c.attention.backward import shrink_blocks
 
         defaults["bq"], defaults["bk"] = shrink_blocks(
@@ -102,6 +104,7 @@ def _recognise(op: Op, sizes: Mapping[str, int], target) -> AttentionShape | Non
 def _fits(shape: AttentionShape, target, bq: int, bk: int) -> bool:
     """The rule on a block pair's working set (see the module's docstring)."""
     if shape.kind == "backward":
+        # deferred: at the top this import closes a circle, and fails while the modules load
         from uol_core.backends.c.attention.backward import backward_fits_l2
 
         return backward_fits_l2(bq, bk, shape.D, shape.E, target)

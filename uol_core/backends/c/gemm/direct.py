@@ -222,7 +222,6 @@ PREPACKED_PANEL = """\
 def _c_operand(w: CodeWriter, plan: GemmPlan, plain: bool, line: int) -> None:
     """C's base, row stride and the micro-kernel's store mode for full tiles (mode 0 everywhere
     when an epilogue or a depth split needs the tile buffer)."""
-    from uol_core.backends.c.gemm.emitter import _operand_strides
 
     if not plain:
         w.emit("#define UOL_MODE 0", line)
@@ -268,7 +267,6 @@ def _reduce(w: CodeWriter, plan: GemmPlan, line: int) -> None:
     """After the barrier: each thread adds the partial sums of its share of the MR-row strips
     (threads whose depth share was empty wrote nothing and are skipped), then runs the epilogue
     through the ordinary store with first = last = 1."""
-    from uol_core.backends.c.gemm.emitter import _store
 
     w.emit("""\
 #pragma omp barrier

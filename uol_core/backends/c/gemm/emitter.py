@@ -30,14 +30,17 @@ def emit_gemm(plan: GemmPlan, cfg: TileConfig, target, prepacked_b: bool = False
     """The complete C source of one GEMM-family kernel (the direct path: c_gemm_direct).
     `prepacked_b`: B's argument is its panels packed once beforehand (prepacked.py), not B."""
     if prepacked_b:
+        # deferred: at the top this import closes a circle, and fails while the modules load
         from uol_core.backends.c.gemm.prepacked import check_prepackable
 
         check_prepackable(plan, cfg)
     if platform(cfg.isa).vla:  # the lane count is read at run time (SVE)
+        # deferred: at the top this import closes a circle, and fails while the modules load
         from uol_core.backends.c.gemm.sve import emit_gemm_sve
 
         return emit_gemm_sve(plan, cfg, target)
     if cfg.path == "direct":
+        # deferred: at the top this import closes a circle, and fails while the modules load
         from uol_core.backends.c.gemm.direct import emit_gemm_direct
 
         return emit_gemm_direct(plan, cfg, target, prepacked_b)

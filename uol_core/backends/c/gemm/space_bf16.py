@@ -54,7 +54,6 @@ def bf16_domains_and_rules(target) -> tuple[dict[str, list], list[Constraint]]:
 
 def predict_bf16_seconds(flops: float, target, cfg: Mapping) -> float:
     """FLOPs over the peak of the chosen unit (HFL), scaled by the threads' share of cores."""
-    from uol_core.backends.c.gemm.bf16 import ISA_OF_UNIT
 
     unit = next((u for u in matrix_units("bf16")
                  if ISA_OF_UNIT.get(u.flag) == cfg.get("bf16_isa")), None)

@@ -101,6 +101,7 @@ class Platform:
 
 
 def _registry() -> dict[str, Platform]:
+    # deferred: at the top this import closes a circle, and fails while the modules load
     from uol_core.backends.c.platforms import avx2, avx512, neon, sve, vecext
 
     return {p.name: p for p in (avx512.PLATFORM, avx2.PLATFORM, sve.PLATFORM, neon.PLATFORM,
