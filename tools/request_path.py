@@ -100,7 +100,10 @@ def trace(request: Callable[[], object]) -> dict:
             return
         caller = module_at(caller_frame.f_code)
         low, high = layer_of(caller or ""), layer_of(callee)
-        if low and high and high[0] < low[0]:
+        # a function defined inside another was handed down as a callback (a runner's source
+        # function): the caller never imported it, so calling it climbs nothing
+        handed_down = "<locals>" in code.co_qualname
+        if low and high and high[0] < low[0] and not handed_down:
             climbs.add((caller, callee))
 
     sys.setprofile(hook)
