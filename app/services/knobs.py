@@ -22,7 +22,7 @@ DERIVED_KNOBS = frozenset({"nc"})  # follow the other knobs: a config carried ov
 
 
 @dataclass
-class KnobSpace:
+class KnobPanel:
     """The panel's view of the op's `Space` (uol_core.acg.space_core): the backend, the model's
     default config, the Studio-only knobs (`extra`: offered, never searched), the notes. The
     space answers for domains (scoped: the C GEMM's nr is counted in vector lanes, so an
@@ -154,7 +154,7 @@ class KnobSpace:
         return rows
 
 
-def _space(odl: str, backend: str, target: str, sizes: dict[str, int]) -> KnobSpace:
+def _space(odl: str, backend: str, target: str, sizes: dict[str, int]) -> KnobPanel:
     """The panel's view of the Space the backend solves for the op (any pattern, any target)."""
     from app.services.kernels import _parse  # the compile's own Op: caches keyed by it hit
     from uol_core.acg.space_core import as_mapping
@@ -168,14 +168,14 @@ def _space(odl: str, backend: str, target: str, sizes: dict[str, int]) -> KnobSp
         raise ValueError(f"no legal {chosen.name} config for {plan.op.name} on {target}: every "
                          "assignment breaks a constraint ("
                          f"{', '.join(c.name for c in space.constraints)})")
-    knobs = KnobSpace(chosen.name, space, dict(as_mapping(choice.config)), choice.model,
+    knobs = KnobPanel(chosen.name, space, dict(as_mapping(choice.config)), choice.model,
                       [*space.notes, *choice.notes],
                       hide_unused=bool(getattr(chosen, "knobs_named_in_source", False)))
     _offer_streaming(knobs, chosen, plan)
     return knobs
 
 
-def _offer_streaming(knobs: KnobSpace, chosen, plan) -> None:
+def _offer_streaming(knobs: KnobPanel, chosen, plan) -> None:
     """A C kernel that can write its large output with non-temporal stores gets a `stream`
     knob (0: ordinary stores, the default). The tuner does not search it: it pays only for an
     output written in place (acg/stores.py), and a tuning run cannot tell how the kernel's
@@ -196,12 +196,12 @@ def _offer_streaming(knobs: KnobSpace, chosen, plan) -> None:
 
 
 @lru_cache(maxsize=32)
-def space_for(odl: str, backend: str, target: str, sizes: tuple) -> KnobSpace:
+def space_for(odl: str, backend: str, target: str, sizes: tuple) -> KnobPanel:
     """The knob space of an op, cached by (text, backend, target, sizes)."""
     return _space(odl, backend, target, dict(sizes))
 
 
-def explain(space: KnobSpace, cfg: dict, op, sizes: dict[str, int], target) -> str:
+def explain(space: KnobPanel, cfg: dict, op, sizes: dict[str, int], target) -> str:
     """Why this config, as text (spaces without a cost model; the C GEMM's has its own):
     `uol_core.acg.explain.explain_space`'s binding rules and roofline, with the backend, the
     model's notes and the HFL facts with their provenance."""

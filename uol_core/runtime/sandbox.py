@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from uol_core.runtime import sandbox_channel, sandbox_io, sandbox_os, sandbox_reach
-from uol_core.runtime.sandbox_session import RunSession
+from uol_core.runtime.sandbox_session import SandboxRun
 
 ISOLATION_MARK = "@@SANDBOX@@"  # kept for callers; the isolation report now comes on the channel
 REFUSAL_MARK = "@@REFUSED@@"  # kept for callers; refusals now come on the channel
@@ -102,7 +102,7 @@ def run_sandboxed(target: str, request: dict, mark: str = "", *, limits: Limits 
     """
     switch = confine_files if switch_user is None else switch_user
     private = Path(tempfile.mkdtemp(prefix="uol-sandbox-"))
-    session = RunSession(private, limits.memory_mb, limits.disk_mb, limits.processes, switch)
+    session = SandboxRun(private, limits.memory_mb, limits.disk_mb, limits.processes, switch)
     channel_read, channel_write = os.pipe()
     argv = [sys.executable, "-m", "uol_core.runtime.sandbox",
             "--limits", json.dumps(asdict(limits)), "--preload", ",".join(preload),
@@ -143,7 +143,7 @@ def run_sandboxed(target: str, request: dict, mark: str = "", *, limits: Limits 
         _clean_up(proc, session, private, channel_read, channel_write)
 
 
-def _clean_up(proc: subprocess.Popen | None, session: RunSession, private: Path,
+def _clean_up(proc: subprocess.Popen | None, session: SandboxRun, private: Path,
               *fds: int) -> None:
     if proc is not None:
         session.kill_all()
@@ -158,7 +158,7 @@ def _clean_up(proc: subprocess.Popen | None, session: RunSession, private: Path,
     shutil.rmtree(private, ignore_errors=True)
 
 
-def _report(code: int, out: sandbox_io.Outcome, limits: Limits, session: RunSession,
+def _report(code: int, out: sandbox_io.Outcome, limits: Limits, session: SandboxRun,
             result_error: str) -> dict:
     isolation = out.channel.isolation() or []
     err, text = out.stderr.text(), out.stdout.text() + result_error

@@ -126,7 +126,7 @@ def folder_bytes(root: Path) -> int | None:
     return total
 
 
-class RunSession:
+class SandboxRun:
     """The totals of one run: make it, `start(pid)`, `ready()` once the launcher reported,
     `watch()` while it runs, `kill_all()` when it ends (always), then `close()`."""
 
