@@ -6,6 +6,8 @@ itself. What the manager adds to Dash's: the callback's request context is strip
 browser's credentials before it goes through Redis (sealing signs, it does not hide), and
 each message names the callback it was sealed for and a nonce, so a sealed message re-sent
 under another task name, or a second time, does not run.
+
+Deferred imports: the Celery side and diskcache load only for the manager that is chosen.
 """
 
 from __future__ import annotations
