@@ -1,4 +1,7 @@
-"""Communication callbacks: simulate on a topology, fail clicked elements, overlap timelines, gloo measure."""
+"""Communication callbacks: simulate on a topology, fail clicked elements, overlap timelines, gloo measure.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
