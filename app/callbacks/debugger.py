@@ -1,4 +1,7 @@
-"""Debugger callbacks: run the trace in the worker, then fill the pickers, heatmap, masks and findings."""
+"""Debugger callbacks: run the trace in the worker, then fill the pickers, heatmap, masks and findings.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
