@@ -1,4 +1,7 @@
-"""Graph callbacks: open a graph, draw it, run it in the worker, open a clicked node in the Studio."""
+"""Graph callbacks: open a graph, draw it, run it in the worker, open a clicked node in the Studio.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
