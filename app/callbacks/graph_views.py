@@ -1,5 +1,8 @@
 """Graph page views that are not callbacks: the opaque-node table and the deployment-runtime
-comparison (chart, table and the one-line verdict), from the service's JSON."""
+comparison (chart, table and the one-line verdict), from the service's JSON.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
