@@ -1,7 +1,10 @@
 """Callbacks of the Guide page: build (or read cached) cases for the chosen targets, filter
 them, show one case's constraints and knob moves, measure cases (this host's here, other
 targets' on their live workers when the IDE runs with a broker), and export the shown cases
-as HTML."""
+as HTML.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
