@@ -1,7 +1,10 @@
 """The Guide page's Measure button: the loaded cases are built, verified and timed where they
 can run (a live worker of their target when the IDE runs with `uol serve --broker`, this
 machine for `host` otherwise), up to a number of cases per target, in a background job with a
-progress bar; every other case keeps its model prediction, and says why."""
+progress bar; every other case keeps its model prediction, and says why.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
