@@ -1,4 +1,7 @@
-"""Training page, "Train on UOL kernels": start a run, then draw its curves on a timer."""
+"""Training page, "Train on UOL kernels": start a run, then draw its curves on a timer.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
