@@ -1,4 +1,7 @@
-"""Profiler callbacks: profile in the worker, draw flame / hotspots / timeline / roofline, compare runs."""
+"""Profiler callbacks: profile in the worker, draw flame / hotspots / timeline / roofline, compare runs.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
