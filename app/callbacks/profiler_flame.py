@@ -1,6 +1,9 @@
 """Profiler flame graph sources beyond the last profile: a speedscope file the user imports (checked
 for size and format, every problem said with where it is), and the shown tree exported as
-speedscope JSON. The view is time order (children as they first ran) or left heavy."""
+speedscope JSON. The view is time order (children as they first ran) or left heavy.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
