@@ -1,4 +1,7 @@
-"""Studio callbacks: load a library op, compile (on demand or on a knob change), paint the editor."""
+"""Studio callbacks: load a library op, compile (on demand or on a knob change), paint the editor.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
