@@ -1,5 +1,8 @@
 """Studio inspection: the assembly of the compiled C kernel, and a side-by-side diff of this kernel
-against the same op with other knobs or another backend."""
+against the same op with other knobs or another backend.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
