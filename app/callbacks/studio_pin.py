@@ -1,5 +1,8 @@
 """Studio: pin a run as the baseline of its op, sizes, backend and target; the history's diff
-then compares each later run with it (with its confidence interval) instead of the run before."""
+then compares each later run with it (with its confidence interval) instead of the run before.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
