@@ -1,4 +1,7 @@
-"""Studio run and tune: verify + measure in the worker, tune as a cancellable background job."""
+"""Studio run and tune: verify + measure in the worker, tune as a cancellable background job.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
