@@ -1,5 +1,8 @@
 """Studio: Triton's compiler stages of the compiled kernel for the page's GPU target, shown on
-request and then following every compile, stage choice, kernel choice and the cubin box."""
+request and then following every compile, stage choice, kernel choice and the cubin box.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
