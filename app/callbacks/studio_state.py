@@ -9,6 +9,8 @@ Stale panels: a compile of another op, sizes, backend or target, or a compile th
 empties the Result, the roofline and the history that belonged to the kernel before (in the
 browser, assets/studio_state.js `clear`); Apply best is offered only for the inputs its tune
 measured. A GPU target asks for a GPU backend.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
 """
 
 from __future__ import annotations
