@@ -5,6 +5,8 @@ the page that pressed it stays open. A reloaded page has lost Dash's handle on t
 still holds the job's id (`tune-job`, local storage): it polls the job's record
 (app.services.tune_jobs) once a second, shows its progress, then its result, and hands the best
 config to Apply best. Cancel asks a reattached job to stop before its next measurement.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
 """
 
 from __future__ import annotations
