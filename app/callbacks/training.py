@@ -1,4 +1,7 @@
-"""Training callbacks: start a real pipeline run, then tail its per-rank events on a timer."""
+"""Training callbacks: start a real pipeline run, then tail its per-rank events on a timer.
+
+Deferred imports: a page's services load when it is first used, so the server starts fast.
+"""
 
 from __future__ import annotations
 
