@@ -1,4 +1,7 @@
-"""Source listings for the Debugger and Profiler: one Pygments blob, lines marked or heat-coloured."""
+"""Source listings for the Debugger and Profiler: one Pygments blob, lines marked or heat-coloured.
+
+Deferred imports: what a panel or figure reads loads when first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
