@@ -1,4 +1,7 @@
-"""Studio panels built from service results: knob panel, run result, run history with diff."""
+"""Studio panels built from service results: knob panel, run result, run history with diff.
+
+Deferred imports: what a panel or figure reads loads when first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
