@@ -1,4 +1,7 @@
-"""IDE-only figures: the live tuning plot and a placeholder chart (the roofline is profilers')."""
+"""IDE-only figures: the live tuning plot and a placeholder chart (the roofline is profilers').
+
+Deferred imports: what a panel or figure reads loads when first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
