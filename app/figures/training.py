@@ -1,4 +1,7 @@
-"""Training page figures: a real run's per-rank timeline beside the simulator's (pure: rows in, figure out)."""
+"""Training page figures: a real run's per-rank timeline beside the simulator's (pure: rows in, figure out).
+
+Deferred imports: what a panel or figure reads loads when first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
