@@ -1,4 +1,7 @@
-"""The Dash application factory: pages, theme, navigation, status bar, background-job manager."""
+"""The Dash application factory: pages, theme, navigation, status bar, background-job manager.
+
+Deferred imports: the server's parts load when create_app builds it, so importing app is cheap.
+"""
 
 from __future__ import annotations
 
