@@ -1,4 +1,7 @@
-"""Communication page: topology builder, collective knobs, link heat, algorithm curves, overlap, faults."""
+"""Communication page: topology builder, collective knobs, link heat, algorithm curves, overlap, faults.
+
+Deferred imports: a page's services load when it is first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
