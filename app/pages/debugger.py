@@ -1,4 +1,7 @@
-"""Debugger page: trace a Triton kernel (a library op's or your own) per program; heatmaps, masks, OOB."""
+"""Debugger page: trace a Triton kernel (a library op's or your own) per program; heatmaps, masks, OOB.
+
+Deferred imports: a page's services load when it is first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
