@@ -1,6 +1,9 @@
 """Graph page: open an operator graph, draw it in layers with its fused groups, run it: the
 whole graph against torch eager, each fused group against the reference evaluator (each chart
-names its baseline), and a zoo model beside the deployment runtimes."""
+names its baseline), and a zoo model beside the deployment runtimes.
+
+Deferred imports: a page's services load when it is first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
