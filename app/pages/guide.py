@@ -1,5 +1,8 @@
 """Guide page: the optimisation guide (HFL targets x operator families) to browse and filter;
-each case opens its kernel in the Studio."""
+each case opens its kernel in the Studio.
+
+Deferred imports: a page's services load when it is first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
