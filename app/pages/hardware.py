@@ -1,4 +1,7 @@
-"""Hardware page: HFL targets as a sortable table with provenance, rooflines, the host probe."""
+"""Hardware page: HFL targets as a sortable table with provenance, rooflines, the host probe.
+
+Deferred imports: a page's services load when it is first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
