@@ -1,4 +1,7 @@
-"""Profiler page: flame graph of the last profile, per-line hotspots (C and ODL), timeline, roofline, compare."""
+"""Profiler page: flame graph of the last profile, per-line hotspots (C and ODL), timeline, roofline, compare.
+
+Deferred imports: a page's services load when it is first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
