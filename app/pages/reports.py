@@ -1,4 +1,7 @@
-"""Reports page: run history with filters, export of a run or a comparison (HTML, PDF, MD, JSON)."""
+"""Reports page: run history with filters, export of a run or a comparison (HTML, PDF, MD, JSON).
+
+Deferred imports: a page's services load when it is first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
