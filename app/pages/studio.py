@@ -1,4 +1,7 @@
-"""Kernel Studio: ODL beside the generated kernel, knobs from the constraint space, run, tune, explain."""
+"""Kernel Studio: ODL beside the generated kernel, knobs from the constraint space, run, tune, explain.
+
+Deferred imports: a page's services load when it is first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
