@@ -1,4 +1,7 @@
-"""Training page: start a real pipeline-parallel run, watch every rank's timeline live beside the simulator's."""
+"""Training page: start a real pipeline-parallel run, watch every rank's timeline live beside the simulator's.
+
+Deferred imports: a page's services load when it is first drawn, so the server starts fast.
+"""
 
 from __future__ import annotations
 
