@@ -9,6 +9,8 @@ The IDE compiles and runs code built from what a client sends, so every request 
 - `--no-token` (loopback only): requests must name a loopback Host (so a web page that rebinds
   its DNS name to 127.0.0.1 cannot drive the IDE); any local user can then run code;
 - cross-site POSTs are refused in both modes, and tokens are masked in every log line.
+
+Deferred imports: flask's response helpers load when a request is first refused or redirected.
 """
 
 from __future__ import annotations
