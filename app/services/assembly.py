@@ -5,6 +5,8 @@ kernel's line map, to the ODL line behind that.
 The compile and the disassembly run as bounded child processes (`run_bounded_compiler`: own
 process group, time and address-space limits), never in the server's own process, and the
 listing is capped at `MAX_INSTRUCTIONS` so a heavily unrolled kernel cannot flood the page.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
