@@ -4,6 +4,8 @@ A run lives in its own folder (config, status, the child's log and whatever the 
 live events, the result). The child is started from a server thread that holds the client's
 job slot for as long as the run lasts, so these runs queue with the IDE's other jobs; the page
 polls the run's status with its id (entry point `start_child`).
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
