@@ -1,4 +1,7 @@
-"""Communication service: build topologies, simulate, sweep algorithms, faults, overlap, gloo measure."""
+"""Communication service: build topologies, simulate, sweep algorithms, faults, overlap, gloo measure.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
+"""
 
 from __future__ import annotations
 
