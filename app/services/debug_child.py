@@ -2,6 +2,8 @@
 
 Runs inside the sandbox (`uol_core.runtime.sandbox`) with a JSON request on stdin, so a user's
 kernel (or a crash in the interpreter) never runs in the server process, and runs limited.
+
+Deferred imports: a child process loads only the engine its request needs, so it starts fast.
 """
 
 from __future__ import annotations
