@@ -1,4 +1,7 @@
-"""Debugger service: trace a kernel in a sandboxed worker, then serve views of the saved trace."""
+"""Debugger service: trace a kernel in a sandboxed worker, then serve views of the saved trace.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
+"""
 
 from __future__ import annotations
 
