@@ -2,6 +2,8 @@
 in the server); for a zoo model also its import for drawing, a node's operator and the peers.
 
 Runs as `python -m app.services.graph_child` with a JSON request (the graph source) on stdin.
+
+Deferred imports: a child process loads only the engine its request needs, so it starts fast.
 """
 
 from __future__ import annotations
