@@ -2,6 +2,8 @@
 hand-built blocks and the library models), and their import, node lookup and run, each in the
 sandboxed graph worker: the server never builds or exports a model (a library model at its
 bench size is hundreds of MiB of weights and seconds of torch.export).
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
