@@ -1,5 +1,8 @@
 """Graph service: open a sample, an uploaded JSON, a traced example model or a zoo model; plan,
-draw data, run."""
+draw data, run.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
+"""
 
 from __future__ import annotations
 
