@@ -1,4 +1,7 @@
-"""Hardware page service: HFL targets as table rows with provenance, roof curves, the host probe."""
+"""Hardware page service: HFL targets as table rows with provenance, roof curves, the host probe.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
+"""
 
 from __future__ import annotations
 
