@@ -2,6 +2,8 @@
 
 Every run gets an integer id (the permalink /run/<id>) and keeps the ODL, sizes, config and
 result, so a run can be reopened, compared and exported later.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
