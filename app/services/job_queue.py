@@ -8,6 +8,8 @@ background-callback processes (tunes) share one queue; a process that dies relea
 Compiles queue the same way in a lane of their own (COMPILE: their own client locks and
 slots), so a compile never waits behind a run of its client, and a run never behind compiles.
 A job that has not started yet is dropped when its client left (`request_left`).
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
