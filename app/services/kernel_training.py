@@ -7,6 +7,8 @@ in lockstep. It runs as the pipeline runs do, a child process in a private folde
 client's job slot (app/services/child_runs.py); the child rewrites `live.json` every few steps
 (losses and step times so far) and writes `result.json` at the end. The page polls `snapshot`
 with the run's id.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
