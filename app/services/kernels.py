@@ -9,6 +9,8 @@ per client at a time, at most MAX_WAITING waiting, a pool of slots for all clien
 most COMPILE_TIMEOUT_S, and stops (or is dropped before it starts) when its HTTP client closes
 the connection. The emitters' checkpoints stop it mid-emission (emit_limits.compile_guard); the
 size limits of emit_limits keep the stretches between checkpoints short.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
