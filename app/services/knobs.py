@@ -8,6 +8,8 @@ re-solving can take a second and a knob change must not.
 A derived knob (the C GEMM's nc, `uol_core.backends.c.gemm.space.block_nc` of kc, nr, par and
 threads) is not searched and has no panel row: its legal values are the ones it takes across
 the legal configs, and a config that does not give it gets the value derived from its own knobs.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
