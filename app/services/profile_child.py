@@ -2,6 +2,8 @@
 
 Runs as `python -m app.services.profile_child` with a JSON request on stdin; kernels never run in
 the server process.
+
+Deferred imports: a child process loads only the engine its request needs, so it starts fast.
 """
 
 from __future__ import annotations
