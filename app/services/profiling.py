@@ -1,4 +1,7 @@
-"""Profiler service: profile an operator in a worker, keep the reports, roofline and compare history runs."""
+"""Profiler service: profile an operator in a worker, keep the reports, roofline and compare history runs.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
+"""
 
 from __future__ import annotations
 
