@@ -4,6 +4,8 @@ worker, and the worker a Run, Tune, Profile or gloo measurement on such a target
 Without a broker every function here says "in-process" and nothing changes. With one, a job
 on a target that has a live worker is signed and sent to it (uol_remote); every other target
 runs here as before. The status bar and the run's mode say where a job ran.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
