@@ -2,6 +2,8 @@
 
 The report data follows profilers' report format, so the same renderer (and the same
 figures) produce the IDE export and the CLI's `uol report` files.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
