@@ -2,6 +2,8 @@
 
 Runs as `python -m app.services.run_child` with a JSON request on stdin, so a kernel that
 crashes or hangs takes down this process only; the server reads the exit status.
+
+Deferred imports: a child process loads only the engine its request needs, so it starts fast.
 """
 
 from __future__ import annotations
