@@ -3,6 +3,8 @@
 The kernel never runs in the server: a crash shows as the signal that ended the worker, a hang
 as a timeout, and the server keeps serving. Jobs go through the per-client queue
 (`job_queue`): one client's hang holds its own queue and one pool slot, never everyone's.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
