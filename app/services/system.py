@@ -1,4 +1,7 @@
-"""Live machine status for the status bar: CPU per core, memory, GPU (NVML) and running jobs."""
+"""Live machine status for the status bar: CPU per core, memory, GPU (NVML) and running jobs.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
+"""
 
 from __future__ import annotations
 
