@@ -3,6 +3,8 @@
 A run is a child process in a private folder (app/services/child_runs.py: config, per-rank
 event files, result, status), holding the client's job slot; the page polls `snapshot` with
 the run's id.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
