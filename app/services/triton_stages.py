@@ -5,6 +5,8 @@ through the kernel's line map, to its ODL line.
 Compiling a kernel takes seconds (a large GEMM tile, tens of seconds on a busy host), so each
 result is kept in a private, bounded server cache keyed by the kernel text's hash, the target,
 the kernel and whether the binary was asked for: switching stages or kernels costs nothing.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
