@@ -9,6 +9,8 @@ with the best config that "Apply best" loads.
 Records are JSON files in a private per-user folder, readable only by the browser that started
 the job (its client id, hashed). A job whose process is gone without a result (cancelled, or
 killed) reads as ended; a stop requested from a reattached page is seen at the next measurement.
+
+Deferred imports: an engine loads when the service first calls it, so the server starts fast.
 """
 
 from __future__ import annotations
