@@ -1,4 +1,7 @@
-"""The app shell around every page: navigation bar, page container and the live status bar."""
+"""The app shell around every page: navigation bar, page container and the live status bar.
+
+Deferred imports: the status bar's services load at its first refresh, so the server starts fast.
+"""
 
 from __future__ import annotations
 
