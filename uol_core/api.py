@@ -16,12 +16,12 @@ import torch
 
 from uol_core.acg.config import TileConfig, resolve_target
 from uol_core.acg.explain import explain_space
-from uol_core.acg.session import open_session, recorded
+from uol_core.acg.session import open_session, recorded, tuned
 from uol_core.acg.space_core import as_mapping
 from uol_core.backends import get_backend
 from uol_core.backends.base import KernelSource
-from uol_core.backends.c.backend import tuned_tile
 from uol_core.backends.c.space import explain_pattern
+from uol_core.backends.contract import Tuned
 from uol_core.odl import parse
 from uol_core.odl.ir import Op
 from uol_core.odl.shapes import ShapeError, bind_sizes, shape_of
@@ -80,7 +80,7 @@ class CompiledKernel:
             check_memory(self.op, sizes)
             backend = self._backend
             plan = backend.plan(self.op, sizes, self.target)
-            choice = backend.choose(plan, self._config_request)
+            choice = backend.choose(plan, as_request(self._config_request, plan, backend.name))
             src = backend.emit(plan, choice.config)
             native = backend.load(src, plan)
             self._built[key] = (choice.config, src, native, choice.space, choice.model)
@@ -168,14 +168,26 @@ def choose_config(op: Op, sizes: dict, target, request):
     """The C config to build, its space and cost model (None for non-GEMM kernels): model
     top-1, user overrides on top of it, or the tuned best ('tuned')."""
     backend = get_backend("c")
-    choice = backend.choose(backend.plan(op, sizes, target), request)
+    plan = backend.plan(op, sizes, target)
+    choice = backend.choose(plan, as_request(request, plan, backend.name))
     return choice.config, choice.space, choice.model
+
+
+def as_request(config, plan, backend: str):
+    """A user's config as the backend's request: 'tuned' becomes a `Tuned` lookup over the tuning
+    session (which the API may import: it sits above the registry the session asks)."""
+    if config != "tuned":
+        return config
+
+    def lookup(budget: int):
+        return tuned(plan.op, plan.sizes, plan.target, backend, budget)
+
+    return Tuned(lookup)
 
 
 def tuned_config(op: Op, sizes: dict, target) -> TileConfig | None:
     """The best recorded GEMM config, tuning with a small budget when none is recorded."""
-
-    return tuned_tile(op, sizes, resolve_target(target))
+    return tuned(op, sizes, resolve_target(target), "c", DEFAULT_TUNE_BUDGET)
 
 
 def compile(op_or_path, shapes: Mapping | None = None, target="host", backend: str = "c",

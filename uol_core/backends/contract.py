@@ -6,7 +6,7 @@ registry, so the registry can import them without a circle."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -25,6 +25,15 @@ class Plan:
     target: Any
     kind: str
     detail: Any = None
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A request for the best recorded config: `lookup(budget)` returns it (tuning with that
+    many measurements when nothing is recorded) or None. The API builds it over the tuning
+    session, so no backend imports the session that asks the registry for it."""
+
+    lookup: Callable[[int], Any]
 
 
 @dataclass

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from uol_core.backends.base import KernelSource
-from uol_core.backends.contract import Choice, Plan, generator_hash, source_hash
+from uol_core.backends.contract import Choice, Plan, Tuned, generator_hash, source_hash
 
 DEFAULT_TUNE_BUDGET = 8
 # What the C kernels are generated from (paths from uol_core/): every file of the C package
@@ -90,7 +90,8 @@ class CBackend:
         return build_pattern_space(plan.op, plan.sizes, plan.target)
 
     def choose(self, plan: Plan, request: Any = None) -> Choice:
-        """The model's top config, user overrides on top of it, or the tuned best ('tuned')."""
+        """The model's top config, user overrides on top of it, or the tuned best (a `Tuned`
+        request, which the API makes of config='tuned')."""
         if plan.kind != "gemm":
             # loaded when asked for: importing the registry row stays cheap
             from uol_core.backends.c.space import choose_pattern_config
@@ -197,8 +198,8 @@ def _choose_tile(plan: Plan, request: Any) -> Choice:
     best = model.rank(space.configs)[0][0]
     if request is None:
         return Choice(best, space, model)
-    if request == "tuned":
-        return Choice(tuned_tile(plan.op, plan.sizes, target) or best, space, model)
+    if isinstance(request, Tuned):
+        return Choice(request.lookup(DEFAULT_TUNE_BUDGET) or best, space, model)
     cfg = parse_config(request, best)
     if space.derive is not None and isinstance(request, (str, dict)) \
             and "nc" not in named_keys(request):
@@ -220,10 +221,3 @@ def _choose_tile(plan: Plan, request: Any) -> Choice:
         raise ValueError(f"isa={cfg.isa} is not available on target {target.name} "
                          f"(usable: {', '.join(dict.fromkeys([*space.domains['isa'], *target_isas(target)]))})")
     return Choice(cfg, space, model)
-
-
-def tuned_tile(op: Any, sizes: Mapping[str, int], target: Any):
-    """The best recorded GEMM config, tuning with a small budget when none is recorded."""
-    from uol_core.acg.session import tuned  # the session module imports this package's registry
-
-    return tuned(op, sizes, target, "c", DEFAULT_TUNE_BUDGET)

@@ -40,6 +40,7 @@ from uol_core.backends.c.gemm.space_bf16 import (
     is_bf16_gemm,
     predict_bf16_seconds,
 )
+from uol_core.backends.contract import Tuned
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.cost import op_cost
 from uol_core.odl.ir import Op
@@ -183,7 +184,7 @@ TUNED_BUDGET = 6  # measurements for config='tuned' when nothing is recorded yet
 def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
                           request: Mapping | str | None = None) -> tuple[dict, Space]:
     """The model's best legal config with the user's overrides on top ('chunk=4,vec=8' or a dict;
-    'tuned' the best recorded config, tuning with a small budget when there is none)."""
+    a `Tuned` request the best recorded config, tuning with a small budget when there is none)."""
     space = build_pattern_space(op, sizes, target)
     attention = attention_shape(op, sizes, target)
 
@@ -193,12 +194,8 @@ def choose_pattern_config(op: Op, sizes: Mapping[str, int], target,
     best = min(space.configs, key=lambda c: (predict_seconds(op, sizes, target, c),
                                              preference(c))) \
         if space.configs else _defaults()
-    if request == "tuned":
-        # the session reaches this backend through the registry, which loads this module:
-        # asked for here
-        from uol_core.acg.session import tuned
-
-        found = tuned(op, sizes, target, "c", TUNED_BUDGET)
+    if isinstance(request, Tuned):
+        found = request.lookup(TUNED_BUDGET)
         return (dict(found) if found is not None else None) or best, space
     if isinstance(request, str):
         request = parse_key(request)

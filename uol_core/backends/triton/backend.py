@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from uol_core.backends.base import KernelSource, into_given
-from uol_core.backends.contract import Choice, Plan, generator_hash, source_hash
+from uol_core.backends.contract import Choice, Plan, Tuned, generator_hash, source_hash
 
 EXTRA_KNOBS = ("force_generic", "MAX_BLOCK_C")  # accepted by the emitter beyond its defaults
 # What the Triton kernels are generated from (paths from uol_core/): every file of its package,
@@ -75,7 +75,7 @@ class TritonBackend:
     def choose(self, plan: Plan, request: Any = None) -> Choice:
         """The cost model's best legal config on a GPU target; on any other target (interpreted,
         where time means nothing) the legal config closest to the emitter's defaults. A request
-        ('BLOCK_M=64' or a dict) goes on top; 'tuned' keeps the pick (tuning needs a GPU)."""
+        ('BLOCK_M=64' or a dict) goes on top; a `Tuned` request keeps the pick (tuning needs a GPU)."""
         # loaded when asked for: importing the registry row stays cheap
         from uol_core.acg.space_core import parse_key
         from uol_core.backends.triton import DEFAULTS
@@ -89,7 +89,7 @@ class TritonBackend:
             ranked = sorted(space.configs, key=lambda c: sum(
                 DEFAULTS.get(k, v) != v for k, v in c.items()))
         pick = dict(ranked[0]) if ranked else {}
-        if request == "tuned":
+        if isinstance(request, Tuned):
             notes.append("no Triton tuning records here: the model's pick is used")
             request = None
         if isinstance(request, str):
