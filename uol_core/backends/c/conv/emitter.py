@@ -33,7 +33,7 @@ from uol_core.backends.c.conv.depthwise import depthwise_config, depthwise_plan
 from uol_core.backends.c.conv.gemv import emit_gemv, gemv_fits
 from uol_core.backends.c.conv.im2col import im2col_driver, pack_im2col, pixel_block
 from uol_core.backends.c.conv.tiles import row_driver, row_helpers, row_tiles
-from uol_core.backends.c.gemm.emitter import _micro_kernel, emit_platform_header
+from uol_core.backends.c.gemm.emitter import emit_platform_header, micro_kernel
 from uol_core.backends.c.platforms import platform
 from uol_core.backends.c.text.expr import PRELUDE, render_epilogue
 from uol_core.backends.c.text.frame import includes, open_entry
@@ -235,7 +235,7 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     else:
         tile = TileConfig(isa=isa, mr=mr, nr=nr, kc=kc, mc=m_pad, nc=ncb, ku=4, pf=0,
                           par="batch", threads=threads)
-        _micro_kernel(w, tile, target, line)
+        micro_kernel(w, tile, target, line)
         pack_im2col(w, plan, xs, padv, line)
         _entry_head(w, op, entry, args, line, packed_from)
         im2col_driver(w, plan, ys, value, uses, line, packed_from is None)

@@ -51,7 +51,7 @@ def emit_gemm(plan: GemmPlan, cfg: TileConfig, target, prepacked_b: bool = False
     _header(w, plan, cfg, target, tensors)
     if prepacked_b:
         emit_prepacked_note(w, plan, cfg, stmt_line)
-    _micro_kernel(w, cfg, target, stmt_line)
+    micro_kernel(w, cfg, target, stmt_line)
     _packing(w, stmt_line, "a" if prepacked_b else "ab")
     _driver(w, plan, cfg, tensors, entry, prepacked_b=prepacked_b)
     meta = {"args": tensors, "ranks": [len(plan.tensor_shape(t)) for t in tensors],
@@ -96,7 +96,7 @@ def batch_extent(plan: GemmPlan, index: str) -> str:
     return size_id(symbol) if symbol in plan.sizes else str(plan.extents[index])
 
 
-def _micro_kernel(w: CodeWriter, cfg: TileConfig, target, line: int) -> None:
+def micro_kernel(w: CodeWriter, cfg: TileConfig, target, line: int) -> None:
     isa, nv = platform(cfg.isa), cfg.nr // lanes(cfg.isa, target)
     lane = lanes(cfg.isa, target)
     w.emit(f"/* Micro-kernel: tile[MR x NR] = A panel (kc x MR) * B panel (kc x NR); {cfg.mr * nv} "
