@@ -182,11 +182,14 @@ class ModuleConstants:
 
         graph = compiled.source
         fresh = import_model(graph.module, *(env[n] for n in graph.inputs), name=graph.name)
-        if set(fresh.values) != set(graph.values):
+        # the graph's own values may hold its example inputs too (a zoo graph): compare the
+        # module's constants only
+        if set(fresh.values) - set(graph.inputs) != set(graph.values) - set(graph.inputs):
             raise GraphError(f"{graph.name}: its parameters no longer match the module's (a "
                              "parameter was added, removed or reshaped): import it again")
         written = [name for name, value in fresh.values.items()
-                   if _write(graph.values[name], value, name, graph.name)]
+                   if name not in graph.inputs
+                   and _write(graph.values[name], value, name, graph.name)]
         values = compiled.plan.graph.values
         for name, (dim, parts) in compiled.plan.derived.items():
             if _write(values[name], torch.cat([values[p] for p in parts], dim), name, graph.name):

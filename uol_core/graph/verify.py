@@ -67,7 +67,8 @@ def expected_outputs(compiled, env: dict[str, torch.Tensor]) -> tuple[dict, str]
         with torch.no_grad():  # copies: a module that writes its input in place keeps it to itself
             result = graph.module(*[env[n].clone() for n in graph.inputs])
             for buffer, before in buffers:  # nor does the check change the module's state (a counter)
-                buffer.copy_(before)
+                if not torch.equal(buffer, before):  # an untouched buffer keeps its version:
+                    buffer.copy_(before)  # a write would read as a changed weight (prepack)
         values = tree_leaves(result)
         if len(values) == len(graph.outputs) and all(isinstance(v, torch.Tensor) for v in values):
             return dict(zip(graph.outputs, values)), "torch module"
