@@ -28,6 +28,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the tools beside this one
+from import_reasons import comment_above  # found through the line above
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("uol_core", "hcf_sim", "profilers", "app", "uol_cli", "uol_remote")
 
@@ -90,15 +93,8 @@ def has_comment_reason(lines: list[str], node: ast.Import | ast.ImportFrom) -> b
     first, last = node.lineno, node.end_lineno or node.lineno
     if any(comment_reason(line) for line in lines[first - 1:last]):
         return True
-    above = first - 2
-    while above >= 0:
-        text = lines[above].strip()
-        if not text or text.startswith(("from ", "import ")) or text.endswith(",") \
-                or text in (")", "("):
-            above -= 1
-            continue
-        return text.startswith("#") and comment_reason(text)
-    return False
+    above = comment_above(lines, first)
+    return above is not None and comment_reason(above)
 
 
 def function_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import grimp
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the tools beside this one
+from import_reasons import comment_above  # found through the line above
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("uol_core", "hcf_sim", "profilers", "app", "uol_cli")
 
@@ -95,17 +98,7 @@ def is_deferred(module: str, line_number: int) -> bool:
     line = lines[line_number - 1]
     if not line[:1].isspace():
         return False
-    if "#" in line:
-        return True
-    above = line_number - 2
-    while above >= 0:
-        text = lines[above].strip()
-        if not text or text.startswith(("from ", "import ")) or text.endswith(",") \
-                or text in (")", "("):
-            above -= 1
-            continue
-        return text.startswith("#")
-    return False
+    return "#" in line or comment_above(lines, line_number) is not None
 
 
 def import_graph(packages: Iterable[str] = PACKAGES) -> tuple[dict[str, set[str]], set[str]]:
