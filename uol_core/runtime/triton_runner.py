@@ -66,7 +66,7 @@ def load_module(source: KernelSource) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    exec(compile(source.text, str(path), "exec"), module.__dict__)  # the text we generated
+    spec.loader.exec_module(module)  # the file just checked to hold the text we generated
     _MODULES[key] = module
     return module
 
