@@ -7,6 +7,12 @@ browser's credentials before it goes through Redis (sealing signs, it does not h
 each message names the callback it was sealed for and a nonce, so a sealed message re-sent
 under another task name, or a second time, does not run.
 
+Both managers key every call afresh. Dash keys a call's progress and result by a hash of the
+callback and its arguments, so two calls with the same arguments (the same Tune pressed in two
+pages, or by two browsers) shared one slot: the second call's first poll read the result the
+first left unread, took it as its own and killed its own still-running job. The IDE caches no
+callback result, so a call's key is the hash plus a random nonce: its own, never another's.
+
 Deferred imports: the Celery side and diskcache load only for the manager that is chosen.
 """
 
@@ -55,8 +61,21 @@ class BoundCallbackTask(Task):
         return super().__call__(*args, **kwargs)
 
 
-class SealedCeleryManager(CeleryManager):
-    """Dash's Celery manager on the IDE's sealed app (uol_remote.ide_channel.make_ide_app)."""
+class FreshKeys:
+    """A manager mixin: every call gets a key of its own (module docstring)."""
+
+    def build_cache_key(self, fn, args, cache_args_to_ignore, triggered) -> str:
+        same_arguments = super().build_cache_key(fn, args, cache_args_to_ignore, triggered)
+        return hashlib.sha256(f"{same_arguments}:{uuid.uuid4().hex}".encode()).hexdigest()
+
+
+class PrivateDiskcacheManager(FreshKeys, DiskcacheManager):
+    """Dash's disk-cache manager, each call keyed afresh."""
+
+
+class SealedCeleryManager(FreshKeys, CeleryManager):
+    """Dash's Celery manager on the IDE's sealed app (uol_remote.ide_channel.make_ide_app),
+    each call keyed afresh."""
 
     def call_job_fn(self, key, job_fn, args, context):
         ctx = safe_context(context)
@@ -73,7 +92,7 @@ def make_manager(jobs: Path):
     if celery_app is None:
         import diskcache
 
-        return DiskcacheManager(diskcache.Cache(str(jobs)))
+        return PrivateDiskcacheManager(diskcache.Cache(str(jobs)))
     return SealedCeleryManager(celery_app)
 
 
