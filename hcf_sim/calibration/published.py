@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hcf_sim.calibration.nccl_log import read_nccl_log
+from hcf_sim.calibration.net_fit import Prediction, adjusted_us, fit_achieved_net
 from hcf_sim.collectives import nccl_model as nm
 from hcf_sim.collectives.analytical import busbw
 from hcf_sim.errors import HcfError
@@ -36,6 +37,11 @@ FIT_LOG = "all_reduce_h100_ring_8.txt"  # one thread driving 8 GPUs on one NVSwi
 # NCCL_ALGO's names (NCCL's src/graph/tuning.cc, ncclAlgoStr) -> the model's algorithms
 NCCL_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree",
               "collnetdirect": "collnet_direct", "collnetchain": None, "pat": None}
+NOT_MODELLED = {  # why the model has no such algorithm
+    "collnetchain": "CollNet chain (the node's GPUs chained to one NIC per channel, SHARP reducing across "
+                    "nodes) has no traffic model here, and NCCL's tuner bandwidth for it (busBw x 0.5 of the "
+                    "intra-node graph) is a ranking figure that nothing here can check",
+    "pat": "PAT (NCCL's Parallel Aggregated Trees, one GPU per node) has no traffic model here"}
 _ENV = re.compile(r"\b(NCCL_ALGO|NCCL_NVLS_ENABLE|NCCL_COLLNET_ENABLE)=([A-Za-z0-9_,^]+)")
 
 
@@ -91,7 +97,7 @@ def allowed_algorithms(env: dict[str, str]) -> set[str] | None:
             raise HcfError(f"NCCL_ALGO={env['NCCL_ALGO']}: unknown algorithm {unknown[0]!r}")
         missing = [x for x in names if NCCL_ALGOS[x] is None]
         if missing and len(missing) == len(names):
-            raise HcfError(f"NCCL_ALGO={env['NCCL_ALGO']}: {missing[0]} is not modelled")
+            raise HcfError(f"NCCL_ALGO={env['NCCL_ALGO']}: {missing[0]} is not modelled: {NOT_MODELLED[missing[0]]}")
         allowed = {NCCL_ALGOS[x] for x in names if NCCL_ALGOS[x]}
     everything = {"ring", "tree", "nvls", "nvls_tree", "collnet_direct"}
     allowed = set(everything if allowed is None else allowed)
@@ -102,8 +108,8 @@ def allowed_algorithms(env: dict[str, str]) -> set[str] | None:
     return None if allowed == everything else allowed
 
 
-def predict_us(topo: Topology, router: Router, coll: str, size: int, allowed: set[str] | None) -> tuple[float, str]:
-    """The model's time (us) and pick for one size: NCCL's tuner among the allowed algorithms."""
+def predict(topo: Topology, router: Router, coll: str, size: int, allowed: set[str] | None) -> Prediction:
+    """The model's answer for one size: NCCL's tuner among the allowed algorithms, timed flow by flow."""
     algorithm = None
     if allowed is not None:
         choice = nm.select(fabric(topo).cluster, coll, size)
@@ -111,7 +117,7 @@ def predict_us(topo: Topology, router: Router, coll: str, size: int, allowed: se
         if algorithm is None:
             raise HcfError(f"none of {', '.join(sorted(allowed))} can run {coll} on {topo.name}")
     res = tuned(topo, coll, size, algorithm, "flow", "spread", router=router)
-    return res.time * 1e6, f"{res.algorithm}/{res.protocol}"
+    return Prediction(coll, size, res.time * 1e6, res.terms["latency"] * 1e6, res.algorithm, res.protocol)
 
 
 def _measured(path: Path) -> dict[tuple[str, int], float]:
@@ -128,26 +134,34 @@ def _measured(path: Path) -> dict[tuple[str, int], float]:
 
 def check(path: Path, launch_us: float = 0.0, fitted_sizes: frozenset[int] = frozenset()) -> dict:
     """Per size: measured and predicted busbw and the error; per band the median |error| over the
-    sizes not fitted on (`fitted_sizes`, which only the fit log has)."""
+    sizes not fitted on (`fitted_sizes`, which only the launch fit log has; a multi-node log also
+    leaves out the half of its sizes its network is fitted on, see net_fit)."""
     system = read_system(path)
     spec = system.spec
     topo = build_topology(spec["kind"], spec["nodes"], spec["link"], sharp=spec["sharp"], intra=spec["intra"],
                           gpus_per_server=spec["gpus_per_server"])
     router, allowed, p = Router(topo), allowed_algorithms(system.env), len(topo.gpus)
     launch = launch_us * (system.gpus_per_thread - 1)
+    measured = sorted(_measured(path).items())
+    preds = [predict(topo, router, coll, size, allowed) for (coll, size), _ in measured]
+    cluster, net = fabric(topo).cluster, None
+    if cluster.nodes > 1:
+        net = fit_achieved_net(cluster, preds, [t for _, t in measured], launch)
+        fitted_sizes = fitted_sizes | net.fitted_sizes
     rows = []
-    for (coll, size), t in sorted(_measured(path).items()):
-        model_us, pick = predict_us(topo, router, coll, size, allowed)
+    for ((coll, size), t), pred in zip(measured, preds, strict=True):
+        model_us = adjusted_us(cluster, pred, net) if net else pred.time_us
         ours = busbw(coll, p, size, (model_us + launch) * 1e-6) / 1e9
         theirs = busbw(coll, p, size, t * 1e-6) / 1e9
         rows.append({"collective": coll, "size": size, "measured_busbw": theirs, "predicted_busbw": ours,
-                     "measured_us": t, "model_us": model_us, "pick": pick, "error": ours / theirs - 1,
+                     "measured_us": t, "model_us": model_us, "preset_us": pred.time_us,
+                     "pick": f"{pred.algorithm}/{pred.protocol}", "error": ours / theirs - 1,
                      "fitted": size in fitted_sizes})
     held = [r for r in rows if not r["fitted"]]
     big = [abs(x["error"]) for x in held if x["size"] >= MIB]
     small = [abs(x["error"]) for x in held if x["size"] < MIB]
     return {"file": path.name, "source": system.source, "system": spec, "env": system.env,
-            "gpus_per_thread": system.gpus_per_thread, "rows": rows,
+            "gpus_per_thread": system.gpus_per_thread, "rows": rows, "net": net,
             "median_error_ge_1mib": statistics.median(big) if big else None,
             "median_error_lt_1mib": statistics.median(small) if small else None}
 
@@ -200,7 +214,7 @@ def markdown(folder: Path) -> list[str]:
         server = "" if s["intra"] == "nvlink4" and s["gpus_per_server"] == 8 else \
             f", {s['gpus_per_server']} GPUs per server on {s['intra']}"
         name = (f"{s['kind']} {s['nodes']} GPUs, {s['link'] or 'default links'}{', SHARP' if s['sharp'] else ''}"
-                f"{server}{f' ({env})' if env else ''}")
+                f"{server}{f' ({env})' if env else ''}{'; ' + c['net'].describe() if c['net'] else ''}")
         for coll in sorted({r["collective"] for r in c["rows"]}):
             rows = [r for r in c["rows"] if r["collective"] == coll]
             last = rows[-1]

@@ -47,6 +47,7 @@ class Cluster:
     generation: str = "hopper"
     cpu_vendor: str = "intel"
     intra_hw: str = "nvlink"
+    net_latency_us: float = 0.0  # the network plugin's reported latency (NCCL's graph->latencyInter)
 
     @property
     def ranks(self) -> int:
@@ -103,30 +104,47 @@ def _nsteps(coll: str, n: int) -> int:
     return 2 * (n - 1) if coll == "allreduce" else n - 1
 
 
+def inter_steps(c: Cluster, coll: str, algo: str) -> int:
+    """Steps of (algorithm) that cross the network, as NCCL's latency formulas count them."""
+    n = c.nodes
+    if n == 1:
+        return 0
+    if algo == "ring":
+        return _nsteps(coll, n)
+    if algo == "tree":
+        return 2 * int(math.log2(n))
+    if algo == "nvls_tree":
+        return 2 * max(1, int(math.log2(n)))
+    if algo in ("nvls", "collnet_direct"):
+        return 1
+    raise HcfError(f"no latency rule for {algo}")
+
+
 def latency_us(c: Cluster, coll: str, algo: str, proto: str) -> float:
     """NCCL's latency for (algorithm, protocol) on this cluster (ncclTopoTuneModel formulas)."""
     t = constants()["nccl_tuning"]
     p, n, ppn = c.ranks, c.nodes, c.gpus_per_node
     intra = _hw(c, c.intra_hw, algo, proto)
-    # with one GPU per node every step crosses the network: NCCL then uses the tree's NET latency
-    inter = _hw(c, "net", "tree" if ppn == 1 else algo, proto)
+    # with one GPU per node every step crosses the network: NCCL then uses the tree's NET latency;
+    # NCCL adds the network plugin's latency to each inter-node step, and again for Simple (flush)
+    inter = _hw(c, "net", "tree" if ppn == 1 else algo, proto) + c.net_latency_us * (2 if proto == "Simple" else 1)
+    steps = inter_steps(c, coll, algo)
     if algo == "ring":
         if n > 1:
             overhead = t["net_overhead_us"][c.cpu_vendor]
             intra = max(intra, overhead * (t["net_overhead_us"]["simple_multiplier"]
                                            if proto == "Simple" else 1))
-        inter_steps = 0 if n == 1 else _nsteps(coll, n)
-        return _base(algo, proto) + (_nsteps(coll, p) - inter_steps) * intra + inter_steps * inter
+        return _base(algo, proto) + (_nsteps(coll, p) - steps) * intra + steps * inter
     if algo == "tree":
-        return _base(algo, proto) + 2 * ((ppn - 1) * intra + int(math.log2(n)) * inter)
+        return _base(algo, proto) + 2 * (ppn - 1) * intra + steps * inter
     if algo == "nvls":
-        return intra + (inter if n > 1 else 0.0)
+        return intra + steps * inter
     if algo == "nvls_tree":
         # NVLS inside the node, then up and down a tree of nodes (the tree's rule above)
-        return _base(algo, proto) + intra + 2 * max(1, int(math.log2(n))) * inter
+        return _base(algo, proto) + intra + steps * inter
     if algo == "collnet_direct":
         arity = _v(t["collnet_arity_latency_us"])
-        return _base(algo, proto) + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * arity) + inter
+        return _base(algo, proto) + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * arity) + steps * inter
     raise HcfError(f"no latency rule for {algo}")
 
 

@@ -1,4 +1,5 @@
-"""Link and protocol presets (NVLink4, NVLink3, InfiniBand NDR, RoCE 200G, 100G TCP, PCIe Gen5), each number with its source."""
+"""Link and protocol presets (NVLink4, NVLink3, InfiniBand NDR and HDR, RoCE 200G, AWS EFA, GPUDirect-TCPXO,
+100G TCP, PCIe Gen5), each number with its source."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ class LinkPreset:
     hop_latency: float  # s, propagation + switching per hop
     step_latency: dict[str, float]  # s per algorithm step, by protocol (NCCL hwLat, ring)
     sources: dict[str, str] = field(default_factory=dict)
+    # us, what the network's NCCL plugin reports as its latency (ncclNetProperties.latency): NCCL's
+    # tuner adds it to every inter-node step (graph->latencyInter), twice for Simple
+    plugin_latency_us: float = 0.0
 
     @property
     def bandwidth(self) -> float:
@@ -72,6 +76,29 @@ PRESETS: dict[str, LinkPreset] = {
          "efficiency": "SimAI calbusbw.h CX6_BW 23.5 GB/s ('// 25'); nccl-tests #252 '~24GB/s per NIC' on 200G",
          "hop_latency": "assumed equal to the InfiniBand NIC hop (SimAI default 500 ns)",
          "step_latency": "NCCL 2.30 tuning.cc hwLat NET (same table as InfiniBand)"}),
+    "ib_hdr": LinkPreset(
+        "ib_hdr", 25 * GB, 23.5 / 25, 500e-9, _steps(2.7, 4.0, 14.0),
+        {"line_rate": "InfiniBand HDR 200 Gb/s per port = 25 GB/s (ConnectX-6)",
+         "efficiency": "SimAI calbusbw.h CX6_BW 23.5 GB/s ('// 25')",
+         "hop_latency": "as ib_ndr (SimAI NIC latency 500 ns)",
+         "step_latency": "NCCL tuning.cc hwLat NET ring LL/LL128/Simple = 2.7/4.0/14.0 us",
+         "plugin_latency_us": "NCCL's own IB transport reports no latency (src/transport/net_ib.cc: props->latency = 0)"}),
+    "efa_400g": LinkPreset(
+        "efa_400g", 50 * GB, 48.5 / 50, 500e-9, _steps(2.7, 4.0, 14.0),
+        {"line_rate": "AWS p5.48xlarge: 3200 Gb/s EFA per instance (32 x 100 Gb/s) over 8 GPUs = 400 Gb/s = 50 GB/s per GPU",
+         "efficiency": "assumed as ib_ndr's (no public per-GPU EFA rate); what a run reaches is fitted on its log",
+         "hop_latency": "as ib_ndr (500 ns); EFA's per-message cost is in plugin_latency_us",
+         "step_latency": "NCCL tuning.cc hwLat NET ring LL/LL128/Simple = 2.7/4.0/14.0 us",
+         "plugin_latency_us": "aws/aws-ofi-nccl src/platform-aws.c platform_data_map: .latency = 75.0 for p4d, p4de and "
+                              "'p-series' (P5 and later), reported to NCCL as props->latency"},
+        75.0),
+    "tcpxo_200g": LinkPreset(
+        "tcpxo_200g", 25 * GB, 23.5 / 25, 500e-9, _steps(2.7, 4.0, 14.0),
+        {"line_rate": "Google Cloud A3 Mega: 8 x 200 Gb/s NICs per VM (one per GPU) = 25 GB/s per GPU, GPUDirect-TCPXO",
+         "efficiency": "assumed as roce_200g's (23.5 of 25); what a run reaches is fitted on its log",
+         "hop_latency": "as roce_200g (500 ns)",
+         "step_latency": "NCCL tuning.cc hwLat NET (one table for every network)",
+         "plugin_latency_us": "google/nccl-plugin-gpudirect-tcpxo tcpdirect_plugin/fastrak_offload/nccl_shim.cc: props.latency = 0"}),
     "tcp_100g": LinkPreset(
         "tcp_100g", 12.5 * GB, 0.8, 20e-6, _steps(20.0, 20.0, 20.0),
         {"line_rate": "100 Gb/s Ethernet = 12.5 GB/s",

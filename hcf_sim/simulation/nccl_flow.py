@@ -19,6 +19,7 @@ import numpy as np
 
 from hcf_sim.collectives import nccl_model as nm
 from hcf_sim.errors import HcfError, human_bytes
+from hcf_sim.fabric.links import PRESETS
 from hcf_sim.fabric.topology import Topology
 from hcf_sim.simulation.flowsim import Router, drain
 from hcf_sim.simulation.timing import phase
@@ -107,8 +108,10 @@ def fabric(topo: Topology, ranks: int | None = None) -> Fabric:
     sharp_sw = tuple(_sharp_switch(topo, x) for x in gpus[:p]) if nodes > 1 and any_sharp else ()
     sharp = bool(sharp_sw) and all(sharp_sw)
     intra_hw = "nvlink" if all(x.startswith("nvlink") for x in presets) and intra else "pci"
+    # what the network's NCCL plugin reports as its latency (EFA's 75 us; 0 for InfiniBand)
+    net_latency = max((PRESETS[e["preset"]].plugin_latency_us for e in inter if e["preset"] in PRESETS), default=0.0)
     c = nm.Cluster(topo.name, g, nodes, intra_bw, nic, nics, nvls, sharp, gen,
-                   mapping["cpu_vendor"]["value"], intra_hw if g > 1 else "nvlink")
+                   mapping["cpu_vendor"]["value"], intra_hw if g > 1 else "nvlink", net_latency)
     return Fabric(c, nvs if nvls else (), sharp_sw if sharp else (), nics if nodes > 1 else 1)
 
 
