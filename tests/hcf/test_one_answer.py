@@ -20,6 +20,14 @@ TOPOLOGIES = [("rail", 8, False), ("rail", 16, False), ("rail", 16, True), ("fat
               ("torus2d", 16, False)]
 COLLECTIVES = ("allreduce", "allgather", "reducescatter")
 SIZES = (1 << 10, 1 << 20, 256 << 20)
+# the published logs' rows (log -> size bands) that meet issue 52's goal (docs/hcf.md's table)
+BOTH = (">= 1 MiB", "< 1 MiB")
+GOAL_MET = {"all_gather_h100_nvls_8.txt": BOTH, "all_gather_h100_ring_8.txt": BOTH,
+            "all_reduce_a100_ib_sharp_32.txt": BOTH, "all_reduce_a100_nvswitch_8.txt": (">= 1 MiB",),
+            "all_reduce_a100_pcie_ib_hdr_2.txt": (">= 1 MiB",), "all_reduce_a3mega_2x8_h100.txt": ("< 1 MiB",),
+            "all_reduce_h100_efa_p5_16.txt": BOTH, "all_reduce_h100_nvls_8.txt": ("< 1 MiB",),
+            "all_reduce_h100_ring_8.txt": BOTH, "reduce_scatter_h100_nvls_8.txt": BOTH,
+            "reduce_scatter_h100_ring_8.txt": BOTH}
 PUBLISHED_NVLS_BUSBW = 480.0  # GB/s, NVIDIA/nccl-tests#212 (nccl_constants.json "published")
 
 
@@ -116,7 +124,7 @@ def test_a_fabric_that_cannot_run_an_algorithm_names_it():
 def test_published_logs_are_predicted_and_errors_are_reported_apart_from_the_fit():
     from pathlib import Path
 
-    from hcf_sim.calibration.published import FIT_LOG, table
+    from hcf_sim.calibration.published import FIT_LOG, GOAL, table
 
     folder = Path(__file__).parent / "fixtures" / "published"
     logs = sorted(folder.glob("*.txt"))
@@ -129,13 +137,18 @@ def test_published_logs_are_predicted_and_errors_are_reported_apart_from_the_fit
     for c in modelled:
         assert c["source"].startswith("https://"), c["file"]  # every fixture names its source
         assert c["rows"] and (c["median_error_ge_1mib"] is not None or c["median_error_lt_1mib"] is not None)
-        fitted = [r for r in c["rows"] if r["fitted"]]
-        assert bool(fitted) == (c["file"] == FIT_LOG)  # fitted on one log's sizes, validated elsewhere
+        fitted = {r["size"] for r in c["rows"] if r["fitted"]}
+        sizes = sorted({r["size"] for r in c["rows"]})
+        if c["net"] is not None:  # a multi-node log: its network fitted on every other size, the rest checked
+            assert fitted == set(sizes[::2]) == c["net"].fitted_sizes, c["file"]
+        else:  # one node: only the launch fit log has fitted sizes
+            assert bool(fitted) == (c["file"] == FIT_LOG), c["file"]
     by_file = {c["file"]: c for c in modelled}
-    # one NVSwitch node of H100s, other collectives than the fit's: the goal is met
-    for name in ("all_gather_h100_ring_8.txt", "reduce_scatter_h100_nvls_8.txt"):
-        assert by_file[name]["median_error_ge_1mib"] <= 0.10
-        assert by_file[name]["median_error_lt_1mib"] <= 0.25
+    # every row that meets issue 52's goal today keeps meeting it (held-out sizes only)
+    for name, bands in GOAL_MET.items():
+        for band in bands:
+            key = "median_error_ge_1mib" if band == ">= 1 MiB" else "median_error_lt_1mib"
+            assert by_file[name][key] <= GOAL[band], (name, band, by_file[name][key])
     # the run's NCCL_ALGO=RING is honoured: the model runs the ring, not NVLS
     ring = by_file["all_reduce_h100_ring_8.txt"]
     assert {r["pick"].split("/")[0] for r in ring["rows"]} == {"ring"}
