@@ -15,12 +15,14 @@ Run `python -m hcf_sim.calibration.published FOLDER` for the table in docs/hcf.m
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hcf_sim.calibration import nvls_fit
 from hcf_sim.calibration.nccl_log import read_nccl_log
 from hcf_sim.calibration.net_fit import Prediction, adjusted_us, fit_achieved_net
 from hcf_sim.collectives import nccl_model as nm
@@ -132,10 +134,12 @@ def _measured(path: Path) -> dict[tuple[str, int], float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def check(path: Path, launch_us: float = 0.0, fitted_sizes: frozenset[int] = frozenset()) -> dict:
+def check(path: Path, launch_us: float = 0.0, fitted_sizes: frozenset[int] = frozenset(),
+          nvls_step_us: float | None = None) -> dict:
     """Per size: measured and predicted busbw and the error; per band the median |error| over the
     sizes not fitted on (`fitted_sizes`, which only the launch fit log has; a multi-node log also
-    leaves out the half of its sizes its network is fitted on, see net_fit)."""
+    leaves out the half of its sizes its network is fitted on, see net_fit; nvls_fit.FIT_LOG the
+    half its NVLS loop step is fitted on). `nvls_step_us` replaces the stored per-step figure."""
     system = read_system(path)
     spec = system.spec
     topo = build_topology(spec["kind"], spec["nodes"], spec["link"], sharp=spec["sharp"], intra=spec["intra"],
@@ -144,7 +148,12 @@ def check(path: Path, launch_us: float = 0.0, fitted_sizes: frozenset[int] = fro
     launch = launch_us * (system.gpus_per_thread - 1)
     measured = sorted(_measured(path).items())
     preds = [predict(topo, router, coll, size, allowed) for (coll, size), _ in measured]
-    cluster, net = fabric(topo).cluster, None
+    cluster, net, nvls = fabric(topo).cluster, None, None
+    if path.name == nvls_fit.FIT_LOG:
+        nvls = nvls_fit.fit_nvls_step(cluster, preds, [t for _, t in measured], launch)
+        nvls_step_us, fitted_sizes = nvls.step_us, fitted_sizes | nvls.fitted_sizes
+    if nvls_step_us is not None:
+        preds = [dataclasses.replace(p, time_us=nvls_fit.adjusted_us(cluster, p, nvls_step_us)) for p in preds]
     if cluster.nodes > 1:
         net = fit_achieved_net(cluster, preds, [t for _, t in measured], launch)
         fitted_sizes = fitted_sizes | net.fitted_sizes
@@ -161,7 +170,7 @@ def check(path: Path, launch_us: float = 0.0, fitted_sizes: frozenset[int] = fro
     big = [abs(x["error"]) for x in held if x["size"] >= MIB]
     small = [abs(x["error"]) for x in held if x["size"] < MIB]
     return {"file": path.name, "source": system.source, "system": spec, "env": system.env,
-            "gpus_per_thread": system.gpus_per_thread, "rows": rows, "net": net,
+            "gpus_per_thread": system.gpus_per_thread, "rows": rows, "net": net, "nvls": nvls,
             "median_error_ge_1mib": statistics.median(big) if big else None,
             "median_error_lt_1mib": statistics.median(small) if small else None}
 
@@ -179,12 +188,14 @@ def fit_launch(path: Path) -> tuple[float, frozenset[int]]:
 
 
 def table(folder: Path) -> tuple[float, list[dict]]:
-    """The launch cost fitted on FIT_LOG and every log of `folder` checked with it."""
+    """The launch cost fitted on FIT_LOG, the NVLS loop step fitted on nvls_fit.FIT_LOG (with that
+    launch cost), and every log of `folder` checked with both."""
     launch, fitted = fit_launch(folder / FIT_LOG)
+    step = check(folder / nvls_fit.FIT_LOG, launch)["nvls"].step_us
     checks = []
     for path in sorted(folder.glob("*.txt")):
         try:
-            checks.append(check(path, launch, fitted if path.name == FIT_LOG else frozenset()))
+            checks.append(check(path, launch, fitted if path.name == FIT_LOG else frozenset(), step))
         except HcfError as exc:  # a run the model cannot describe stays in the table, saying why
             checks.append({"file": path.name, "not_modelled": str(exc), "rows": []})
     return launch, checks
@@ -201,8 +212,11 @@ def _band_cell(rows: list[dict], big: bool, goal: float) -> str:
 def markdown(folder: Path) -> list[str]:
     """The table's lines: one row per log and collective."""
     launch, checks = table(folder)
+    step = next(c["nvls"].step_us for c in checks if c.get("nvls"))
     out = [f"launch cost per extra GPU a thread drives: {launch:.2f} us, fitted on every other size "
-           f"< 1 MiB of {FIT_LOG} (those sizes are left out of its row)", "",
+           f"< 1 MiB of {FIT_LOG} (those sizes are left out of its row); NVLS loop step: {step:.2f} us, "
+           f"fitted on every other size of {nvls_fit.FIT_LOG} (the constants file holds "
+           f"{nvls_fit.stored_step_us():.2f} us)", "",
            "| log | system (NCCL settings) | collective | median abs busbw error >= 1 MiB (sizes, max) | "
            "< 1 MiB | largest size: measured / ours GB/s (pick) |", "|---|---|---|---|---|---|"]
     for c in checks:
@@ -214,7 +228,8 @@ def markdown(folder: Path) -> list[str]:
         server = "" if s["intra"] == "nvlink4" and s["gpus_per_server"] == 8 else \
             f", {s['gpus_per_server']} GPUs per server on {s['intra']}"
         name = (f"{s['kind']} {s['nodes']} GPUs, {s['link'] or 'default links'}{', SHARP' if s['sharp'] else ''}"
-                f"{server}{f' ({env})' if env else ''}{'; ' + c['net'].describe() if c['net'] else ''}")
+                f"{server}{f' ({env})' if env else ''}{'; ' + c['net'].describe() if c['net'] else ''}"
+                f"{'; ' + c['nvls'].describe() if c['nvls'] else ''}")
         for coll in sorted({r["collective"] for r in c["rows"]}):
             rows = [r for r in c["rows"] if r["collective"] == coll]
             last = rows[-1]

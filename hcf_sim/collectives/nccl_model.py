@@ -198,6 +198,29 @@ def algbw_gbps(c: Cluster, coll: str, algo: str, proto: str) -> float:
     raise HcfError(f"no bandwidth rule for {algo}")
 
 
+def nvls_steps(c: Cluster, coll: str, algo: str, size: float) -> tuple[int, int]:
+    """(chunk bytes, loop steps each channel runs) of single-node NVLS all-reduce at `size`, as
+    NCCL's enqueue.cc cuts it; (0, 0) for anything else (NVLS across nodes, other algorithms)."""
+    if algo != "nvls" or coll != "allreduce" or c.nodes != 1:
+        return 0, 0
+    pipe = constants()["nccl_tuning"]["nvls_pipeline"]
+    concurrent = pipe["channels"][c.generation] * c.gpus_per_node  # channels x heads
+    chunk = pipe["chunk_bytes"]["value"]
+    for times, smaller in pipe["chunk_shrink"]["rules"]:
+        if size < times * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk, max(1, math.ceil(size / (concurrent * chunk)))
+
+
+def nvls_step_us(c: Cluster, coll: str, algo: str, size: float, per_step_us: float | None = None) -> float:
+    """Time NVLS's loop steps add beyond its bytes (NCCL's tuner ranks without it): steps x the
+    per-step cost (`per_step_us`, else the constants file's fitted figure)."""
+    _, steps = nvls_steps(c, coll, algo, size)
+    if per_step_us is None:
+        per_step_us = _v(constants()["nccl_tuning"]["nvls_pipeline"]["step_us"])
+    return steps * per_step_us
+
+
 def _sharp_inter(c: Cluster) -> float:
     return c.nics_per_node * c.nic_gbps * _v(constants()["nccl_tuning"]["collnet_direct_hopper_factor"])
 

@@ -123,7 +123,7 @@ class Tuned:
     protocol: str
     latency_us: float
     nccl_time_us: float  # NCCL's analytical cost (what `uol hcf predict` says)
-    time_us: float  # flow-level: NCCL's latency + its bandwidth term stretched by link sharing
+    time_us: float  # flow-level: NCCL's latency + its bandwidth term stretched by link sharing + NVLS's steps
     congestion: float  # flow drain / NCCL's bandwidth term for the pick's traffic (1 = no sharing)
     candidates: dict[str, float] = field(default_factory=dict)  # "algo/proto" -> flow-level us
     link_bytes: dict[tuple[str, str], float] = field(default_factory=dict)  # the pick's traffic
@@ -258,11 +258,18 @@ def tune(topo: Topology, collective: str, size: float, ranks: int | None = None,
             if algo == best.algorithm:
                 links = {router.links[i]: float(load[i]) for i in np.flatnonzero(load)}
                 caps = {router.links[i]: float(router.cap[i]) for i in np.flatnonzero(load)}
+    # NVLS's loop steps cost time NCCL's tuner does not rank with (nm.nvls_step_us): the time has it
     flow = {f"{x.algorithm}/{x.protocol}": x.latency_us + (x.time_us - x.latency_us) * stretch.get(x.algorithm, 1.0)
-            for x in cands}
+            + nm.nvls_step_us(fab.cluster, coll, x.algorithm, size) for x in cands}
     key = f"{best.algorithm}/{best.protocol}"
     notes = []
     k = stretch.get(best.algorithm, 1.0)
+    steps_us = nm.nvls_step_us(fab.cluster, coll, best.algorithm, size) if method == "flow" else 0.0
+    if steps_us:
+        chunk, steps = nm.nvls_steps(fab.cluster, coll, best.algorithm, size)
+        notes.append(f"flow-level {flow[key]:,.2f} us vs NCCL's analytical {best.time_us:,.2f} us: NVLS runs "
+                     f"{steps} loop step{'s' if steps > 1 else ''} of {human_bytes(chunk)} chunks per channel "
+                     f"(NCCL's enqueue.cc), {steps_us:,.2f} us that NCCL's tuner ranks without")
     if k > 1.02:
         notes.append(f"flow-level {flow[key]:,.2f} us vs NCCL's analytical {best.time_us:,.2f} us "
                      f"({flow[key] / best.time_us - 1:+.0%}): NCCL's cost assumes no shared links; "
