@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from uol_core.graph.export_import import import_model  # noqa: E402
 from uol_core.graph.run import compile_graph, max_error  # noqa: E402
+from uol_core.runtime.settle import settle  # noqa: E402
 
 OUT = ROOT / "docs" / "benchmarks" / "layers.json"
 MARKDOWN = ROOT / "docs" / "benchmarks" / "layers.md"
@@ -120,6 +121,7 @@ def alternated(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, l
     order = list(fns.items())
     for turn in range(rounds):
         for name, fn in order[turn % len(order):] + order[:turn % len(order)]:
+            settle()  # the previous contender's spinning threads are not this one's cost
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)

@@ -186,6 +186,9 @@ void uol_conv2d_bias_relu(void **args, const int64_t *strides)
             /* epilogue: Y[n, k, h, w] from the tile, row segment by row segment */
             for (int64_t i = 0; i < MR && panel * MR + i < MDIM; ++i) {
                 const int64_t i_k = panel * MR + i;
+                float *restrict row_tile = tile + i * NV * LANES;
+#pragma omp simd
+                for (int64_t j = 0; j < NV * LANES; ++j) { const float acc = row_tile[j]; row_tile[j] = (((acc + t_b[(i_k) * 1])) > 0.0f ? ((acc + t_b[(i_k) * 1])) : 0.0f); }
                 for (int64_t v = 0; v < nv; ++v)
                 for (int64_t p = (v0 + v) * LANES, end = p + LANES; p < end;) {
                     const int64_t row = p / WP, x0 = p % WP;
@@ -196,10 +199,10 @@ void uol_conv2d_bias_relu(void **args, const int64_t *strides)
                     float *restrict yrow = t_Y + i_n * 175 + i_k * 35 + i_h * 5 + x0;
                     if (len == LANES) {
 #pragma omp simd
-                        for (int64_t j = 0; j < LANES; ++j) { const float acc = lane[j]; yrow[j] = (((acc + t_b[(i_k) * 1])) > 0.0f ? ((acc + t_b[(i_k) * 1])) : 0.0f); }
+                        for (int64_t j = 0; j < LANES; ++j) { yrow[j] = lane[j]; }
                     } else {
 #pragma omp simd
-                        for (int64_t j = 0; j < LANES; ++j) if (j < len) { const float acc = lane[j]; yrow[j] = (((acc + t_b[(i_k) * 1])) > 0.0f ? ((acc + t_b[(i_k) * 1])) : 0.0f); }
+                        for (int64_t j = 0; j < LANES; ++j) if (j < len) { yrow[j] = lane[j]; }
                     }
                     p += seg;
                 }

@@ -188,6 +188,9 @@ void uol_conv2d_pad1(void **args, const int64_t *strides)
             /* epilogue: Y[n, k, h, w] from the tile */
             for (int64_t i = 0; i < MR && panel * MR + i < MDIM; ++i) {
                 const int64_t i_k = panel * MR + i;
+                float *restrict row_tile = tile + i * NV * LANES;
+#pragma omp simd
+                for (int64_t j = 0; j < NV * LANES; ++j) { const float acc = row_tile[j]; row_tile[j] = acc; }
                 for (int64_t v = 0; v < nv; ++v) {
                     const int64_t i_h = y0 + (v0 + v) / VPR, x0 = (v0 + v) % VPR * LANES;
                     const int64_t len = OW - x0 < LANES ? OW - x0 : LANES;
@@ -195,10 +198,10 @@ void uol_conv2d_pad1(void **args, const int64_t *strides)
                     float *restrict yrow = t_Y + i_n * 1800 + i_k * 360 + i_h * 40 + x0;
                     if (len == LANES) {
 #pragma omp simd
-                        for (int64_t j = 0; j < LANES; ++j) { const float acc = lane[j]; yrow[j] = acc; }
+                        for (int64_t j = 0; j < LANES; ++j) { yrow[j] = lane[j]; }
                     } else {
 #pragma omp simd
-                        for (int64_t j = 0; j < LANES; ++j) if (j < len) { const float acc = lane[j]; yrow[j] = acc; }
+                        for (int64_t j = 0; j < LANES; ++j) if (j < len) { yrow[j] = lane[j]; }
                     }
                 }
             }

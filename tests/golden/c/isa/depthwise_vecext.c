@@ -174,6 +174,9 @@ void uol_depthwise_conv2d(void **args, const int64_t *strides)
             /* epilogue: Y[n, c, h, w] from the tile */
             for (int64_t i = 0; i < MR && panel * MR + i < MDIM; ++i) {
                 const int64_t i_c = panel * MR + i;
+                float *restrict row_tile = tile + i * NV * LANES;
+#pragma omp simd
+                for (int64_t j = 0; j < NV * LANES; ++j) { const float acc = row_tile[j]; row_tile[j] = acc; }
                 for (int64_t v = 0; v < nv; ++v) {
                     const int64_t i_h = y0 + (v0 + v) / VPR, x0 = (v0 + v) % VPR * LANES;
                     const int64_t len = OW - x0 < LANES ? OW - x0 : LANES;
@@ -181,10 +184,10 @@ void uol_depthwise_conv2d(void **args, const int64_t *strides)
                     float *restrict yrow = t_Y + i_n * 504 + i_c * 168 + i_h * 24 + x0;
                     if (len == LANES) {
 #pragma omp simd
-                        for (int64_t j = 0; j < LANES; ++j) { const float acc = lane[j]; yrow[j] = acc; }
+                        for (int64_t j = 0; j < LANES; ++j) { yrow[j] = lane[j]; }
                     } else {
 #pragma omp simd
-                        for (int64_t j = 0; j < LANES; ++j) if (j < len) { const float acc = lane[j]; yrow[j] = acc; }
+                        for (int64_t j = 0; j < LANES; ++j) if (j < len) { yrow[j] = lane[j]; }
                     }
                 }
             }

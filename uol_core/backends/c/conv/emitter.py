@@ -223,7 +223,8 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     if rows is not None:
         row_helpers(w, plan, rows, isa, xs, padv, {"rdim": rdim, "sdim": sdim, "iw": iw}, line)
         _entry_head(w, op, entry, args, line, packed_from)
-        row_driver(w, plan, rows, xs, ys, value, plan.xw in uses, cdim, line, packed_from is None)
+        row_driver(w, plan, rows, xs, ys, value, plan.xw in uses, cdim, line, packed_from is None,
+                   per_channel=uses <= {plan.m})
         flat = (f", vectors over its rows end to end ({ow} of every {rows.wp} lanes, not {ow} of "
                 f"{rows.vpr * lane})" if rows.flat else "")
         kernel = (f"a micro-kernel sliding its {rdim}-row window down {rows.slide} output rows of "

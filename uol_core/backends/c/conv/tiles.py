@@ -149,10 +149,12 @@ def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[i
 
 
 def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: list[int],
-               value: str, uses_x: bool, cdim: int, line: int, pack_filter: bool = True) -> None:
+               value: str, uses_x: bool, cdim: int, line: int, pack_filter: bool = True,
+               per_channel: bool = False) -> None:
     """The entry's parallel region (after its head has allocated the packed filter Ap, which
     it packs and frees with `pack_filter`, else reads as given).
-    `value`: the rendered statement with the sum as `acc`; `uses_x`: it reads the column index."""
+    `value`: the rendered statement with the sum as `acc`; `uses_x`: it reads the column index;
+    `per_channel`: it reads no index but the output channel's (a bias, an activation)."""
     b = index_id(plan.b)
     buf_len = math.ceil(cdim * t.plane / 16) * 16
     w.emit("#pragma omp parallel num_threads(THREADS)\n    {", line)
@@ -198,7 +200,7 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
            f"                o[v] = {_vector_at(t)};\n"
            "            }\n"
            "            uol_micro_rows(Ap + panel * MR * KDIM, buf, o, tile);", line)
-    _store_tile(w, plan, ys, value, uses_x, t.flat, line, pack_filter)
+    _store_tile(w, plan, ys, value, uses_x, t.flat, line, pack_filter, per_channel)
 
 
 def _vector_at(t: RowTiles) -> str:
@@ -229,20 +231,33 @@ _ROW_SEGMENTS = (
 
 
 def _store_tile(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x: bool, flat: bool,
-                line: int, free_filter: bool = True) -> None:
+                line: int, free_filter: bool = True, per_channel: bool = False) -> None:
     """The epilogue: the tile's lanes through `value` into the output, then the region's end
     (freeing the packed filter when the entry allocated it)."""
     b, m, y = index_id(plan.b), index_id(plan.m), index_id(plan.y)
     walk, close = _ROW_SEGMENTS if flat else _WHOLE_VECTORS
+    # The walk below stores a vector's lanes in masked passes where a row ends inside it (a
+    # flat tile's vector spans two rows: two passes), and gcc 12 leaves a masked pass whose
+    # epilogue calls a function scalar ("no vectype for .MASK_LOAD"). An epilogue that reads
+    # only the channel's values (bias, activation) runs once over the tile's whole vectors
+    # instead, unmasked and vectorised, and the walk copies. SiLU after 14x14 convolutions of
+    # EfficientNet-B0: 1x1 expansions 0.57 -> 0.28 ms, the whole model 19.3 -> 11.4 ms.
+    once = per_channel
     w.emit(f"            /* epilogue: {plan.out}[{plan.b}, {plan.m}, {plan.y}, {plan.xw}] from "
            f"the tile{', row segment by row segment' if flat else ''} */\n"
            "            for (int64_t i = 0; i < MR && panel * MR + i < MDIM; ++i) {\n"
-           f"                const int64_t {m} = panel * MR + i;\n"
-           + walk.replace("{y}", y) + "\n"
+           f"                const int64_t {m} = panel * MR + i;", line)
+    if once:
+        w.emit("                float *restrict row_tile = tile + i * NV * LANES;\n"
+               "#pragma omp simd\n"
+               "                for (int64_t j = 0; j < NV * LANES; ++j) "
+               f"{{ const float acc = row_tile[j]; row_tile[j] = {value}; }}", line)
+    w.emit(walk.replace("{y}", y) + "\n"
            f"                    float *restrict yrow = {tensor_id(plan.out)} + {b} * {ys[0]} + "
            f"{m} * {ys[1]} + {y} * {ys[2]} + x0;", line)
     column = f" const int64_t {index_id(plan.xw)} = x0 + j;" if uses_x else ""
-    body = f"{{ const float acc = lane[j];{column} yrow[j] = {value}; }}"
+    body = ("{ yrow[j] = lane[j]; }" if once
+            else f"{{ const float acc = lane[j];{column} yrow[j] = {value}; }}")
     # Both loops run LANES times, so each compiles to whole vectors: a whole vector's lanes
     # unmasked, a short one's under a mask. A loop of `len` trips instead is a memcpy to gcc
     # when the epilogue is the sum itself, and a `rep movs` copy of 12 floats took a fifth of
