@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from uol_core.graph.export_import import import_model  # noqa: E402
 from uol_core.graph.run import compile_graph, max_error  # noqa: E402
-from uol_core.runtime.settle import settle  # noqa: E402
+from uol_core.runtime.turns import timed_turn  # noqa: E402
 
 OUT = ROOT / "docs" / "benchmarks" / "layers.json"
 MARKDOWN = ROOT / "docs" / "benchmarks" / "layers.md"
@@ -112,8 +112,9 @@ def layers(size: str) -> list[Layer]:
 
 
 def alternated(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
-    """Seconds of each call, contenders alternated, each round starting at the next one (in a
-    fixed order the first always runs right after the last); two warm-up calls each."""
+    """Seconds of each timed call, contenders alternated, each round starting at the next one (in
+    a fixed order the first always runs right after the last); two warm-up calls each, and an
+    untimed lead-in call before each timed one (runtime.turns)."""
     for fn in fns.values():
         fn()
         fn()
@@ -121,10 +122,7 @@ def alternated(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, l
     order = list(fns.items())
     for turn in range(rounds):
         for name, fn in order[turn % len(order):] + order[:turn % len(order)]:
-            settle()  # the previous contender's spinning threads are not this one's cost
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(timed_turn(fn))  # its lead-in call takes the hand-over
     return times
 
 

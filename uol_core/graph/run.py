@@ -29,7 +29,7 @@ from uol_core.graph.verify import (
     output_errors,
 )
 from uol_core.graph.view_fold import fold_views
-from uol_core.runtime.settle import settle
+from uol_core.runtime.turns import timed_turn
 
 
 def make_inputs(graph: Graph, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -263,18 +263,17 @@ def max_error(outputs: dict, expected: dict) -> float:
 
 
 def interleaved_times(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
-    """Seconds of every call of each contender, calls alternated round by round after one
-    warm-up call each, so that load from other processes on shared cores hits all alike; each
-    call starts once the previous contender's threads stopped spinning (runtime.settle)."""
+    """Seconds of every timed call of each contender, turns alternated round by round after one
+    warm-up call each, so that load from other processes on shared cores hits all alike. Each
+    turn makes one untimed call before the timed one: what the previous contender left running
+    (a pool spinning on, threads woken on the wrong CPU) lands on that call, as it never does in
+    a deployment with one runtime per process (see uol_core/runtime/turns.py)."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            settle()
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(timed_turn(fn))
     return times
 
 
