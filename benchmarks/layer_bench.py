@@ -113,8 +113,8 @@ def layers(size: str) -> list[Layer]:
 
 def alternated(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
     """Seconds of each timed call, contenders alternated, each round starting at the next one (in
-    a fixed order the first always runs right after the last); two warm-up calls each, and an
-    untimed lead-in call before each timed one (runtime.turns)."""
+    a fixed order the first always runs right after the last); two warm-up calls each, and
+    untimed lead-in calls for 50 ms before each timed one (runtime.turns)."""
     for fn in fns.values():
         fn()
         fn()
@@ -122,7 +122,7 @@ def alternated(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, l
     order = list(fns.items())
     for turn in range(rounds):
         for name, fn in order[turn % len(order):] + order[:turn % len(order)]:
-            times[name].append(timed_turn(fn))  # its lead-in call takes the hand-over
+            times[name].append(timed_turn(fn))  # its lead-in calls take the hand-over
     return times
 
 

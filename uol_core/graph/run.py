@@ -265,9 +265,9 @@ def max_error(outputs: dict, expected: dict) -> float:
 def interleaved_times(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
     """Seconds of every timed call of each contender, turns alternated round by round after one
     warm-up call each, so that load from other processes on shared cores hits all alike. Each
-    turn makes one untimed call before the timed one: what the previous contender left running
-    (a pool spinning on, threads woken on the wrong CPU) lands on that call, as it never does in
-    a deployment with one runtime per process (see uol_core/runtime/turns.py)."""
+    turn calls its contender untimed for 50 ms before the timed call: what the previous
+    contender left running (a pool spinning on) lands on those calls, as it never does in a
+    deployment with one runtime per process (uol_core/runtime/turns.py)."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
