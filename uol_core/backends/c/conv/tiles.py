@@ -242,12 +242,11 @@ def _store_tile(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x
     # only the channel's values (bias, activation) runs once over the tile's whole vectors
     # instead, unmasked and vectorised, and the walk copies. SiLU after 14x14 convolutions of
     # EfficientNet-B0: 1x1 expansions 0.57 -> 0.28 ms, the whole model 19.3 -> 11.4 ms.
-    once = per_channel
     w.emit(f"            /* epilogue: {plan.out}[{plan.b}, {plan.m}, {plan.y}, {plan.xw}] from "
            f"the tile{', row segment by row segment' if flat else ''} */\n"
            "            for (int64_t i = 0; i < MR && panel * MR + i < MDIM; ++i) {\n"
            f"                const int64_t {m} = panel * MR + i;", line)
-    if once:
+    if per_channel:
         w.emit("                float *restrict row_tile = tile + i * NV * LANES;\n"
                "#pragma omp simd\n"
                "                for (int64_t j = 0; j < NV * LANES; ++j) "
@@ -256,7 +255,7 @@ def _store_tile(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x
            f"                    float *restrict yrow = {tensor_id(plan.out)} + {b} * {ys[0]} + "
            f"{m} * {ys[1]} + {y} * {ys[2]} + x0;", line)
     column = f" const int64_t {index_id(plan.xw)} = x0 + j;" if uses_x else ""
-    body = ("{ yrow[j] = lane[j]; }" if once
+    body = ("{ yrow[j] = lane[j]; }" if per_channel
             else f"{{ const float acc = lane[j];{column} yrow[j] = {value}; }}")
     # Both loops run LANES times, so each compiles to whole vectors: a whole vector's lanes
     # unmasked, a short one's under a mask. A loop of `len` trips instead is a memcpy to gcc
