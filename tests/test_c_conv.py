@@ -263,3 +263,45 @@ def test_pixel_blocks_keep_both_threads_fed():
     assert pixel_block(392, 32, 4, 2) == 96  # blocks of 3 panels: 7 panels to one thread, 6
     assert pixel_block(49, 32, 4, 2) == 32  # one image: a panel per thread, not one block of 2
     assert pixel_block(49, 32, 4, 1) == 64
+
+
+POINTWISE_RESIDUAL = (  # a 1x1 projection with bias, a residual add and relu, as a graph fuses it
+    "op pw(X: f32[N, C, H, W], F: f32[K, C, 1, 1], b: f32[K], R: f32[N, K, H, W])"
+    " -> Y: f32[N, K, H, W]:\n"
+    "    Y[n, k, h, w] = relu(sum[c, r, s](X[n, c, h + r, w + s] * F[k, c, r, s]) + b[k]"
+    " + R[n, k, h, w])\n")
+
+
+@pytest.mark.parametrize("sizes, threads", [({"N": 1, "C": 16, "K": 40, "H": 14, "W": 14}, 2),
+                                            ({"N": 2, "C": 9, "K": 21, "H": 5, "W": 7}, 3),
+                                            ({"N": 1, "C": 16, "K": 40, "H": 14, "W": 14}, 4)])
+def test_few_row_blocks_split_their_panels_and_store_in_output_order(sizes, threads):
+    # a 14x14 plane is a few flat row blocks: the threads share each block's filter panels
+    # (MS groups), and with a 1x1 window a block's pixels are consecutive in the output, so a
+    # vector is one store, the residual read at the same row-major offset
+    kernel = check(parse(POINTWISE_RESIDUAL), sizes, {"threads": threads})
+    text = kernel.src.text
+    assert "#define MS " in text and "item % MS; panel < MPAD / MR; panel += MS" in text
+    assert "vector by vector in output order" in text
+
+
+def test_an_epilogue_reading_the_column_keeps_the_row_segment_walk():
+    # x in arithmetic is no row-major offset: a store past OW would give it the wrong column
+    op = parse(POINTWISE_RESIDUAL.replace("+ R[n, k, h, w])", "+ R[n, k, h, w] + 0.01 * w)"))
+    kernel = check(op, {"N": 1, "C": 16, "K": 40, "H": 14, "W": 14}, {"threads": 2})
+    assert "row segment by row segment" in kernel.src.text
+    per_row = parse(POINTWISE_RESIDUAL.replace("R: f32[N, K, H, W]", "R: f32[N, K, H, 1]")
+                    .replace("R[n, k, h, w]", "R[n, k, h, 0]"))
+    kernel = check(per_row, {"N": 1, "C": 16, "K": 40, "H": 14, "W": 14}, {"threads": 2})
+    assert "row segment by row segment" in kernel.src.text  # a value per row, not per pixel
+
+
+@pytest.mark.parametrize("k, direct", [(24, True), (40, False)])
+def test_a_dense_strided_conv_takes_phases_only_where_im2col_packing_would_dominate(k, direct):
+    # AVX2 (8 lanes): to 24 output channels im2col's packing would cost at least half of its
+    # FMAs, so the row buffer holds the stride phases; to 40 the packed GEMM stays
+    op = parse("op cs(X: f32[N, C, 2 * H + 1, 2 * W + 1], F: f32[K, C, 3, 3]) -> Y: f32[N, K, H, W]:\n"
+               "    Y[n, k, h, w] = sum[c, r, s](X[n, c, 2 * h + r, 2 * w + s] * F[k, c, r, s])\n")
+    kernel = check(op, {"N": 2, "C": 3, "K": k, "H": 7, "W": 8}, {"threads": 2})
+    assert ("phases" in kernel.src.meta["fusion"]) == direct, kernel.src.meta["fusion"]
+    assert ("im2col" in kernel.src.meta["fusion"]) == (not direct)

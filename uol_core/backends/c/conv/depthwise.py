@@ -146,8 +146,9 @@ def emit_strided_fill(w: CodeWriter, plan: ConvPlan, t, xs: list[int], padv: str
             f"        for (int64_t j = {lo}; j < {hi}; ++j) o[j] = row[SX * j + ({p + plan.off_x})];\n"
             f"        for (int64_t j = {hi}; j < WPH; ++j) o[j] = {padv};")
     body = "\n".join(phases)
+    channels = "one channel" if plan.depthwise else f"every channel {plan.c}"
     w.emit(f"""\
-/* Row buffer of one work item: input rows SY * y0 + br + ({plan.off_y}) of one channel of one \
+/* Row buffer of one work item: input rows SY * y0 + br + ({plan.off_y}) of {channels} of one \
 image of {plan.x.tensor} (stride {plan.stride_y}x{plan.stride_x}), as CDIM planes of nrows x WP;
    each row as SX phases of WPH floats, phase p's column j holding input column SX * j + p + \
 ({plan.off_x}), so pixel {index_id(plan.xw)}'s tap {plan.s} is phase {plan.s} % SX, column \

@@ -52,6 +52,11 @@ class RowTiles:
     sy: int = 1
     sx: int = 1
     wph: int = 0
+    # ms: panel groups per block (not depthwise). Where an image has fewer row blocks than
+    # threads can share evenly, a block's MR-row panels are split into MS work items, each
+    # filling its own row buffer: a 14x14 plane in one block of 13 vectors and two groups of
+    # panels computes 5 tiles per panel, in two blocks of 7 rows 3 + 3 (6) per panel.
+    ms: int = 1
 
     @property
     def strided(self) -> bool:
@@ -67,7 +72,8 @@ class RowTiles:
                 f"#define PLANE {self.plane}\n#define NRB {self.nrb}"
                 + (f"\n#define SLIDE {self.slide}" if self.slide else "")
                 + (f"\n#define SY {self.sy}\n#define SX {self.sx}\n#define WPH {self.wph}"
-                   if self.strided else ""))
+                   if self.strided else "")
+                + (f"\n#define MS {self.ms}" if self.ms > 1 else ""))
 
 
 def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int]
@@ -101,38 +107,47 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
     def vectors(rows: int) -> int:  # output vectors of a block of `rows` rows
         return -(-((rows - 1) * wp + ow) // lanes) if flat else rows * vpr
 
+    panels = math.ceil(int(dims.get("mdim", mr)) / mr)
+    # panel groups: the depthwise driver's items are channels already; a config's `ms` is kept
+    groups = [1] if dims.get("depthwise") or strided else \
+        [int(cfg["ms"])] if cfg.get("ms") else range(1, min(panels, int(dims.get("threads", 1))) + 1)
     if cfg.get("chunk"):
         rb = min(oh, int(cfg["chunk"]))
+        ms = min(groups, key=lambda g: (_makespan(rb, vectors, (mr, nv), wp, lanes, dims, g), g))
     else:
         row_bytes = 4 * cdim * wp
         limit = max(1, min(oh, int(target.l2_bytes or 1 << 20) // 4 // row_bytes - (rdim - 1)))
         lo = min(limit, max(1, rdim - 1))
-        rb = min(range(lo, limit + 1),
-                 key=lambda r: (_makespan(r, vectors, (mr, nv), wp, lanes, dims), r))
+        rb, ms = min(((r, g) for r in range(lo, limit + 1) for g in groups),
+                     key=lambda rg: (_makespan(rg[0], vectors, (mr, nv), wp, lanes, dims, rg[1]),
+                                     rg[1], rg[0]))
     slide = 0 if strided else int(cfg.get("slide") or 0)
     covered = math.ceil(rb / slide) * slide if slide else rb  # output rows a block's tiles compute
     # a flat block's last vector reads up to LANES - 1 + S - 1 floats past its rows' ends
     return RowTiles(lanes, mr, nv, vpr, wp, rb, sy * (covered - 1) + rdim, math.ceil(oh / rb),
-                    flat, lanes + sdim if flat else 0, slide, sy, sx, wph)
+                    flat, lanes + sdim if flat else 0, slide, sy, sx, wph, ms)
 
 
 def _makespan(rb: int, vectors, tile: tuple[int, int], wp: int, lanes: int,
-              dims: Mapping[str, int]) -> float:
-    """Modelled time of the direct path with blocks of `rb` output rows, in vector operations
-    of the busiest thread: work items (image, block) go to the first free thread, as the
-    driver's dynamic schedule hands them out. An item costs its tiles' FMAs (whole tiles: a
-    short last tile computes a full one) and the copy of its buffer rows (a load and a store
-    per vector). The fewest rows that fill whole tiles used to win: a 28x28 plane in blocks of
+              dims: Mapping[str, int], groups: int = 1) -> float:
+    """Modelled time of the direct path with blocks of `rb` output rows and their panels in
+    `groups` work items, in vector operations of the busiest thread: work items (image, block,
+    panel group) go to the first free thread, as the driver's dynamic schedule hands them out.
+    An item costs its tiles' FMAs (whole tiles: a short last tile computes a full one) and the
+    copy of its buffer rows (a load and a store per vector; every panel group copies them).
+    The fewest rows that fill whole tiles used to win: a 28x28 plane in blocks of
     3 rows computes 912 lanes for its 784 pixels, in blocks of 14 or 28 rows 864."""
     (mr, nv), oh, rdim, cdim = tile, dims["oh"], dims["rdim"], dims["cdim"]
-    fmas = math.ceil(dims.get("mdim", mr) / mr) * mr * nv * cdim * rdim * dims["sdim"]
+    panels = math.ceil(dims.get("mdim", mr) / mr)
+    per_group = [len(range(g, panels, groups)) for g in range(groups)]
+    fmas = mr * nv * cdim * rdim * dims["sdim"]  # one tile of one panel
 
-    def cost(rows: int) -> float:
+    def cost(rows: int, share: int) -> float:
         copied = dims.get("sy", 1) * (rows - 1) + rdim  # input rows the block's buffer holds
-        return -(-vectors(rows) // nv) * fmas + 2 * cdim * copied * wp / lanes
+        return -(-vectors(rows) // nv) * fmas * share + 2 * cdim * copied * wp / lanes
 
-    items = [cost(min(rb, oh - y0)) for y0 in range(0, oh, rb)] * max(1, int(dims.get("nb", 1)))
-    return makespan(items, int(dims.get("threads", 1)))
+    items = [cost(min(rb, oh - y0), share) for y0 in range(0, oh, rb) for share in per_group]
+    return makespan(items * max(1, int(dims.get("nb", 1))), int(dims.get("threads", 1)))
 
 
 def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[int], padv: str,
@@ -150,11 +165,13 @@ def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[i
 
 def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: list[int],
                value: str, uses_x: bool, cdim: int, line: int, pack_filter: bool = True,
-               per_channel: bool = False) -> None:
+               per_channel: bool = False, contiguous: bool = False) -> None:
     """The entry's parallel region (after its head has allocated the packed filter Ap, which
     it packs and frees with `pack_filter`, else reads as given).
     `value`: the rendered statement with the sum as `acc`; `uses_x`: it reads the column index;
-    `per_channel`: it reads no index but the output channel's (a bias, an activation)."""
+    `per_channel`: it reads no index but the output channel's (a bias, an activation);
+    `contiguous`: a flat block's pixels are consecutive in the output too (buffer rows as long
+    as output rows, and the epilogue reads pixels only through row-major [.., y, x] tensors)."""
     b = index_id(plan.b)
     buf_len = math.ceil(cdim * t.plane / 16) * 16
     w.emit("#pragma omp parallel num_threads(THREADS)\n    {", line)
@@ -183,6 +200,21 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
                f"{xs[1]}, y0, {fill}, buf);\n"
                "        for (int64_t panel = channel; panel <= channel; ++panel)\n"
                "        for (int64_t v0 = 0; v0 < nvec; v0 += NV) {", line)
+    elif t.ms > 1:  # (image, block of rows, group of panels); a thread refills only a new block
+        w.emit(f"    /* work items: (image {plan.b}, block of RB output rows {plan.y}, every MS-th "
+               "filter panel from the item's group) */\n"
+               "    int64_t filled = -1;\n"
+               "#pragma omp for schedule(dynamic, 1)\n"
+               "    for (int64_t item = 0; item < BATCH * NRB * MS; ++item) {\n"
+               f"        const int64_t block = item / MS, {b} = block / NRB, y0 = block % NRB * RB;\n"
+               f"        const int64_t rows = OH - y0 < RB ? OH - y0 : RB, nvec = {nvec};\n"
+               "        if (block != filled) {\n"
+               f"            uol_fill_rows({tensor_id(plan.x.tensor)} + {b} * {xs[0]}, y0, "
+               f"{fill}, buf);\n"
+               "            filled = block;\n"
+               "        }\n"
+               "        for (int64_t panel = item % MS; panel < MPAD / MR; panel += MS)\n"
+               "        for (int64_t v0 = 0; v0 < nvec; v0 += NV) {", line)
     else:
         w.emit(f"    /* work items: (image {plan.b}, block of RB output rows {plan.y}) */\n"
                "#pragma omp for schedule(dynamic, 1)\n"
@@ -190,7 +222,7 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
                f"        const int64_t {b} = item / NRB, y0 = item % NRB * RB;\n"
                f"        const int64_t rows = OH - y0 < RB ? OH - y0 : RB, nvec = {nvec};\n"
                f"        uol_fill_rows({tensor_id(plan.x.tensor)} + {b} * {xs[0]}, y0, "
-               "rows + RS - 1, buf);\n"
+               f"{fill}, buf);\n"
                "        for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"
                "        for (int64_t v0 = 0; v0 < nvec; v0 += NV) {", line)
     w.emit("            const int64_t nv = nvec - v0 < NV ? nvec - v0 : NV;\n"
@@ -200,7 +232,8 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
            f"                o[v] = {_vector_at(t)};\n"
            "            }\n"
            "            uol_micro_rows(Ap + panel * MR * KDIM, buf, o, tile);", line)
-    _store_tile(w, plan, ys, value, uses_x, t.flat, line, pack_filter, per_channel)
+    walk = _CONTIGUOUS if contiguous and t.flat else _ROW_SEGMENTS if t.flat else _WHOLE_VECTORS
+    _store_tile(w, plan, ys, value, uses_x, walk, line, pack_filter, per_channel)
 
 
 def _vector_at(t: RowTiles) -> str:
@@ -212,13 +245,14 @@ def _vector_at(t: RowTiles) -> str:
 
 # How the store walks a tile's vectors: whole vectors of one output row each, or (flat) buffer
 # positions p = row * WP + column, split at row ends, columns past OW and rows past the block
-# being idle lanes. Each walk sets row y, column x0, `len` lanes to store and where they start.
+# being idle lanes. Each walk sets row y, column x0, `len` lanes to store and where they start
+# (the walk's loop head, its close and the note the kernel's comment gives).
 _WHOLE_VECTORS = (
     "                for (int64_t v = 0; v < nv; ++v) {\n"
     "                    const int64_t {y} = y0 + (v0 + v) / VPR, x0 = (v0 + v) % VPR * LANES;\n"
     "                    const int64_t len = OW - x0 < LANES ? OW - x0 : LANES;\n"
     "                    const float *restrict lane = tile + (i * NV + v) * LANES;",
-    "                }")
+    "                }", "")
 _ROW_SEGMENTS = (
     "                for (int64_t v = 0; v < nv; ++v)\n"
     "                for (int64_t p = (v0 + v) * LANES, end = p + LANES; p < end;) {\n"
@@ -227,15 +261,30 @@ _ROW_SEGMENTS = (
     "                    const int64_t len = row >= rows || x0 >= OW ? 0 : (OW - x0 < seg ? OW - x0 : seg);\n"
     "                    const int64_t {y} = y0 + row;\n"
     "                    const float *restrict lane = tile + (i * NV + v) * LANES + (p - (v0 + v) * LANES);",
-    "                    p += seg;\n                }")
+    "                    p += seg;\n                }", ", row segment by row segment")
 
 
-def _store_tile(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x: bool, flat: bool,
-                line: int, free_filter: bool = True, per_channel: bool = False) -> None:
-    """The epilogue: the tile's lanes through `value` into the output, then the region's end
-    (freeing the packed filter when the entry allocated it)."""
+# A flat block whose buffer rows are as long as the output's (WP == OW, no window columns) holds
+# its pixels in output order: vector v is one store at the block's pixel (v0 + v) * LANES, the
+# block's last one masked, and the column index runs past OW into the next rows (x0 + j with
+# y = y0 is the same row-major address). Two masked passes per vector otherwise, as a 16-lane
+# vector of 14-pixel rows spans two rows.
+_CONTIGUOUS = (
+    "                for (int64_t v = 0; v < nv; ++v) {\n"
+    "                    const int64_t {y} = y0, x0 = (v0 + v) * LANES;\n"
+    "                    const int64_t len = rows * OW - x0 < LANES ? rows * OW - x0 : LANES;\n"
+    "                    const float *restrict lane = tile + (i * NV + v) * LANES;",
+    "                }", ", vector by vector in output order")
+
+
+def _store_tile(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x: bool,
+                walk_close: tuple[str, str, str], line: int, free_filter: bool = True,
+                per_channel: bool = False) -> None:
+    """The epilogue: the tile's lanes through `value` into the output, walking the tile's
+    vectors as `walk_close` says, then the region's end (freeing the packed filter when the
+    entry allocated it)."""
     b, m, y = index_id(plan.b), index_id(plan.m), index_id(plan.y)
-    walk, close = _ROW_SEGMENTS if flat else _WHOLE_VECTORS
+    walk, close, note = walk_close
     # The walk below stores a vector's lanes in masked passes where a row ends inside it (a
     # flat tile's vector spans two rows: two passes), and gcc 12 leaves a masked pass whose
     # epilogue calls a function scalar ("no vectype for .MASK_LOAD"). An epilogue that reads
@@ -243,7 +292,7 @@ def _store_tile(w: CodeWriter, plan: ConvPlan, ys: list[int], value: str, uses_x
     # instead, unmasked and vectorised, and the walk copies. SiLU after 14x14 convolutions of
     # EfficientNet-B0: 1x1 expansions 0.57 -> 0.28 ms, the whole model 19.3 -> 11.4 ms.
     w.emit(f"            /* epilogue: {plan.out}[{plan.b}, {plan.m}, {plan.y}, {plan.xw}] from "
-           f"the tile{', row segment by row segment' if flat else ''} */\n"
+           f"the tile{note} */\n"
            "            for (int64_t i = 0; i < MR && panel * MR + i < MDIM; ++i) {\n"
            f"                const int64_t {m} = panel * MR + i;", line)
     if per_channel:
