@@ -69,7 +69,8 @@ def test_template_is_chosen_for_conv2d_and_maps_lines():
 
 def test_declines_depthwise_and_dilated_takes_strided():
     assert c_conv.conv_plan(load_op("depthwise_conv2d")) is None  # the depthwise plan's
-    sizes = {"N": 1, "C": 3, "H": 5, "W": 5, "R": 3, "S": 3}  # 3-wide rows: under half a vector
+    # one 3-wide row: under half of its vector, and no rows to run end to end
+    sizes = {"N": 1, "C": 3, "H": 3, "W": 5, "R": 3, "S": 3}
     kernel = check(load_op("depthwise_conv2d"), sizes)
     assert kernel.src.meta["generator"] != c_conv.GENERATOR
     strided = parse("op cs(X: f32[N, C, 2 * H + 2, W + 2], F: f32[K, C, 3, 3]) -> "
@@ -305,3 +306,18 @@ def test_a_dense_strided_conv_takes_phases_only_where_im2col_packing_would_domin
     kernel = check(op, {"N": 2, "C": 3, "K": k, "H": 7, "W": 8}, {"threads": 2})
     assert ("phases" in kernel.src.meta["fusion"]) == direct, kernel.src.meta["fusion"]
     assert ("im2col" in kernel.src.meta["fusion"]) == (not direct)
+
+
+@pytest.mark.parametrize("sizes", [{"N": 1, "C": 3, "H": 5, "W": 5, "R": 3, "S": 3},
+                                   {"N": 2, "C": 5, "H": 9, "W": 5, "R": 3, "S": 3}])
+def test_narrow_depthwise_planes_run_end_to_end(sizes):
+    # 3-wide output rows on AVX2 (8 lanes), as EfficientNet's 7x7 planes on AVX-512: whole
+    # vectors per row would idle over half their lanes, so a plane's rows run end to end
+    # (a 3x3 plane: 2 vectors for 9 pixels), not the generic loop nests
+    from profilers.sanitizer import sanitize_op
+
+    op = load_op("depthwise_conv2d")
+    kernel = check(op, sizes)
+    assert kernel.src.meta["generator"] == c_conv.GENERATOR and "end to end" in kernel.src.meta["fusion"]
+    report = sanitize_op("depthwise_conv2d", sizes)
+    assert report.clean, report.findings[:2]

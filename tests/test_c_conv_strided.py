@@ -136,8 +136,20 @@ def test_strided_depthwise_plan_and_narrow_rows():
     op = _conv_op((1, 6, 9, 9), (6, 1, 3, 3), 2, 1, False, groups=6)
     plan = depthwise_plan(op)
     assert c_conv.conv_plan(op) is None and plan is not None and (plan.stride_y, plan.stride_x) == (2, 2)
-    # 5-pixel output rows fill under half an 8- or 16-lane vector: the generic loop nests, correct
     torch.manual_seed(2)
     xt, wt = torch.randn(1, 6, 9, 9), torch.randn(6, 1, 3, 3)
     _, y = _run(op, xt, wt, None)
     torch.testing.assert_close(y, tf.conv2d(xt, wt, None, 2, 1, 1, 6), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("width, direct", [(6, True), (2, False)])
+def test_narrow_strided_depthwise_rows_take_whole_vectors_a_quarter_busy(width, direct):
+    # AVX2 (8 lanes): 3-pixel output rows (MobileNetV2's 7 of 16 at 14 -> 7) keep the direct
+    # path in whole vectors, its alternative being the generic loop nests; 1 pixel does not
+    torch.manual_seed(3)
+    x = (1, 6, 9, width)
+    op = _conv_op(x, (6, 1, 3, 3), 2, 1, True, True, groups=6)
+    xt, wt, bt = torch.randn(x), torch.randn(6, 1, 3, 3), torch.randn(6)
+    kernel, y = _run(op, xt, wt, bt)
+    torch.testing.assert_close(y, torch.relu(tf.conv2d(xt, wt, bt, 2, 1, 1, 6)), rtol=1e-4, atol=1e-4)
+    assert (kernel.src.meta["generator"] == c_conv.GENERATOR) == direct

@@ -63,7 +63,8 @@ def depthwise_plan(op: Op) -> ConvPlan | None:
                     depthwise=True, stride_y=sy, stride_x=sx)
 
 
-def depthwise_config(isa: str, cfg: Mapping, target, oh: int, vpr: int) -> dict:
+def depthwise_config(isa: str, cfg: Mapping, target, oh: int, vpr: int,
+                     flat_vectors: int | None = None) -> dict:
     """The direct path's knobs for a depthwise plan (`oh` output rows of `vpr` vectors each),
     where the config leaves them open: one filter row (mr 1) and a whole plane per work item
     (chunk = oh: a channel's plane is a few KiB, and a block of RB rows copies R - 1 extra
@@ -75,13 +76,22 @@ def depthwise_config(isa: str, cfg: Mapping, target, oh: int, vpr: int) -> dict:
     with `slide=0` or an `nv` of its own, keep `nv` vectors in a row, between the
     chains that hide the latency and the bound, as the count that leaves the fewest idle
     vectors in a plane's last tile (56 vectors: 8, not 12, which would compute 4 of its last
-    12 twice)."""
+    12 twice).
+    `flat_vectors`: rows so narrow that whole vectors per row would idle over half their lanes
+    (7 of 16) run end to end over the plane (tiles.row_tiles' flat layout), this many vectors
+    a plane: no sliding tile (it needs whole rows), and a plane's vectors in one tile where
+    they fit the bound (5 vectors of a 7x7 plane: 5, not 8 with 3 computed for nothing)."""
     _, most = platform(isa).tiles["conv_depthwise"]
     chains = int(target.fma_latency_cycles or 1) * int(target.fma_units or 1)
     rows = min(oh, int(cfg.get("chunk") or oh))
     derived = {**cfg, "mr": 1, "chunk": rows}
     # slide=0, or an nv of the config's own, keeps the row-vector kernel (to compare)
     wanted = str(cfg.get("slide", "")) != "0" and (cfg.get("slide") or not cfg.get("nv"))
+    if flat_vectors is not None:
+        nv = flat_vectors if flat_vectors <= most else min(
+            range(min(int(target.fma_latency_cycles or 1) * int(target.fma_units or 1), most), most + 1),
+            key=lambda n: (-(-flat_vectors // n) * n, -n))
+        return {**derived, "chunk": oh, "slide": 0, "nv": int(cfg.get("nv") or nv)}
     if wanted and 2 * vpr <= most:
         slide = int(cfg.get("slide") or 0) or min(
             range(2, most // vpr + 1), key=lambda t: (-(-rows // t) * t, t * vpr < chains, -t))

@@ -17,8 +17,9 @@ runs the c_gemm micro-kernel, accumulating in a private M x NCB buffer. Both app
 is stored. A padded X must stay inside its batch and channel axes at the bound sizes (only the
 spatial axes are tested). On a target with a length-agnostic ISA (SVE) the direct path's
 c_conv_sve form runs at every width, its vectors of the length the core reads at run time
-(unit stride only). Anything else (dilated windows, depthwise rows under half a vector,
-several statements) returns None and takes the generic path.
+(unit stride only). A depthwise plane whose rows fill under half a vector runs its rows end
+to end (strided: whole vectors at least a quarter busy). Anything else (dilated windows,
+narrower depthwise rows, several statements) returns None and takes the generic path.
 """
 
 from __future__ import annotations
@@ -160,8 +161,12 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     # kernel records as given: the Studio checks it against the space's legal values)
     # (a strided one keeps the row-vector micro-kernel: see c/conv/depthwise.py)
     dw_cfg = {**cfg, "slide": 0} if plan.strided else cfg
-    tiles_cfg = depthwise_config(isa, dw_cfg, target, oh, math.ceil(ow / lane)) if plan.depthwise \
-        else cfg
+    # depthwise rows under half a vector run end to end over the plane (7x7 planes: 49 pixels
+    # in 4-5 vectors, not 7 vectors of 7); strided ones take the generic path
+    narrow = 2 * ow < math.ceil(ow / lane) * lane and not plan.strided
+    flat_vectors = math.ceil(((oh - 1) * (ow + sdim - 1) + ow) / lane) if narrow else None
+    tiles_cfg = depthwise_config(isa, dw_cfg, target, oh, math.ceil(ow / lane), flat_vectors) \
+        if plan.depthwise else cfg
     # A strided window reads its rows deinterleaved into phases (depthwise.emit_strided_fill).
     # A dense one takes that path only where im2col's packing would cost at least half of its
     # FMAs: it gathers K floats per pixel (a load and a store each) for M * K / LANES vector

@@ -95,11 +95,17 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
     cdim, oh, ow, rdim, sdim = (dims[k] for k in ("cdim", "oh", "ow", "rdim", "sdim"))
     sy, sx = int(dims.get("sy", 1)), int(dims.get("sx", 1))
     vpr = math.ceil(ow / lanes)
-    if 2 * ow < vpr * lanes:
-        return None
     strided = sy != 1 or sx != 1
     flat = (ow + sdim - 1 < vpr * lanes and str(cfg.get("flat", 1)) != "0"  # flat=0: to compare
             and not strided)
+    # rows under half a vector: only a depthwise plane (its other path is the generic loop
+    # nests, 5-10x slower), end to end where its vectors are at least half busy; a strided one
+    # (no end to end layout) in whole vectors a quarter busy (MobileNetV2's 7-wide rows)
+    narrow_plane_ok = dims.get("depthwise") and (
+        2 * oh * ow >= -(-((oh - 1) * (ow + sdim - 1) + ow) // lanes) * lanes if flat
+        else strided and 4 * ow >= vpr * lanes)
+    if 2 * ow < vpr * lanes and not narrow_plane_ok:
+        return None
     wph = math.ceil((vpr * lanes + (sdim - 1) // sx) / lanes) * lanes if strided else 0
     wp = ow + sdim - 1 if flat else sx * wph if strided else \
         math.ceil((vpr * lanes + sdim - 1) / lanes) * lanes
