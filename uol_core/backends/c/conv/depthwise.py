@@ -87,19 +87,18 @@ def depthwise_config(isa: str, cfg: Mapping, target, oh: int, vpr: int,
     derived = {**cfg, "mr": 1, "chunk": rows}
     # slide=0, or an nv of the config's own, keeps the row-vector kernel (to compare)
     wanted = str(cfg.get("slide", "")) != "0" and (cfg.get("slide") or not cfg.get("nv"))
-    if flat_vectors is not None:
-        nv = flat_vectors if flat_vectors <= most else min(
-            range(min(int(target.fma_latency_cycles or 1) * int(target.fma_units or 1), most), most + 1),
-            key=lambda n: (-(-flat_vectors // n) * n, -n))
+
+    def fewest_idle(nvec: int) -> int:  # the tile width, chains to bound, with the fewest idle
+        return min(range(min(chains, most), most + 1), key=lambda n: (-(-nvec // n) * n, -n))
+
+    if flat_vectors is not None:  # the plane's vectors are counted whole: one item per plane
+        nv = flat_vectors if flat_vectors <= most else fewest_idle(flat_vectors)
         return {**derived, "chunk": oh, "slide": 0, "nv": int(cfg.get("nv") or nv)}
     if wanted and 2 * vpr <= most:
         slide = int(cfg.get("slide") or 0) or min(
             range(2, most // vpr + 1), key=lambda t: (-(-rows // t) * t, t * vpr < chains, -t))
         return {**derived, "slide": slide, "nv": slide * vpr, "flat": 0}
-    nvec = rows * vpr
-    fewest = min(chains, most)
-    nv = min(range(fewest, most + 1), key=lambda n: (-(-nvec // n) * n, -n))
-    return {**derived, "slide": 0, "nv": int(cfg.get("nv") or nv)}
+    return {**derived, "slide": 0, "nv": int(cfg.get("nv") or fewest_idle(rows * vpr))}
 
 
 def emit_sliding_kernel(w: CodeWriter, isa: str, rows: int, vpr: int, rdim: int, line: int

@@ -162,7 +162,7 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     # (a strided one keeps the row-vector micro-kernel: see c/conv/depthwise.py)
     dw_cfg = {**cfg, "slide": 0} if plan.strided else cfg
     # depthwise rows under half a vector run end to end over the plane (7x7 planes: 49 pixels
-    # in 4-5 vectors, not 7 vectors of 7); strided ones take the generic path
+    # in 4-5 vectors, not 7 vectors of 7); strided ones keep whole vectors (row_tiles)
     narrow = 2 * ow < math.ceil(ow / lane) * lane and not plan.strided
     flat_vectors = math.ceil(((oh - 1) * (ow + sdim - 1) + ow) / lane) if narrow else None
     tiles_cfg = depthwise_config(isa, dw_cfg, target, oh, math.ceil(ow / lane), flat_vectors) \
