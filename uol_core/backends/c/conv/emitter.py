@@ -34,6 +34,7 @@ from uol_core.backends.c.conv import sve as c_conv_sve
 from uol_core.backends.c.conv.depthwise import depthwise_config, depthwise_plan
 from uol_core.backends.c.conv.gemv import emit_gemv, gemv_fits
 from uol_core.backends.c.conv.im2col import im2col_driver, pack_im2col, pixel_block
+from uol_core.backends.c.conv.pointwise import reads_in_place
 from uol_core.backends.c.conv.tiles import row_driver, row_helpers, row_tiles
 from uol_core.backends.c.gemm.emitter import emit_platform_header, micro_kernel
 from uol_core.backends.c.platforms import platform
@@ -176,7 +177,9 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     dense_strided = plan.strided and not plan.depthwise
     rows = None if dense_strided and mdim > STRIDED_DIRECT_LANES * lane else row_tiles(isa, lane, target, tiles_cfg, {
         "cdim": cdim, "oh": oh, "ow": ow, "rdim": rdim, "sdim": sdim, "mdim": mdim, "nb": nb,
-        "threads": threads, "depthwise": plan.depthwise,
+        "threads": threads, "depthwise": plan.depthwise, "ih": ih, "iw": iw,
+        "in_place": reads_in_place(plan, {"rdim": rdim, "sdim": sdim, "oh": oh, "ow": ow,
+                                          "ih": ih, "iw": iw}),
         **({"sy": plan.stride_y, "sx": plan.stride_x} if plan.strided else {})})
     if plan.depthwise and rows is None:
         return None  # rows under half a vector: the generic loop nests
@@ -205,7 +208,8 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     entry = f"uol_{op.name}"
     args = [d.name for d in op.inputs] + [d.name for d in op.outputs]
     dims = ", ".join(f"{k}={v}" for k, v in sizes.items())
-    how = (f"X windows read from a padded row buffer (RB={rows.rb} rows per item"
+    how = (("X read in place" if rows.xplane else "X windows read from a padded row buffer")
+           + f" (RB={rows.rb} rows per item"
            f"{', rows end to end' if rows.flat else ''}"
            f"{f', window sliding down {rows.slide} rows' if rows.slide else ''}); MR={mr} x "
            f"NV={rows.nv} vectors of {lane}" if rows is not None else
@@ -245,8 +249,9 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
         kernel = (f"a micro-kernel sliding its {rdim}-row window down {rows.slide} output rows of "
                   f"{rows.vpr} vectors (each input vector loaded once per filter column)"
                   if rows.slide else f"an {mr}x{rows.nv}-vector micro-kernel")
-        fusion = (f"conv template, direct{', depthwise' if plan.depthwise else ''}: padded row "
-                  f"buffer ({rows.rb} output rows per item{flat}) read by {kernel}; epilogue fused "
+        source = "input read in place" if rows.xplane else "padded row buffer"
+        fusion = (f"conv template, direct{', depthwise' if plan.depthwise else ''}: {source} "
+                  f"({rows.rb} output rows per item{flat}) read by {kernel}; epilogue fused "
                   "into the store" + _path_reason(plan, True, ow, lane))
     else:
         tile = TileConfig(isa=isa, mr=mr, nr=nr, kc=kc, mc=m_pad, nc=ncb, ku=4, pf=0,

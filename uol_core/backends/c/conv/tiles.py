@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from uol_core.backends.c.conv.depthwise import emit_sliding_kernel, emit_strided_fill
+from uol_core.backends.c.conv.pointwise import emit_items, emit_tail_fill
 from uol_core.backends.c.gemm.emitter import emit_rank1, emit_tile_store
 from uol_core.backends.c.platforms import platform
 from uol_core.backends.c.text.names import index_id, tensor_id
@@ -57,6 +58,9 @@ class RowTiles:
     # filling its own row buffer: a 14x14 plane in one block of 13 vectors and two groups of
     # panels computes 5 tiles per panel, in two blocks of 7 rows 3 + 3 (6) per panel.
     ms: int = 1
+    # xplane: the input's plane stride where a pointwise conv reads it in place (c/conv/
+    # pointwise.py): PLANE is that stride and `buf` holds only the image's last tile
+    xplane: int = 0
 
     @property
     def strided(self) -> bool:
@@ -64,7 +68,11 @@ class RowTiles:
 
     @property
     def plane(self) -> int:
-        return self.br * self.wp + self.tail
+        return self.xplane or self.br * self.wp + self.tail
+
+    @property
+    def buffer_floats(self) -> int:
+        return self.nv * self.lanes if self.xplane else self.plane
 
     def defines(self) -> str:
         return (f"#define LANES {self.lanes}\n#define NV {self.nv}\n#define VPR {self.vpr}\n"
@@ -73,7 +81,7 @@ class RowTiles:
                 + (f"\n#define SLIDE {self.slide}" if self.slide else "")
                 + (f"\n#define SY {self.sy}\n#define SX {self.sx}\n#define WPH {self.wph}"
                    if self.strided else "")
-                + (f"\n#define MS {self.ms}" if self.ms > 1 else ""))
+                + (f"\n#define MS {self.ms}" if self.ms > 1 or self.xplane else ""))
 
 
 def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int]
@@ -96,12 +104,14 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
     sy, sx = int(dims.get("sy", 1)), int(dims.get("sx", 1))
     vpr = math.ceil(ow / lanes)
     strided = sy != 1 or sx != 1
-    flat = (ow + sdim - 1 < vpr * lanes and str(cfg.get("flat", 1)) != "0"  # flat=0: to compare
-            and not strided)
+    in_place = bool(dims.get("in_place"))  # a pointwise conv reading its input in place
+    flat = in_place or (ow + sdim - 1 < vpr * lanes and str(cfg.get("flat", 1)) != "0"  # flat=0: to compare
+                        and not strided)
     # rows under half a vector: only a depthwise plane (its other path is the generic loop
     # nests, 5-10x slower), end to end where its vectors are at least half busy; a strided one
     # (no end to end layout) in whole vectors a quarter busy (MobileNetV2's 7-wide rows)
-    narrow_plane_ok = dims.get("depthwise") and (
+    # (read in place, a plane's pixels run end to end whatever its rows: only the last vector idles)
+    narrow_plane_ok = 2 * oh * ow >= -(-oh * ow // lanes) * lanes if in_place else dims.get("depthwise") and (
         2 * oh * ow >= -(-((oh - 1) * (ow + sdim - 1) + ow) // lanes) * lanes if flat
         else strided and 4 * ow >= vpr * lanes)
     if 2 * ow < vpr * lanes and not narrow_plane_ok:
@@ -122,7 +132,8 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
         ms = min(groups, key=lambda g: (_makespan(rb, vectors, (mr, nv), wp, lanes, dims, g), g))
     else:
         row_bytes = 4 * cdim * wp
-        limit = max(1, min(oh, int(target.l2_bytes or 1 << 20) // 4 // row_bytes - (rdim - 1)))
+        limit = oh if in_place else \
+            max(1, min(oh, int(target.l2_bytes or 1 << 20) // 4 // row_bytes - (rdim - 1)))
         lo = min(limit, max(1, rdim - 1))
         rb, ms = min(((r, g) for r in range(lo, limit + 1) for g in groups),
                      key=lambda rg: (_makespan(rg[0], vectors, (mr, nv), wp, lanes, dims, rg[1]),
@@ -131,7 +142,8 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
     covered = math.ceil(rb / slide) * slide if slide else rb  # output rows a block's tiles compute
     # a flat block's last vector reads up to LANES - 1 + S - 1 floats past its rows' ends
     return RowTiles(lanes, mr, nv, vpr, wp, rb, sy * (covered - 1) + rdim, math.ceil(oh / rb),
-                    flat, lanes + sdim if flat else 0, slide, sy, sx, wph, ms)
+                    flat, lanes + sdim if flat and not in_place else 0, slide, sy, sx, wph, ms,
+                    dims["ih"] * dims["iw"] if in_place else 0)
 
 
 def _makespan(rb: int, vectors, tile: tuple[int, int], wp: int, lanes: int,
@@ -149,7 +161,7 @@ def _makespan(rb: int, vectors, tile: tuple[int, int], wp: int, lanes: int,
     fmas = mr * nv * cdim * rdim * dims["sdim"]  # one tile of one panel
 
     def cost(rows: int, share: int) -> float:
-        copied = dims.get("sy", 1) * (rows - 1) + rdim  # input rows the block's buffer holds
+        copied = 0 if dims.get("in_place") else dims.get("sy", 1) * (rows - 1) + rdim  # buffer rows
         return -(-vectors(rows) // nv) * fmas * share + 2 * cdim * copied * wp / lanes
 
     items = [cost(min(rb, oh - y0), share) for y0 in range(0, oh, rb) for share in per_group]
@@ -161,6 +173,8 @@ def row_helpers(w: CodeWriter, plan: ConvPlan, t: RowTiles, isa: str, xs: list[i
     """The row buffer fill and the micro-kernel (dims: rdim, sdim, iw)."""
     if t.strided:
         emit_strided_fill(w, plan, t, xs, padv, dims["iw"], line)
+    elif t.xplane:
+        emit_tail_fill(w, plan, line)
     else:
         _fill_rows(w, plan, t, xs, padv, dims, line)
     if t.slide:
@@ -179,12 +193,12 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
     `contiguous`: a flat block's pixels are consecutive in the output too (buffer rows as long
     as output rows, and the epilogue reads pixels only through row-major [.., y, x] tensors)."""
     b = index_id(plan.b)
-    buf_len = math.ceil(cdim * t.plane / 16) * 16
+    buf_len = math.ceil(cdim * t.buffer_floats / 16) * 16
     w.emit("#pragma omp parallel num_threads(THREADS)\n    {", line)
     w.emit(f"    float *buf = aligned_alloc(64, (sizeof(float) * {buf_len} + 63) / 64 * 64);\n"
            "    float tile[MR * NV * LANES] __attribute__((aligned(64)));\n"
            "    int64_t o[NV];", line)
-    if t.flat:  # planes' tails are read by idle lanes only: zeros, never garbage that is subnormal
+    if t.flat and not t.xplane:  # planes' tails are read by idle lanes only: zeros, never garbage that is subnormal
         w.emit(f"    memset(buf, 0, sizeof(float) * {buf_len});", line)
     if pack_filter:
         w.emit("#pragma omp for schedule(static)\n"
@@ -194,7 +208,9 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
     nvec = "((rows - 1) * WP + OW + LANES - 1) / LANES" if t.flat else "rows * VPR"
     fill = ("(rows + SLIDE - 1) / SLIDE * SLIDE + RS - 1" if t.slide else
             "SY * (rows - 1) + RS" if t.strided else "rows + RS - 1")
-    if plan.depthwise:  # one input plane per channel, read by that channel's filter alone
+    if t.xplane:
+        emit_items(w, plan, xs, line)
+    elif plan.depthwise:  # one input plane per channel, read by that channel's filter alone
         w.emit(f"    /* work items: (image {plan.b}, channel {plan.m}, block of RB output rows "
                f"{plan.y}) */\n"
                "#pragma omp for schedule(dynamic, 1)\n"
@@ -231,13 +247,14 @@ def row_driver(w: CodeWriter, plan: ConvPlan, t: RowTiles, xs: list[int], ys: li
                f"{fill}, buf);\n"
                "        for (int64_t panel = 0; panel < MPAD / MR; ++panel)\n"
                "        for (int64_t v0 = 0; v0 < nvec; v0 += NV) {", line)
-    w.emit("            const int64_t nv = nvec - v0 < NV ? nvec - v0 : NV;\n"
-           "            for (int64_t v = 0; v < NV; ++v) {  /* a short last tile repeats its "
-           "first vector */\n"
-           "                const int64_t u = v0 + (v < nv ? v : 0);\n"
-           f"                o[v] = {_vector_at(t)};\n"
-           "            }\n"
-           "            uol_micro_rows(Ap + panel * MR * KDIM, buf, o, tile);", line)
+    if not t.xplane:  # (pointwise.emit_items calls the micro-kernel on the input in place)
+        w.emit("            const int64_t nv = nvec - v0 < NV ? nvec - v0 : NV;\n"
+               "            for (int64_t v = 0; v < NV; ++v) {  /* a short last tile repeats its "
+               "first vector */\n"
+               "                const int64_t u = v0 + (v < nv ? v : 0);\n"
+               f"                o[v] = {_vector_at(t)};\n"
+               "            }\n"
+               "            uol_micro_rows(Ap + panel * MR * KDIM, buf, o, tile);", line)
     walk = _CONTIGUOUS if contiguous and t.flat else _ROW_SEGMENTS if t.flat else _WHOLE_VECTORS
     _store_tile(w, plan, ys, value, uses_x, walk, line, pack_filter, per_channel)
 
@@ -360,11 +377,13 @@ def _micro_rows(w: CodeWriter, t: RowTiles, isa: str, dims: Mapping[str, int], l
     vec = ops.vec
     acc = [[f"c{i}_{v}" for v in range(t.nv)] for i in range(t.mr)]
     window = dims["rdim"] * dims["sdim"]
+    plane = "plane" if t.xplane else "PLANE"  # in place: the input's plane or the tail's
     w.emit(f"/* Micro-kernel: tile[MR x NV*LANES] = filter panel (KDIM x MR) x NV input vectors at "
-           f"buf + o[v] + c*PLANE + r*WP + s;\n   {t.mr * t.nv} accumulators of {t.lanes} lanes "
+           f"buf + o[v] + c*{plane} + r*WP + s;\n   {t.mr * t.nv} accumulators of {t.lanes} lanes "
            f"stay in registers over the whole reduction ({isa}). */", line)
     w.emit("static inline void uol_micro_rows(const float *restrict a, const float *restrict buf,\n"
-           "                                  const int64_t *restrict o, float *restrict tile)\n{",
+           + ("                                  int64_t plane,\n" if t.xplane else "")
+           + "                                  const int64_t *restrict o, float *restrict tile)\n{",
            line)
     w.emit("    const float *" + ", *".join(f"b{v} = buf + o[{v}]" for v in range(t.nv)) + ";",
            line)
@@ -376,7 +395,7 @@ def _micro_rows(w: CodeWriter, t: RowTiles, isa: str, dims: Mapping[str, int], l
            "    for (int64_t r = 0; r < RS; ++r)\n"
            f"#pragma GCC unroll {min(dims['sdim'], 8)}\n"
            "    for (int64_t s = 0; s < SS; ++s) {\n"
-           "        const int64_t q = c * PLANE + r * WP + "
+           f"        const int64_t q = c * {plane} + r * WP + "
            f"{'s % SX * WPH + s / SX' if t.strided else 's'};", line)
     w.emit(f"        {vec} " + ", ".join(f"x{v} = " + ops.loadu.format(f"b{v} + q")
                                         for v in range(t.nv)) + ";", line)
