@@ -295,7 +295,7 @@ def _filter_panels(plan: ConvPlan, mr: int, m_pad: int, kdim: int, prepacked: bo
 def _pixels_row_major(op: Op, plan: ConvPlan, shapes: dict[str, list[int]]) -> bool:
     """Whether the epilogue reads the output pixel (y, x) only as the last two indices of
     tensors shaped [.., OH, OW] (a residual): then pixel y * OW + x is one row-major offset and
-    a store may run x past OW into the next rows (tiles._CONTIGUOUS). Not where it uses y or x
+    a store may run x past OW into the next rows (store.CONTIGUOUS). Not where it uses y or x
     in arithmetic or reads them anywhere else."""
     spatial, out = {plan.y, plan.xw}, shapes[plan.out][-2:]
     for node in _outside(op.stmts[0].expr):
