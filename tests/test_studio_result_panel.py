@@ -45,3 +45,17 @@ def test_the_roofline_line_names_a_peak_other_than_fp32_and_a_cache_resident_run
     line = next(t for t in _texts(run_result(update)) if "attainable" in t)
     assert line.startswith("memory-bound, attainable 25.7 GFLOP/s, achieved 183.0% (over the "
                            "memory roof, DRAM's: the data stayed in a cache")
+
+
+def test_the_diff_is_against_the_newest_earlier_run_of_the_same_kernel_kind():
+    from app.components.studio_parts import previous_alike
+
+    def run(i, backend, config):
+        return {"id": i, "op": "softmax", "sizes": {"R": 64, "C": 64}, "backend": backend,
+                "target": "host" if backend == "c" else "cpu", "config": config}
+    c_run = run(1, "c", {"threads": 2})
+    first = run(2, "triton", {"num_warps": 4})
+    second = run(3, "triton", {"num_warps": 2})
+    assert previous_alike([second, c_run, first]) is first  # not the C run in between
+    assert previous_alike([first, c_run]) is c_run  # nothing alike: the run before it
+    assert previous_alike([first]) is None

@@ -143,11 +143,23 @@ def history_panel(runs: list[dict]) -> list:
         pinned = baseline_for(runs[0]) if "result" in runs[0] else None
     except Exception:  # an unreadable history must not hide the table
         pinned = None
-    if pinned is not None:
-        out.append(run_diff(pinned, runs[0]))
-    elif len(runs) >= 2:
-        out.append(run_diff(runs[1], runs[0]))
+    before = pinned or previous_alike(runs)
+    if before is not None:
+        out.append(run_diff(before, runs[0]))
     return out
+
+
+def previous_alike(runs: list[dict]) -> dict | None:
+    """The run to diff the newest against: the newest earlier run of the same sizes, backend
+    and target (a knob diff between a C and a Triton kernel says nothing), else the run before
+    it, else None."""
+    if len(runs) < 2:
+        return None
+    newest = runs[0]
+    for row in runs[1:]:
+        if all(row.get(k) == newest.get(k) for k in ("sizes", "backend", "target")):
+            return row
+    return runs[1]
 
 
 def run_diff(before: dict, after: dict) -> html.Div:
