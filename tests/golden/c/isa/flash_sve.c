@@ -30,10 +30,23 @@ static inline float uol_erff(float x)
     const float r = x * p / q;  /* within 4e-7 of erf: keep |erf| <= 1 at the clamp */
     return r > 1.0f ? 1.0f : (r < -1.0f ? -1.0f : r);
 }
+static inline float uol_recipf(float y)
+{
+    /* 1 / y for y >= 1 (a sigmoid's 1 + exp(-x)) within 1.2 ulp, with no division: a
+       bit-trick first guess, then three Newton steps (each squares the relative error). The
+       guess needs y <= 2^125: past it 1 / y is under 2.4e-38, and a sigmoid there is 0 */
+    y = y > 4.2535296e37f ? 4.2535296e37f : y;  /* a NaN stays NaN */
+    union { float f; int32_t i; } guess = { .f = y };
+    guess.i = 0x7EF311C3 - guess.i;
+    float r = guess.f;
+    r = r + r * (1.0f - y * r);
+    r = r + r * (1.0f - y * r);
+    return r + r * (1.0f - y * r);
+}
 static inline float uol_tanhf(float x)
 {
     const float e = uol_expf(-2.0f * fabsf(x));
-    return copysignf((1.0f - e) / (1.0f + e), x);
+    return copysignf((1.0f - e) * uol_recipf(1.0f + e), x);
 }
 
 static inline float uol_bf16_load(uint16_t b)
