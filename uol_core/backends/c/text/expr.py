@@ -67,12 +67,13 @@ static inline int64_t uol_mini(int64_t a, int64_t b) { return a < b ? a : b; }
 # written as x * sigmoid(2u): one exp, and no 1 + tanh that cancels for large negative x.
 # x * uol_recipf(1 + e) rather than x / (1 + e): gcc folds a quotient into both arms of
 # uol_expf's clamp (two vector divisions a vector), and even one division cost about half of
-# a SiLU vector's cycles on an AVX2 Zen 3; the reciprocal's Newton steps are FMAs.
+# a SiLU vector's cycles on an AVX2 Zen 3; the reciprocal's Newton steps are FMAs. A bare
+# sigmoid keeps its division: there the reciprocal measured 0.83x (benchmarks/activation_recip.py).
 FUNCS: dict[str, dict[str, str]] = {
     "float": {
         "exp": "uol_expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})",
         "rsqrt": "(1.0f / sqrtf({0}))", "tanh": "uol_tanhf({0})",
-        "sigmoid": "uol_recipf(1.0f + uol_expf(-({0})))", "relu": "(({0}) > 0.0f ? ({0}) : 0.0f)",
+        "sigmoid": "(1.0f / (1.0f + uol_expf(-({0}))))", "relu": "(({0}) > 0.0f ? ({0}) : 0.0f)",
         "gelu": "(0.5f * ({0}) * (1.0f + uol_erff(({0}) * 0.70710678118654752f)))",
         "gelu_tanh": "(({0}) * uol_recipf(1.0f + uol_expf(-1.5957691216057308f * (({0}) + 0.044715f * ({0}) * ({0}) * ({0})))))",
         "silu": "(({0}) * uol_recipf(1.0f + uol_expf(-({0}))))", "abs": "fabsf({0})", "erf": "uol_erff({0})",
