@@ -67,8 +67,9 @@ static inline int64_t uol_mini(int64_t a, int64_t b) { return a < b ? a : b; }
 # written as x * sigmoid(2u): one exp, and no 1 + tanh that cancels for large negative x.
 # x * uol_recipf(1 + e) rather than x / (1 + e): gcc folds a quotient into both arms of
 # uol_expf's clamp (two vector divisions a vector), and even one division cost about half of
-# a SiLU vector's cycles on an AVX2 Zen 3; the reciprocal's Newton steps are FMAs. A bare
-# sigmoid keeps its division: there the reciprocal measured 0.83x (benchmarks/activation_recip.py).
+# a SiLU vector's cycles in a standalone loop on an AVX2 Zen 3; the reciprocal's Newton steps
+# are FMAs. A bare sigmoid keeps its division: there the reciprocal measured 0.80x
+# (benchmarks/activation_recip.py, docs/benchmarks.md).
 FUNCS: dict[str, dict[str, str]] = {
     "float": {
         "exp": "uol_expf({0})", "log": "logf({0})", "sqrt": "sqrtf({0})",

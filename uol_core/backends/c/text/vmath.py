@@ -12,9 +12,9 @@ from __future__ import annotations
 # that loops calling it vectorise without libmvec; tanh/sigmoid/silu build on it. gelu and erf
 # use uol_erff, a rational fit (rel. err < 3.7e-7 over [-9, 9]): a GELU loop over it runs 3.4x
 # faster than over the erfc-by-exp form before it, which ran 8x faster than libm's erff.
-# uol_recipf replaces the division of sigmoid, SiLU, GELU-tanh and tanh: a vector division
-# took about 20 of a SiLU vector's 42 cycles on an AVX2 Zen 3, and with the reciprocal the
-# vector takes about 27 (a SiLU epilogue, benchmarks/silu_recip.py).
+# uol_recipf takes 1 / (1 + e) for SiLU, GELU-tanh (c/text/expr.py) and uol_tanhf without a
+# division: SiLU and GELU-tanh kernels 1.13x and 1.20x the division form on an AVX2 Zen 3
+# (benchmarks/activation_recip.py; tanh follows them, not timed on its own).
 SCALAR_MATH = r"""
 static inline float uol_expf(float x)
 {
