@@ -93,7 +93,7 @@ def simulate(topo: Topology, collective: str, size: float, algorithm: str = "aut
              top_links: int = 10, router: Router | None = None) -> CommResult:
     """Simulate one collective on a topology, analytically or flow-by-flow.
 
-    'auto' (and NCCL's own algorithms, nvls, nvls_tree and collnet_direct) go through NCCL's tuner: the
+    'auto' (and NCCL's own algorithms, nvls, nvls_tree, collnet_direct and collnet_chain) go through NCCL's tuner: the
     (algorithm, protocol) NCCL would pick, timed by the flow model (`hcf_sim.simulation.nccl_flow`), so
     this, `predict`, `sweep`, `pipeline` and the IDE give one answer. A named MPI-style
     algorithm (ring, tree, rabenseifner, ...) is timed as that textbook schedule.
@@ -150,20 +150,21 @@ def simulate(topo: Topology, collective: str, size: float, algorithm: str = "aut
                             f", textbook {algorithm} schedule with {protocol} (not NCCL's tuner)")
 
 
-NCCL_ONLY = ("nvls", "nvls_tree", "collnet_direct")  # NCCL's in-switch reductions: no MPI-style schedule
+NCCL_ONLY = ("nvls", "nvls_tree", "collnet_direct", "collnet_chain")  # NCCL's in-switch reductions: no MPI-style schedule
 
 
 def tuned(topo: Topology, collective: str, size: float, algorithm: str | None = None,
           method: str = "flow", routing: str = "spread", ranks: int | None = None,
-          router: Router | None = None, top_links: int = 10) -> CommResult:
-    """NCCL's pick (or `algorithm`, one of NCCL's) timed by the flow model, as a CommResult."""
+          router: Router | None = None, top_links: int = 10, protocol: str | None = None) -> CommResult:
+    """NCCL's pick (or `algorithm`, one of NCCL's, and `protocol`, one of its protocols) timed by
+    the flow model, as a CommResult."""
 
     p = check_ranks(ranks or len(topo.gpus))
     flow = method == "flow" and p <= MAX_FLOW_RANKS
     if flow and router is None:
         with phase("routing table"):
             router = Router(topo)
-    t = tune(topo, collective, size, p, routing, "flow" if flow else "analytical", router, algorithm)
+    t = tune(topo, collective, size, p, routing, "flow" if flow else "analytical", router, algorithm, protocol)
     secs = t.time_us * 1e-6
     model = ("NCCL's tuner picks (NCCL's cost model, nccl_constants.json); "
              + ("timed flow by flow: NCCL's latency + its bandwidth term stretched by shared links"

@@ -42,12 +42,15 @@ class AchievedNet:
     step_us: float | None  # None: not fitted (no size small enough to show it), NCCL's tuner latency kept
     efficiency: float
     fitted_sizes: frozenset[int]
+    nic_bound: bool = True  # False: the NICs bound no pick fitted on, so their rate is not fitted (1.0)
 
     def describe(self) -> str:
         """One line for the table."""
         step = ("latency not fitted (every size >= 64 MiB)" if self.step_us is None else
                 f"{self.step_us:.0f} us per inter-node step (x2 Simple)")
-        return f"net fitted on every other size: {step}, {self.efficiency:.2f} of the NIC rate"
+        rate = (f"{self.efficiency:.2f} of the NIC rate" if self.nic_bound else
+                "NIC rate not fitted (the NICs bound none of the picks)")
+        return f"net fitted on every other size: {step}, {rate}"
 
 
 @dataclass(frozen=True)
@@ -101,12 +104,15 @@ def fit_achieved_net(cluster: nm.Cluster, predictions: list[Prediction], measure
         raise HcfError(f"{len(sizes)} sizes: too few to fit the network on half of them")
     latency_visible = min(sizes) < LATENCY_VISIBLE_BELOW
     grid = STEP_US_GRID if latency_visible else np.zeros(1)
-    err = np.zeros((len(grid), len(EFFICIENCY_GRID)))
+    # a pick the NICs do not bound (CollNet chain: its node's NVLink does) says nothing of their rate
+    nic_bound = any(float(_stretch(cluster, p, EFFICIENCY_GRID[:1])[0]) > 1 + 1e-9 for p, _ in rows)
+    rates = EFFICIENCY_GRID if nic_bound else np.ones(1)
+    err = np.zeros((len(grid), len(rates)))
     for p, t in rows:
         time, steps, bandwidth = _terms(cluster, p) if latency_visible else (p.time_us, 0.0, p.time_us - p.latency_us)
         model = (time + extra_us + steps * grid[:, None]
-                 + bandwidth * (_stretch(cluster, p, EFFICIENCY_GRID)[None, :] - 1))
+                 + bandwidth * (_stretch(cluster, p, rates)[None, :] - 1))
         err += np.abs(np.log(model / t))
     i, j = np.unravel_index(int(np.argmin(err)), err.shape)
     step = float(grid[i]) if latency_visible else None
-    return AchievedNet(step, round(float(EFFICIENCY_GRID[j]), 2), held_in)
+    return AchievedNet(step, round(float(rates[j]), 2), held_in, nic_bound)

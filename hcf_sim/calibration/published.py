@@ -38,13 +38,10 @@ GOAL = {">= 1 MiB": 0.10, "< 1 MiB": 0.25}  # issue 52's goal per size band
 FIT_LOG = "all_reduce_h100_ring_8.txt"  # one thread driving 8 GPUs on one NVSwitch node
 # NCCL_ALGO's names (NCCL's src/graph/tuning.cc, ncclAlgoStr) -> the model's algorithms
 NCCL_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree",
-              "collnetdirect": "collnet_direct", "collnetchain": None, "pat": None}
+              "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain", "pat": None}
 NOT_MODELLED = {  # why the model has no such algorithm
-    "collnetchain": "CollNet chain (the node's GPUs chained to one NIC per channel, SHARP reducing across "
-                    "nodes) has no traffic model here, and NCCL's tuner bandwidth for it (busBw x 0.5 of the "
-                    "intra-node graph) is a ranking figure that nothing here can check",
     "pat": "PAT (NCCL's Parallel Aggregated Trees, one GPU per node) has no traffic model here"}
-_ENV = re.compile(r"\b(NCCL_ALGO|NCCL_NVLS_ENABLE|NCCL_COLLNET_ENABLE)=([A-Za-z0-9_,^]+)")
+_ENV = re.compile(r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_NVLS_ENABLE|NCCL_COLLNET_ENABLE)=([A-Za-z0-9_,^]+)")
 
 
 @dataclass
@@ -101,24 +98,45 @@ def allowed_algorithms(env: dict[str, str]) -> set[str] | None:
         if missing and len(missing) == len(names):
             raise HcfError(f"NCCL_ALGO={env['NCCL_ALGO']}: {missing[0]} is not modelled: {NOT_MODELLED[missing[0]]}")
         allowed = {NCCL_ALGOS[x] for x in names if NCCL_ALGOS[x]}
-    everything = {"ring", "tree", "nvls", "nvls_tree", "collnet_direct"}
+    everything = {"ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain"}
     allowed = set(everything if allowed is None else allowed)
     if env.get("NCCL_NVLS_ENABLE") == "0":
         allowed -= {"nvls", "nvls_tree"}
     if env.get("NCCL_COLLNET_ENABLE") == "0":
-        allowed.discard("collnet_direct")
+        allowed -= {"collnet_direct", "collnet_chain"}
     return None if allowed == everything else allowed
 
 
-def predict(topo: Topology, router: Router, coll: str, size: int, allowed: set[str] | None) -> Prediction:
-    """The model's answer for one size: NCCL's tuner among the allowed algorithms, timed flow by flow."""
-    algorithm = None
-    if allowed is not None:
+def allowed_protocols(env: dict[str, str]) -> set[str] | None:
+    """NCCL's protocols these settings leave (NCCL_PROTO: a list, or '^' and the ones to drop);
+    None: all of them."""
+    if "NCCL_PROTO" not in env:
+        return None
+    value = env["NCCL_PROTO"]
+    names = {x.lower() for x in value.lstrip("^").split(",") if x}
+    known = {p.lower(): p for p in nm.PROTOCOLS}
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise HcfError(f"NCCL_PROTO={value}: unknown protocol {unknown[0]!r} (NCCL's: {', '.join(nm.PROTOCOLS)})")
+    left = set(nm.PROTOCOLS) - {known[x] for x in names} if value.startswith("^") else {known[x] for x in names}
+    return None if left == set(nm.PROTOCOLS) else left
+
+
+def predict(topo: Topology, router: Router, coll: str, size: int, allowed: set[str] | None,
+            protocols: set[str] | None = None) -> Prediction:
+    """The model's answer for one size: NCCL's tuner among the allowed algorithms and protocols,
+    timed flow by flow."""
+    algorithm = protocol = None
+    if allowed is not None or protocols is not None:
         choice = nm.select(fabric(topo).cluster, coll, size)
-        algorithm = next((c.algorithm for c in choice.candidates if c.algorithm in allowed), None)
-        if algorithm is None:
-            raise HcfError(f"none of {', '.join(sorted(allowed))} can run {coll} on {topo.name}")
-    res = tuned(topo, coll, size, algorithm, "flow", "spread", router=router)
+        pick = next((c for c in choice.candidates if (allowed is None or c.algorithm in allowed)
+                     and (protocols is None or c.protocol in protocols)), None)
+        if pick is None:
+            raise HcfError(f"none of {', '.join(sorted(allowed or ['any algorithm']))} with "
+                           f"{', '.join(sorted(protocols or ['any protocol']))} can run {coll} on {topo.name}")
+        algorithm = pick.algorithm if allowed is not None else None
+        protocol = pick.protocol if protocols is not None else None
+    res = tuned(topo, coll, size, algorithm, "flow", "spread", router=router, protocol=protocol)
     return Prediction(coll, size, res.time * 1e6, res.terms["latency"] * 1e6, res.algorithm, res.protocol)
 
 
@@ -145,9 +163,10 @@ def check(path: Path, launch_us: float = 0.0, fitted_sizes: frozenset[int] = fro
     topo = build_topology(spec["kind"], spec["nodes"], spec["link"], sharp=spec["sharp"], intra=spec["intra"],
                           gpus_per_server=spec["gpus_per_server"])
     router, allowed, p = Router(topo), allowed_algorithms(system.env), len(topo.gpus)
+    protocols = allowed_protocols(system.env)
     launch = launch_us * (system.gpus_per_thread - 1)
     measured = sorted(_measured(path).items())
-    preds = [predict(topo, router, coll, size, allowed) for (coll, size), _ in measured]
+    preds = [predict(topo, router, coll, size, allowed, protocols) for (coll, size), _ in measured]
     cluster, net, nvls = fabric(topo).cluster, None, None
     if path.name == nvls_fit.FIT_LOG:
         nvls = nvls_fit.fit_nvls_step(cluster, preds, [t for _, t in measured], launch)

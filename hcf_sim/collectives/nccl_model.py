@@ -115,7 +115,7 @@ def inter_steps(c: Cluster, coll: str, algo: str) -> int:
         return 2 * int(math.log2(n))
     if algo == "nvls_tree":
         return 2 * max(1, int(math.log2(n)))
-    if algo in ("nvls", "collnet_direct"):
+    if algo in ("nvls", "collnet_direct", "collnet_chain"):
         return 1
     raise HcfError(f"no latency rule for {algo}")
 
@@ -145,6 +145,9 @@ def latency_us(c: Cluster, coll: str, algo: str, proto: str) -> float:
     if algo == "collnet_direct":
         arity = _v(t["collnet_arity_latency_us"])
         return _base(algo, proto) + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * arity) + steps * inter
+    if algo == "collnet_chain":
+        # up the node's chain of GPUs to the NIC and back down it, one network step (SHARP)
+        return _base(algo, proto) + 2 * (ppn - 1) * intra + steps * inter
     raise HcfError(f"no latency rule for {algo}")
 
 
@@ -195,6 +198,11 @@ def algbw_gbps(c: Cluster, coll: str, algo: str, proto: str) -> float:
         # each node's shards reduced once by the IB switches: S / (NICs x NIC rate)
         intra = c.intra_busbw * ppn / (2 * (ppn - 1)) if ppn > 1 else math.inf
         return min(intra, _sharp_inter(c))
+    if algo == "collnet_chain":
+        # NCCL rates the chain by its intra-node graph alone (tuning.cc: bw = bwIntra for CollNet),
+        # at the non-ring busBw-to-algBw ratio: every GPU of the chain sends the whole message up
+        # and the result down over its NVLink, so the node's NVLink rate is what bounds it
+        return c.intra_busbw * _v(t["tree_algbw_ratio"])
     raise HcfError(f"no bandwidth rule for {algo}")
 
 
@@ -241,9 +249,10 @@ def available(c: Cluster, coll: str) -> tuple[list[tuple[str, str]], dict[str, s
         else:
             excluded["nvls_tree"] = "needs NVSwitch multicast (NVLS) in the node and more than one node"
         if c.sharp and c.nodes > 1:
-            pairs.append(("collnet_direct", "Simple"))
+            pairs += [("collnet_direct", "Simple"), ("collnet_chain", "Simple")]
         else:
-            excluded["collnet_direct"] = "needs InfiniBand switch reduction (SHARP) and > 1 node"
+            excluded["collnet_direct"] = excluded["collnet_chain"] = \
+                "needs InfiniBand switch reduction (SHARP) and > 1 node"
     else:
         excluded["tree/nvls/collnet"] = f"modelled for all-reduce only; {coll} uses the ring"
     return pairs, excluded

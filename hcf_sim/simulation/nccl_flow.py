@@ -205,6 +205,13 @@ def traffic_drain(fab: Fabric, router: Router, coll: str, algo: str, size: float
     if algo == "collnet_direct":
         pairs = [(k * g + i, k * g + (i + 1) % g) for k in range(n) for i in range(g)] if g > 1 else []
         return _flows(router, pairs, [size * 2 * (g - 1) / g] * len(pairs), routing, inter, inter_bytes, load)
+    if algo == "collnet_chain":
+        # each channel chains the node's GPUs to its head's NIC: the whole message goes up the
+        # chain (reduced on the way) and the result comes back down it; the channels' heads spread
+        # over the GPUs, so each GPU's NIC takes 1/g of the node's traffic to and from the switch
+        up = [(k * g + i, k * g + i + 1) for k in range(n) for i in range(g - 1)]
+        pairs = up + [(b, a) for a, b in up]
+        return _flows(router, pairs, [size] * len(pairs), routing, inter, [size / g] * len(inter), load)
     if algo == "tree":
         f = nm._v(t["tree_busbw_factor"]) * nm._v(t["tree_algbw_ratio"])
         pairs = [(k * g + i, k * g + i + 1) for k in range(n) for i in range(g - 1)]
@@ -220,11 +227,13 @@ def traffic_drain(fab: Fabric, router: Router, coll: str, algo: str, size: float
 
 
 def tune(topo: Topology, collective: str, size: float, ranks: int | None = None, routing: str = "spread",
-         method: str = "flow", router: Router | None = None, algorithm: str | None = None) -> Tuned:
+         method: str = "flow", router: Router | None = None, algorithm: str | None = None,
+         protocol: str | None = None) -> Tuned:
     """NCCL's choice of (algorithm, protocol) here, by NCCL's own cost model, timed flow by flow.
 
-    `algorithm` forces one of NCCL's algorithms (its best protocol). With method 'analytical' the
-    time is NCCL's cost itself, which is what `uol hcf predict` prints.
+    `algorithm` forces one of NCCL's algorithms (its best protocol), `protocol` one of its
+    protocols (as NCCL_ALGO and NCCL_PROTO do). With method 'analytical' the time is NCCL's cost
+    itself, which is what `uol hcf predict` prints.
     """
     with phase("NCCL machine description from the topology"):
         fab = fabric(topo, ranks)
@@ -239,6 +248,13 @@ def tune(topo: Topology, collective: str, size: float, ranks: int | None = None,
                 (v for k, v in choice.excluded.items() if algorithm in k.split("/")), "not modelled")
             raise HcfError(f"{algorithm} cannot run {coll} on {topo.name}: {why}")
         cands = forced + [x for x in cands if x.algorithm != algorithm]
+    if protocol:
+        if protocol not in nm.PROTOCOLS:
+            raise HcfError(f"protocol {protocol!r}: NCCL's are {', '.join(nm.PROTOCOLS)}")
+        pick = next((x for x in cands if x.protocol == protocol and x.algorithm in (algorithm or x.algorithm,)), None)
+        if pick is None:
+            raise HcfError(f"{algorithm or 'no algorithm'} can run {coll} with {protocol} on {topo.name}")
+        cands = [pick] + [x for x in cands if x is not pick]
     best = cands[0]
     stretch: dict[str, float] = {}
     links: dict[tuple[str, str], float] = {}
@@ -275,11 +291,11 @@ def tune(topo: Topology, collective: str, size: float, ranks: int | None = None,
                      f"({flow[key] / best.time_us - 1:+.0%}): NCCL's cost assumes no shared links; "
                      f"the flow model finds the pick's traffic {k:.2f}x as long on this fabric")
     fastest = min(flow, key=flow.get)
-    if flow[fastest] < flow[key] * 0.95 and not algorithm:
+    if flow[fastest] < flow[key] * 0.95 and not (algorithm or protocol):
         notes.append(f"on this fabric {fastest} would be faster by the flow model ({flow[fastest]:,.2f} us); "
                      "NCCL's tuner does not see congestion, so it picks as shown")
-    who = "forced" if algorithm else "NCCL's tuner picks"
-    why = choice.reason.split(": ", 1)[1] if not algorithm else (
+    who = "forced" if algorithm or protocol else "NCCL's tuner picks"
+    why = choice.reason.split(": ", 1)[1] if not (algorithm or protocol) else (
         f"{best.time_us:.2f} us = {best.latency_us:.2f} us latency + {best.time_us - best.latency_us:.2f} us "
         f"at {best.algbw_gbps:.1f} GB/s; NCCL's own pick is {choice.best.algorithm}/{choice.best.protocol} "
         f"({choice.best.time_us:.2f} us)")

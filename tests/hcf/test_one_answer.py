@@ -25,7 +25,8 @@ BOTH = (">= 1 MiB", "< 1 MiB")
 GOAL_MET = {"all_gather_h100_nvls_8.txt": BOTH, "all_gather_h100_ring_8.txt": BOTH,
             "all_reduce_a100_ib_sharp_32.txt": BOTH, "all_reduce_a100_nvswitch_8.txt": (">= 1 MiB",),
             "all_reduce_a100_pcie_ib_hdr_2.txt": (">= 1 MiB",), "all_reduce_a3mega_2x8_h100.txt": ("< 1 MiB",),
-            "all_reduce_h100_efa_p5_16.txt": BOTH, "all_reduce_h100_nvls_8.txt": BOTH,
+            "all_reduce_h100_efa_p5_16.txt": BOTH, "all_reduce_h100_ib_sharp_96.txt": (">= 1 MiB",),
+            "all_reduce_h100_nvls_8.txt": BOTH,
             "all_reduce_h100_ring_8.txt": BOTH, "reduce_scatter_h100_nvls_8.txt": BOTH,
             "reduce_scatter_h100_ring_8.txt": BOTH}
 PUBLISHED_NVLS_BUSBW = 480.0  # GB/s, NVIDIA/nccl-tests#212 (nccl_constants.json "published")
@@ -158,6 +159,9 @@ def test_published_logs_are_predicted_and_errors_are_reported_apart_from_the_fit
     # the run's NCCL_ALGO=RING is honoured: the model runs the ring, not NVLS
     ring = by_file["all_reduce_h100_ring_8.txt"]
     assert {r["pick"].split("/")[0] for r in ring["rows"]} == {"ring"}
+    # and NCCL_ALGO=COLLNETCHAIN runs the CollNet chain, whose NICs bound nothing (rate not fitted)
+    chain = by_file["all_reduce_h100_ib_sharp_96.txt"]
+    assert {r["pick"] for r in chain["rows"]} == {"collnet_chain/Simple"} and not chain["net"].nic_bound
 
 
 def test_the_published_table_command_reports_every_fixture():
@@ -202,3 +206,35 @@ def test_two_nvswitch_nodes_without_sharp_reduce_by_nvls_tree_above_the_rings_ni
     assert res.algorithm == "nvls_tree"
     ring = simulate(topo, "allreduce", 8 << 30, "ring")
     assert res.busbw > ring.busbw * 1.2  # the ring is bound by the NICs; the tree crosses them once
+
+
+def test_nccl_proto_restricts_the_protocol_as_it_restricts_nccl():
+    from hcf_sim.calibration.published import allowed_protocols
+    from hcf_sim.errors import HcfError
+    from hcf_sim.service import tuned
+
+    assert allowed_protocols({}) is None and allowed_protocols({"NCCL_PROTO": "LL,LL128,Simple"}) is None
+    assert allowed_protocols({"NCCL_PROTO": "Simple"}) == {"Simple"}
+    assert allowed_protocols({"NCCL_PROTO": "^LL"}) == {"LL128", "Simple"}
+    with pytest.raises(HcfError, match="unknown protocol 'll256'"):
+        allowed_protocols({"NCCL_PROTO": "LL256"})
+    topo = build_topology("rail", 16)
+    free = tuned(topo, "allreduce", 1 << 10)
+    assert free.protocol != "Simple"  # 1 KiB is latency-bound: NCCL picks LL or LL128
+    forced = tuned(topo, "allreduce", 1 << 10, protocol="Simple")
+    assert forced.protocol == "Simple" and forced.time > free.time and "forced" in forced.selection
+    with pytest.raises(HcfError, match="with LL on"):
+        tuned(topo, "allreduce", 1 << 10, "nvls_tree", protocol="LL")
+
+
+def test_collnet_chain_is_timed_at_the_node_nvlink_rate_and_every_view_agrees():
+    topo = build_topology("rail", 32, "ib_ndr", sharp=True)
+    cluster = fabric(topo).cluster
+    res = simulate(topo, "allreduce", 1 << 30, "collnet_chain")
+    assert res.algorithm == "collnet_chain" and res.protocol == "Simple"
+    # the chain sends every byte up and the result down each GPU's NVLink: half the node's bus rate
+    assert nm.algbw_gbps(cluster, "allreduce", "collnet_chain", "Simple") == pytest.approx(cluster.intra_busbw / 2)
+    assert res.time * 1e6 == pytest.approx(res.terms["nccl_time"] * 1e6, rel=0.02)  # free links: NCCL's own time
+    assert "collnet_chain" in {c.algorithm for c in nm.select(cluster, "allreduce", 1 << 30).candidates}
+    assert "collnet_chain" in nm.select(fabric(build_topology("rail", 32, "ib_ndr")).cluster,
+                                        "allreduce", 1 << 30).excluded
