@@ -256,15 +256,17 @@ def _phase(cfg: PipeConfig, events: list[dict], steps: list[int], ping_s: float,
     busy = [cfg.microbatches * (per_rank[r]["F"] + per_rank[r]["B"]) for r in range(cfg.stages)]
     split = next(e["split"] for e in events if e["kind"] == "step" and e["step"] == typical)
     host = calibrate(events, steps, cfg.stages, cfg.schedule, cfg.microbatches, cfg.chunks)
+    check = step_check(cfg, events, steps, ping_s, noise)
+    predicted = check["predicted_step_s"]  # the one predicted step; the timeline is the mean times' run
     return {
         "host_calibration": host.to_dict(),
-        "steps": steps, "split": split, "step_s": measured, "sim_step_s": sim.makespan,
+        "steps": steps, "split": split, "step_s": measured, "sim_step_s": predicted,
         "step_mean_s": statistics.fmean(step_times(events, steps)),
-        "sim_error": (sim.makespan - measured) / measured,
-        "check": step_check(cfg, events, steps, ping_s, noise),
+        "sim_error": (predicted - measured) / measured,
+        "check": check,
         "bubble_fraction": 1 - sum(busy) / (cfg.stages * measured),
         # compute only, as measured: the framework time the simulated actions carry is not compute
-        "sim_bubble_fraction": 1 - sum(busy) / (cfg.stages * sim.makespan),
+        "sim_bubble_fraction": 1 - sum(busy) / (cfg.stages * predicted),
         "ideal_bubble_fraction": sim.ideal_bubble_fraction,
         "stage_times": {str(r): t for r, t in per_rank.items()}, "compute_s": busy, "p2p_s": p2p_s,
         "stragglers": stragglers(busy), "typical_step": typical,

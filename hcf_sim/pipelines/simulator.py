@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hcf_sim.errors import HcfError, require_nonnegative, require_positive
@@ -82,10 +82,15 @@ def _stage_times(stages: int, fwd_s: float | Sequence[float], bwd_ratio: float, 
 def simulate_pipeline(stages: int, microbatches: int, schedule: str = "1f1b", fwd_s: float | Sequence[float] = 1e-3,
                       bwd_ratio: float = 2.0, p2p_s: float = 0.0, chunks: int = 2, dp_allreduce_s: float = 0.0,
                       slowdown: Sequence[float] | None = None,
-                      bwd_s: Sequence[float] | None = None) -> PipelineResult:
+                      bwd_s: Sequence[float] | None = None,
+                      p2p_draw: Callable[[], float] | None = None,
+                      action_draw: Callable[[int, str], float] | None = None) -> PipelineResult:
     """Simulate one pipeline step; fwd_s is per stage per micro-batch, dp_allreduce_s the gradient all-reduce across replicas.
 
     bwd_s, when given, is each stage's measured backward time per micro-batch (it replaces fwd_s x bwd_ratio).
+    p2p_draw, when given, returns each stage-to-stage handover's delay in turn (in place of p2p_s):
+    a step under delays that vary, which a schedule's length does not average out. action_draw,
+    when given, returns each action's time from its stage and kind ('F', 'B') in the same way.
     """
     v = _chunks(schedule, stages, microbatches, chunks)
     fwd, bwd, slow = _stage_times(stages, fwd_s, bwd_ratio, bwd_s, slowdown)
@@ -109,8 +114,9 @@ def simulate_pipeline(stages: int, microbatches: int, schedule: str = "1f1b", fw
                     dep = ("B", i, vs + 1) if vs < nv - 1 else ("F", i, vs)
                 if dep is not None and dep not in done:
                     break
-                ready = 0.0 if dep is None else done[dep] + (p2p_s if dep[2] != vs else 0.0)
-                dur = (fwd[d] if kind == "F" else bwd[d]) / v * slow[d]
+                hop = (p2p_draw() if p2p_draw else p2p_s) if dep is not None and dep[2] != vs else 0.0
+                ready = 0.0 if dep is None else done[dep] + hop
+                dur = (action_draw(d, kind) if action_draw else (fwd[d] if kind == "F" else bwd[d]) / v) * slow[d]
                 start = max(free[d], ready)
                 done[(kind, i, vs)] = free[d] = start + dur
                 busy[d] += dur

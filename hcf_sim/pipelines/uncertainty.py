@@ -12,10 +12,14 @@ around the prediction:
 * load: the 1-minute load average against the host's cores;
 * handover jitter: the spread of the stage-to-stage delays the run's own steps showed.
 
-The prediction is the simulator's step for the run's mean stage times, each action charged the
-framework time the rank spends outside compute and receives (posting sends, autograd set-up):
-time that is the stage's, not a wait. The interval's ends are the simulator's steps for the
-quietest and the busiest measured step's own inputs, widened by what the host may add to each
+The prediction is the simulator's mean step over draws of the run's own times: each action's
+time drawn from what that rank measured for that kind (forward, backward), charged the framework
+time the rank spends outside compute and receives (posting sends, autograd set-up: time that is
+the stage's, not a wait), and each handover's delay drawn from the delays the run showed. A
+schedule waits for the later of two paths, so under times that vary its mean length is above
+its length at the mean times (on a 2-vCPU host by 2-9%). The interval's ends are the simulator's
+steps for the quietest and the busiest measured step's own inputs and the draws' 10th and 90th
+percentiles, the busy end widened by what the host may add to each
 handover on the critical path: the late tail of a wake-up or of a handover (the larger), times
 the number of handovers the step's length depends on. The tails on one busy host come together,
 so they add up rather than average out; a noisy host gets a wider interval, not a failed check.
@@ -23,14 +27,16 @@ so they add up rather than average out; a noisy host gets a wider interval, not 
 
 from __future__ import annotations
 
+import random
 import statistics
 
-from hcf_sim.pipelines.rank_events import stage_times, step_times, transfer_times
+from hcf_sim.pipelines.rank_events import COMPUTE_KINDS, stage_times, step_times, transfer_times
 from hcf_sim.pipelines.simulator import PipelineResult, _chunks, simulate_pipeline
 from hcf_sim.runtime.host_noise import HostNoise, quantile
 
 CHECK_TOLERANCE = 0.15  # a prediction this close to the measured step passes even outside its interval
 HANDOVER_NUDGE_S = 1e-4  # the handover step used to count the handovers a step's length depends on
+DRAWS = 64  # steps simulated with the run's own action times and handovers drawn at random
 
 
 def framework_per_action(events: list[dict], steps: list[int], stages: int, actions: int) -> list[float]:
@@ -62,6 +68,28 @@ def simulate_steps(cfg, events: list[dict], steps: list[int], ping_s: float, han
                              chunks=cfg.chunks, bwd_s=bwd)
 
 
+def drawn_steps(cfg, events: list[dict], steps: list[int], ping_s: float, draws: int = DRAWS,
+                seed: int = 0) -> list[float]:
+    """The simulator's step `draws` times, each action's time (framework time included) and each
+    handover's delay drawn from what the run's `steps` measured for that rank and kind. A schedule
+    waits for the later of two paths, so its mean length under varying times is above its length
+    at the mean times; these draws measure that, and their spread."""
+    v = _chunks(cfg.schedule, cfg.stages, cfg.microbatches, cfg.chunks)
+    extra = framework_per_action(events, steps, cfg.stages, 2 * cfg.microbatches * v)
+    wanted, seen = set(steps), transfer_times(events, steps)
+    times: dict[tuple[int, str], list[float]] = {}
+    for e in events:
+        if e.get("step") in wanted and e["kind"] in COMPUTE_KINDS:
+            times.setdefault((e["rank"], e["kind"]), []).append(e["t1"] - e["t0"] + extra[e["rank"]])
+    if not seen or len(times) < 2 * cfg.stages:
+        return [simulate_steps(cfg, events, steps, ping_s).makespan]
+    rng = random.Random(seed)
+    return [simulate_pipeline(cfg.stages, cfg.microbatches, cfg.schedule, 1.0, chunks=cfg.chunks, bwd_s=[1.0] * cfg.stages,
+                              p2p_draw=lambda: rng.choice(seen),
+                              action_draw=lambda d, kind: rng.choice(times[(d, kind)])).makespan
+            for _ in range(draws)]
+
+
 def critical_handovers(cfg, events: list[dict], steps: list[int], ping_s: float) -> float:
     """How many handovers the predicted step's length depends on: its growth per second of delay."""
     seen = transfer_times(events, steps)
@@ -72,8 +100,10 @@ def critical_handovers(cfg, events: list[dict], steps: list[int], ping_s: float)
 
 def step_check(cfg, events: list[dict], steps: list[int], ping_s: float, noise: HostNoise | None) -> dict:
     """The predicted step with its interval against the measured (median) step of `steps`."""
-    predicted = simulate_steps(cfg, events, steps, ping_s).makespan
+    drawn = drawn_steps(cfg, events, steps, ping_s)
+    predicted = statistics.fmean(drawn)
     per_step = [simulate_steps(cfg, events, [s], ping_s).makespan for s in steps]
+    per_step += [quantile(drawn, 0.1), quantile(drawn, 0.9)]
     seen = transfer_times(events, steps)
     handover_tail = quantile(seen, 0.9) - statistics.fmean(seen) if seen else 0.0
     wake_tail = noise.wake_p90_s - noise.wake_median_s if noise else 0.0
@@ -90,7 +120,8 @@ def step_check(cfg, events: list[dict], steps: list[int], ping_s: float, noise: 
         "passes": inside or abs(error) <= CHECK_TOLERANCE, "tolerance": CHECK_TOLERANCE,
         "critical_handovers": hops, "handover_tail_s": handover_tail, "wake_tail_s": wake_tail,
         "host_noise": noise.to_dict() if noise else None,
-        "model": "the simulator for the run's mean stage times, framework time per action included; "
-                 "interval: the quietest and busiest step's own inputs, the busy end widened by CPU steal "
-                 "and by each critical handover's late tail",
+        "model": f"the simulator's mean step over {len(drawn)} draws of the run's own action times (framework "
+                 "time per action included) and handovers; interval: the quietest and busiest step's own "
+                 "inputs and the draws' 10th-90th percentiles, the busy end widened by CPU steal and by each "
+                 "critical handover's late tail",
     }

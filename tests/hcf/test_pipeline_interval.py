@@ -12,7 +12,7 @@ from hcf_sim.pipelines.rank_events import read_events
 from hcf_sim.pipelines.real_pipeline import run_pipeline
 from hcf_sim.pipelines.stage_model import PipeConfig
 from hcf_sim.pipelines.uncertainty import step_check
-from hcf_sim.runtime.host_noise import HostNoise, HostProbe
+from hcf_sim.runtime.host_noise import HostNoise, HostProbe, quantile
 from uol_cli.hcf_cmd import app
 
 pytestmark = pytest.mark.timeout(300)
@@ -62,3 +62,41 @@ def test_run_pipeline_json_reports_the_check(tmp_path):
     assert out.exit_code == 0, out.output
     check = json.loads(out.output)["check"]
     assert set(check) >= {"predicted_step_s", "interval_s", "measured_step_s", "inside_interval", "passes"}
+
+
+def test_varying_handovers_lengthen_the_mean_step_and_constant_draws_change_nothing():
+    import itertools
+    import statistics
+
+    from hcf_sim.pipelines.simulator import simulate_pipeline
+
+    fixed = simulate_pipeline(2, 8, "1f1b", [2e-3, 2e-3], p2p_s=1e-3, bwd_s=[3e-3, 3e-3]).makespan
+    same = simulate_pipeline(2, 8, "1f1b", [9.0, 9.0], bwd_s=[9.0, 9.0], p2p_draw=lambda: 1e-3,
+                             action_draw=lambda d, kind: 2e-3 if kind == "F" else 3e-3).makespan
+    assert same == pytest.approx(fixed, rel=1e-12)  # draws that never vary are the fixed times
+    # handovers of 0.2 or 1.8 ms (mean 1 ms): the schedule waits for the later path each time,
+    # so the mean step is longer than the step at the mean delay
+    varied = []
+    for seed in range(16):
+        flips = itertools.cycle([0.2e-3, 1.8e-3][seed % 2:] + [0.2e-3, 1.8e-3][:seed % 2])
+        varied.append(simulate_pipeline(2, 8, "1f1b", [2e-3, 2e-3], bwd_s=[3e-3, 3e-3],
+                                        p2p_draw=lambda f=flips: next(f)).makespan)
+    assert statistics.fmean(varied) > fixed
+
+
+def test_the_prediction_is_the_mean_of_draws_of_the_runs_own_times(tmp_path):
+    import statistics
+
+    from hcf_sim.pipelines.uncertainty import DRAWS, drawn_steps, simulate_steps
+
+    cfg = PipeConfig(**SMALL)
+    run_pipeline(cfg, tmp_path, timeout_s=90)
+    events, steps = read_events(tmp_path), list(range(cfg.warmup, cfg.steps))
+    drawn = drawn_steps(cfg, events, steps, 1e-4)
+    assert len(drawn) == DRAWS and drawn == drawn_steps(cfg, events, steps, 1e-4)  # seeded: reproducible
+    at_mean = simulate_steps(cfg, events, steps, 1e-4).makespan
+    assert 0.5 * at_mean < statistics.fmean(drawn) < 2.0 * at_mean
+    check = step_check(cfg, events, steps, 1e-4, None)
+    assert check["predicted_step_s"] == pytest.approx(statistics.fmean(drawn))
+    low, high = check["interval_s"]
+    assert low <= quantile(drawn, 0.1) <= quantile(drawn, 0.9) <= high  # the draws' spread is inside
