@@ -52,6 +52,7 @@ OVERFLOW_JS = """() => {
     // at each end of the page, the first and the last panel's edges show, not the status bar
     const bar = document.querySelector('.statusbar');
     const panels = Array.from(document.querySelectorAll('.panel'));
+    if (!panels.length) return bad.concat(['no panel rendered']);
     const shown = (panel, y) => {
         const r = panel.getBoundingClientRect();
         const hit = document.elementFromPoint(r.left + r.width / 2, y);

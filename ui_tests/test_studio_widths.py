@@ -113,6 +113,7 @@ def test_studio_journey_at_width(page, live_server, width):
 def test_pages_fit_their_panels_at_width(page, live_server, width, path):
     page.set_viewport_size({"width": width, "height": 1000})
     page.goto(live_server + path)
+    page.wait_for_selector(".panel", timeout=90_000)  # the page's layout, before the idle wait
     wait_idle(page, timeout=90_000)
     page.wait_for_timeout(500)
     page.screenshot(path=str(ARTIFACTS / f"page{path.replace('/', '_')}_{width}.png"),
