@@ -251,7 +251,7 @@ def tune(topo: Topology, collective: str, size: float, ranks: int | None = None,
     if protocol:
         if protocol not in nm.PROTOCOLS:
             raise HcfError(f"protocol {protocol!r}: NCCL's are {', '.join(nm.PROTOCOLS)}")
-        pick = next((x for x in cands if x.protocol == protocol and x.algorithm in (algorithm or x.algorithm,)), None)
+        pick = next((x for x in cands if x.protocol == protocol and algorithm in (None, x.algorithm)), None)
         if pick is None:
             raise HcfError(f"{algorithm or 'no algorithm'} can run {coll} with {protocol} on {topo.name}")
         cands = [pick] + [x for x in cands if x is not pick]
