@@ -154,3 +154,20 @@ def test_a_tiny_gemm_stays_on_one_thread_by_a_named_rule():
     assert 2 in {c.threads for c in _space({"M": 64, "N": 64, "K": 64}, AVX512).configs}
     model = CostModel(space.plan, AVX512)
     assert "parallel work" in str(explain(space, model, model.rank(space.configs)[0][0]))
+
+
+def test_the_parallel_work_rule_reads_the_fork_and_join_cost_from_the_hfl():
+    """The rule's threshold is the target's fork_join_cycles (an HFL fact with provenance):
+    a costlier fork and join keeps a 256^3 GEMM on one thread that 3,000 cycles let split
+    (for every ISA: AVX-512's 16 lanes and AVX2's 8)."""
+    sizes = {"M": 256, "N": 256, "K": 256}
+    assert AVX512.provenance("fork_join_cycles").kind == "assumed"
+    assert "isa.toml" in AVX512.provenance("fork_join_cycles").source
+    slow = fixed_target("test-avx512-slow-fork", isa=("avx512f", "avx2", "fma"),
+                        vector_bits=512, registers=32, fork_join_cycles=1_000_000)
+    rule = next(c for c in _space(sizes, slow).constraints
+                if c.name == "parallel work" and ("isa", "avx512") in c.when)
+    assert f"threads * {1_000_000 * 2 * 16}" in rule.formula
+    assert "fork_join_cycles" in rule.provenance
+    assert {c.threads for c in _space(sizes, slow).configs} == {1}
+    assert 2 in {c.threads for c in _space(sizes, AVX512).configs}

@@ -57,6 +57,10 @@ def test_host_record_is_measured_and_complete(host) -> None:
         prov = host.provenance(field)
         assert prov.kind == "measured" or "rejected:" in prov.source, (field, prov)
     assert host.l1d_bytes > 0 and host.l2_bytes > host.l1d_bytes
+    # one fork and join of the host's cores: measured, from tens of cycles (one core) to a
+    # few hundred thousand (a hundred cores waking on a loaded host)
+    assert host.provenance("fork_join_cycles").kind == "measured"
+    assert 10 <= host.fork_join_cycles <= 1_000_000
 
 
 def test_fma_peaks_are_positive_and_scale_with_threads(host) -> None:

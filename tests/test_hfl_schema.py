@@ -102,3 +102,16 @@ def test_source_alias_is_expanded(tmp_path: Path) -> None:
     assert target.provenance("peak_gflops").kind == "assumed"
     with pytest.raises(KeyError):
         target.provenance("warp_size")
+
+
+def test_a_cpu_file_without_its_fork_and_join_cost_gets_the_assumed_one(tmp_path: Path) -> None:
+    """Every shipped CPU target states fork_join_cycles; a user's file may leave it out and
+    then carries isa.toml's value, marked assumed and naming the file that lacked it."""
+    shipped = load_file(write(tmp_path, GOOD))
+    assert shipped.fork_join_cycles and shipped.provenance("fork_join_cycles").kind == "assumed"
+    target = load_file(write(tmp_path, replace_line("fork_join_cycles =", "")))
+    prov = target.provenance("fork_join_cycles")
+    assert target.fork_join_cycles == 3000
+    assert prov.kind == "assumed" and "not in raspberry-pi-5.toml" in prov.source
+    assert "isa.toml" in prov.source
+    assert "fork_join_cycles" in {name for name, _, _ in target.facts()}

@@ -85,3 +85,25 @@ def test_builder_mirrors_text():
     text = parse("op lin(A: f32[M, K], W: f32[K, N], b: f32[N]) -> Y: f32[M, N]:\n"
                  "    Y[m, n] = relu(sum[k](A[m, k] * W[k, n]) + b[n])\n")
     assert b.build() == text
+
+
+def test_a_map_splits_across_threads_only_when_its_share_outlasts_a_fork_and_join():
+    """The pattern model charges one fork and join (HFL fork_join_cycles) to a split: a small
+    add stays on one thread, a large one takes every core, and the threshold moves with the
+    target's figure."""
+    from uol_core.acg.fixtures import fixed_target
+    from uol_core.backends.c.space import choose_pattern_config, predict_seconds
+    from uol_core.ops import load_op
+
+    op, target = load_op("add"), fixed_target()
+    small, large = {"M": 8, "N": 512}, {"M": 1024, "N": 1024}
+    assert choose_pattern_config(op, small, target)[0]["threads"] == 1
+    assert choose_pattern_config(op, large, target)[0]["threads"] == 2
+    one = {"threads": 1, "chunk": 0, "vec": 0, "fuse": 1}
+    two = {**one, "threads": 2}
+    fork_join = target.fork_join_cycles / (target.clock_ghz * 1e9)
+    # two threads read at full bandwidth, one at three quarters of it (space.predict_seconds)
+    assert predict_seconds(op, small, target, two) - fork_join < \
+        predict_seconds(op, small, target, one) < predict_seconds(op, small, target, two)
+    cheap = fixed_target("test-cheap-fork", fork_join_cycles=1)
+    assert choose_pattern_config(op, small, cheap)[0]["threads"] == 2

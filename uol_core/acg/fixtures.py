@@ -8,14 +8,17 @@ def _entry(value, prov="assumed", source="test fixture"):
 
 
 def fixed_target(name="test-avx2", isa=("avx2", "fma", "avx"), vector_bits=256, registers=16,
-                 cores=2):
-    """A CPU target with every field set to a plausible, fixed value."""
+                 cores=2, fork_join_cycles=None):
+    """A CPU target with every field set to a plausible, fixed value (the fork and join cost:
+    isa.toml's assumed one unless given)."""
     data = {"name": name, "kind": "cpu", "isa": _entry(list(isa)), "cores": _entry(cores),
             "clock_ghz": _entry(3.0), "vector_bits": _entry(vector_bits),
             "vector_registers": _entry(registers), "fma_units": _entry(2),
             "fma_latency_cycles": _entry(4), "l1d_bytes": _entry(32768),
             "l2_bytes": _entry(1048576), "l3_bytes": _entry(33554432), "line_bytes": _entry(64),
             "peak_gflops": {"fp32": _entry(200.0)}, "mem_bandwidth_gbps": _entry(20.0)}
+    if fork_join_cycles is not None:
+        data["fork_join_cycles"] = _entry(fork_join_cycles)
     return validate(data, f"{name}.toml")
 
 

@@ -34,7 +34,7 @@ from uol_core.hfl.sysinfo import (
 )
 from uol_core.runtime.usercache import private_dir, write_atomic
 
-PROBE_VERSION = 2  # bump when what is measured changes: old caches are then ignored
+PROBE_VERSION = 3  # bump when what is measured changes: old caches are then ignored
 Progress = Callable[[str, float], None]  # (step description, fraction done 0..1)
 
 # Effort per mode: seconds each timing aims for, best-of repetitions, curve points per octave,
@@ -198,7 +198,7 @@ def measure(info: HostInfo, quick: bool = True, progress: Progress | None = None
     llc = max((c["bytes"] for c in info.caches.values()), default=0)
     curve_sizes = _curve_sizes(curve_top_bytes(llc, info.mem_available_bytes, quick),
                                effort["per_octave"])
-    steps = 2 + 2 * len(threads) + effort["stream_max_runs"] + len(curve_sizes)
+    steps = 3 + 2 * len(threads) + effort["stream_max_runs"] + len(curve_sizes)
     done = 0
 
     def step(text: str) -> None:
@@ -245,6 +245,8 @@ def measure(info: HostInfo, quick: bool = True, progress: Progress | None = None
         stream, stream_util = _settled_stream(prog, info.cores, stream_bytes, t, r,
                                               effort["stream_max_runs"], table["plausible"],
                                               step)
+        step(f"fork and join of {info.cores} threads")
+        regions, fj_secs, _ = prog.run("forkjoin", t / 4, r, threads=info.cores)
         curve: list[list[float]] = []
         for size in curve_sizes:
             step(f"bandwidth curve, working set {_human(size)}")
@@ -256,7 +258,8 @@ def measure(info: HostInfo, quick: bool = True, progress: Progress | None = None
     return _record(info, quick, vec, {
         "core": core, "raw": raw, "os_clock": os_clock, "peaks": peaks, "stream": stream,
         "stream_bytes": stream_bytes, "stream_util": stream_util, "curve": curve,
-        "chains": chains, "llc": llc, "seconds": time.perf_counter() - started})
+        "chains": chains, "llc": llc, "fork_join_ns": fj_secs / regions * 1e9,
+        "seconds": time.perf_counter() - started})
 
 
 def best_unstarved(measure: Callable[[], tuple[float, float]], min_util: float,
@@ -335,6 +338,10 @@ def _record(info: HostInfo, quick: bool, vec: dict, m: dict) -> dict:
                                                   f"{m['stream_bytes'] >> 20} MiB, 24 B/element;"
                                                   f" {stream.detail}"),
     }
+    record["fork_join_cycles"] = _entry(
+        max(1, round(m["fork_join_ns"] * float(core.clock_ghz.value))),
+        f"host probe: {m['fork_join_ns']:.0f} ns per empty OpenMP region of {info.cores} "
+        f"threads (warm pool), best of timed runs, x the measured clock")
     _matrix_facts(record, info.flags, info.cores, core)
     for level in ("l1d", "l2", "l3"):
         if level in caches:

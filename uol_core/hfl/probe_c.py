@@ -20,6 +20,7 @@ CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=fast"]
 #   fmaXX: T threads, NCHAIN independent vector FMA chains each -> prints vector FMAs and seconds
 #   triad: STREAM triad a = b + s*c over three double arrays of NBYTES each, T threads
 #   read : one thread sums a buffer of NBYTES with 8 vector accumulators -> bytes and seconds
+#   forkjoin T: empty OpenMP parallel regions of T threads -> regions and wall seconds
 #   cpuid: base and maximum MHz from cpuid leaf 0x16 (0 0 where not reported)
 SOURCE = r"""
 #include <omp.h>
@@ -134,6 +135,19 @@ static double t_read(long n, int threads, long bytes) {
     return t;
 }
 
+/* Empty parallel regions of T threads back to back: one fork and join each, with the pool warm
+   (libgomp's threads spin between regions, as they do between a graph's kernels). Wall time:
+   the cost is the threads waking and meeting, not work on a core. */
+static double t_forkjoin(long n, int threads, long bytes) {
+    (void)bytes;
+    double t0 = omp_get_wtime();
+    for (long r = 0; r < n; r++) {
+#pragma omp parallel num_threads(threads)
+        { __asm__ volatile("" : : : "memory"); }
+    }
+    return omp_get_wtime() - t0;
+}
+
 /* cpuid leaf 0x16: base and maximum MHz as the CPU reports them (0 0 where it does not:
    non-x86, older CPUs, most hypervisors). */
 #if defined(__x86_64__) || defined(__i386__)
@@ -163,6 +177,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "lat32")) { k = t_lat32; per_n = 16; }
     else if (!strcmp(mode, "fma32")) { k = t_fma32; per_n = (double)threads * NCHAIN; }
     else if (!strcmp(mode, "fma64")) { k = t_fma64; per_n = (double)threads * NCHAIN; }
+    else if (!strcmp(mode, "forkjoin")) { k = t_forkjoin; per_n = 1; }
     else if (!strcmp(mode, "triad")) {
         k = t_triad; per_n = 3.0 * (double)bytes;
         ta = aligned_alloc(4096, bytes); tb = aligned_alloc(4096, bytes); tc = aligned_alloc(4096, bytes);

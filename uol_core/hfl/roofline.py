@@ -67,3 +67,9 @@ def roofline(flops: float, bytes_moved: float, target: Target, dtype: str = "fp3
                     ridge_intensity=ridge, attainable_gflops=attainable, bound=bound,
                     min_seconds=min_seconds, achieved_gflops=achieved,
                     fraction_of_roofline=fraction)
+
+
+def fork_join_seconds(target: Target) -> float:
+    """One fork and join of the target's cores (HFL fork_join_cycles at its clock; a target
+    without a clock counts 1 cycle per ns, as the cost models' other cycle counts do)."""
+    return float(target.fork_join_cycles or 0) / ((target.clock_ghz or 1.0) * 1e9)

@@ -20,6 +20,9 @@ FIELDS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "vector_registers": ("int", ("cpu",), True),
     "fma_units": ("int", ("cpu",), True),
     "fma_latency_cycles": ("int", ("cpu",), True),
+    # One OpenMP fork and join of all cores (warm thread pool): what a parallel split must
+    # outlast. Optional in a file: isa.toml's assumed value fills it (`validate`).
+    "fork_join_cycles": ("int", ("cpu",), False),
     "l1d_bytes": ("int", KINDS, True),
     "l2_bytes": ("int", KINDS, True),
     "l3_bytes": ("int", KINDS, False),
@@ -81,6 +84,7 @@ class Target:
     vector_registers: int | None = None
     fma_units: int | None = None
     fma_latency_cycles: int | None = None
+    fork_join_cycles: int | None = None
     l1d_bytes: int | None = None
     l2_bytes: int | None = None
     l3_bytes: int | None = None
@@ -232,9 +236,21 @@ def validate(data: dict[str, Any], file: str) -> Target:
             value, prov = _check_entry(file, fname, data[fname], tag, sources)
             setattr(target, fname, value)
             target._provenance[fname] = prov
+    if kind == "cpu" and target.fork_join_cycles is None:
+        _assume_fork_join(target)
     if "fp32" not in target.peak_gflops:
         raise HflError(file, "peak_gflops.fp32", "missing (every target needs its fp32 peak)")
     return target
+
+
+def _assume_fork_join(target: Target) -> None:
+    """A CPU file without its fork/join cost gets isa.toml's assumed one, saying so."""
+    from uol_core.hfl.sysinfo import isa_table  # the ISA facts file; sysinfo needs no schema
+
+    entry = isa_table()["fork_join_cycles"]
+    target.fork_join_cycles = int(entry["value"])
+    target._provenance["fork_join_cycles"] = Provenance(
+        "assumed", f"not in {target.source_file}; isa.toml default: {entry['source']}")
 
 
 def _set_dict(target: Target, file: str, fname: str, tag: str, table: Any,

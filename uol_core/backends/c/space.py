@@ -41,6 +41,7 @@ from uol_core.backends.c.gemm.space_bf16 import (
     predict_bf16_seconds,
 )
 from uol_core.backends.contract import Tuned
+from uol_core.hfl.roofline import fork_join_seconds
 from uol_core.odl.check import stmt_extents
 from uol_core.odl.cost import op_cost
 from uol_core.odl.ir import Op
@@ -164,7 +165,8 @@ def traffic_bytes(op: Op, sizes: Mapping[str, int], fuse: bool) -> int:
 
 def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> float:
     """Roofline estimate: memory traffic over bandwidth (scaled by threads), plus a per-chunk
-    cost; a bf16 GEMM's FLOPs over its unit's peak."""
+    cost and, split across threads, one fork and join; a bf16 GEMM's FLOPs over its unit's
+    peak."""
     if "bf16_isa" in cfg or "bq" in cfg:
         flops = op_cost(op, sizes).flops
         if "bq" in cfg:
@@ -175,7 +177,9 @@ def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> f
     share = min(1.0, 0.5 + 0.5 * cfg["threads"] / max(1, int(target.cores or 1)))
     seconds = traffic_bytes(op, sizes, bool(cfg["fuse"])) / (bw * share)
     chunk_penalty = 1e-7 * (1 if cfg["chunk"] else 0)  # dynamic-size chunks cost a little
-    return seconds + chunk_penalty + (0 if cfg["vec"] == 0 else 1e-9)
+    # a split pays only once each thread's share outlasts the fork and join (HFL)
+    fork_join = fork_join_seconds(target) if cfg["threads"] > 1 else 0.0
+    return seconds + chunk_penalty + fork_join + (0 if cfg["vec"] == 0 else 1e-9)
 
 
 TUNED_BUDGET = 6  # measurements for config='tuned' when nothing is recorded yet

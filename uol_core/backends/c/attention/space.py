@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from uol_core.acg.space_core import Constraint, count_removed, keyword_test
+from uol_core.hfl.roofline import fork_join_seconds
 from uol_core.odl.ir import Op
 from uol_core.odl.masks import causal_offset
 
@@ -155,7 +156,8 @@ def predict_attention_seconds(shape: AttentionShape, flops: float, target,
     threads = int(cfg.get("threads", 1))
     peak = float((target.peak_gflops or {}).get("fp32") or 1.0)
     share = threads / max(1, int(target.cores or 1))
-    return flops * computed_share(shape, int(cfg["bq"]), int(cfg["bk"])) / (peak * 1e9 * share)
+    return flops * computed_share(shape, int(cfg["bq"]), int(cfg["bk"])) / (peak * 1e9 * share) \
+        + (fork_join_seconds(target) if threads > 1 else 0.0)
 
 
 def computed_share(shape: AttentionShape, bq: int, bk: int) -> float:

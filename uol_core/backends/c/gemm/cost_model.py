@@ -13,7 +13,7 @@ from typing import Any
 from uol_core.acg.config import TileConfig, lanes, parse_config, target_isas
 from uol_core.acg.tuning_models import TuningModel
 from uol_core.backends.c.platforms import PLATFORMS
-from uol_core.hfl.roofline import roofline
+from uol_core.hfl.roofline import fork_join_seconds, roofline
 from uol_core.plans.gemm import GemmPlan
 
 F32 = 4
@@ -23,7 +23,6 @@ LOOP_OVERHEAD_CYCLES = 1.0  # pointer bumps and branch per (unrolled) k step
 # through; it may fill this share of L1 before the streaming A evicts it (BLIS's analytical
 # model keeps it in the ways that A's stream leaves alone; Zen's 6x16 at kc=256 uses 2/3).
 L1_SHARE = 0.75
-BARRIER_CYCLES = 3000.0  # one OpenMP fork/join, order of magnitude
 # A B panel streamed from memory row by row (direct path, M <= MR) touches a new page every k
 # step, where the hardware prefetchers stop; without software prefetch each row waits for
 # memory, and this share of the bandwidth is what is left (order of magnitude; the
@@ -162,7 +161,7 @@ class CostModel:
             b_packs = threads if cfg.par == "ir" else 1
             memory_s = 2 * F32 * B * (M * K * a_packs + K * N * b_packs) / bw / threads
         memory_s += max(0.0, c_s - compute_s)
-        sync_s = barriers * BARRIER_CYCLES / ((t.clock_ghz or 1.0) * 1e9)
+        sync_s = barriers * fork_join_seconds(t)
         seconds = compute_s + memory_s + sync_s
         gflops = flops / seconds / 1e9 * self.correction.get(_group(cfg),
                                                              self.correction.get("*", 1.0))

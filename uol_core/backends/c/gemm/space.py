@@ -19,7 +19,6 @@ from uol_core.acg.config import TileConfig, lanes, target_isas, vector_registers
 from uol_core.acg.formula import compile_formula
 from uol_core.acg.space_core import Constraint, Space, count_removed
 from uol_core.acg.stores import last_level_cache
-from uol_core.backends.c.gemm.cost_model import BARRIER_CYCLES
 from uol_core.backends.c.platforms import PLATFORMS
 from uol_core.plans.gemm import GemmPlan
 
@@ -49,6 +48,7 @@ RULE_FACTS = {
     "L1 capacity": ("l1d_bytes",),
     "L2 capacity": ("l2_bytes",),
     "parallel split": ("cores", "l2_bytes"),
+    "parallel work": ("fork_join_cycles", "fma_units", "vector_bits"),
     "prefetch budget": ("l1d_bytes",),
 }
 
@@ -122,8 +122,9 @@ def fma_chains_needed(target) -> int:
 
 
 def parallel_fmas(target, isa: str) -> int:
-    """Multiply-adds that keep the FMA units busy for one fork and join (HFL: units, lanes)."""
-    return int(BARRIER_CYCLES * (target.fma_units or 1) * lanes(isa, target))
+    """Multiply-adds that keep the FMA units busy for one fork and join (HFL: its cycles, the
+    units, the lanes)."""
+    return int(target.fork_join_cycles * (target.fma_units or 1) * lanes(isa, target))
 
 
 def gemm_constraints(plan: GemmPlan, target, isa: str,

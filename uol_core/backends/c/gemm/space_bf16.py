@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from uol_core.acg.space_core import Constraint, count_removed, keyword_test
 from uol_core.backends.c.gemm.bf16 import ISA_OF_UNIT, KERNELS, match
 from uol_core.hfl.matrix import matrix_units, peak_gflops
+from uol_core.hfl.roofline import fork_join_seconds
 from uol_core.odl.ir import DType, Op
 
 KNOBS = ("threads", "bf16_isa")
@@ -59,5 +60,6 @@ def predict_bf16_seconds(flops: float, target, cfg: Mapping) -> float:
                  if ISA_OF_UNIT.get(u.flag) == cfg.get("bf16_isa")), None)
     peak = peak_gflops(target, unit)[0] if unit is not None else \
         float(target.peak_gflops.get("fp32") or 1.0)
-    share = cfg.get("threads", 1) / max(1, int(target.cores or 1))
-    return flops / (peak * 1e9 * share)
+    threads = int(cfg.get("threads", 1))
+    share = threads / max(1, int(target.cores or 1))
+    return flops / (peak * 1e9 * share) + (fork_join_seconds(target) if threads > 1 else 0.0)
