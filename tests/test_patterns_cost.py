@@ -107,3 +107,15 @@ def test_a_map_splits_across_threads_only_when_its_share_outlasts_a_fork_and_joi
         predict_seconds(op, small, target, one) < predict_seconds(op, small, target, two)
     cheap = fixed_target("test-cheap-fork", fork_join_cycles=1)
     assert choose_pattern_config(op, small, cheap)[0]["threads"] == 2
+
+
+def test_a_small_but_arithmetic_heavy_convolution_still_splits():
+    """Few bytes, many FLOPs: the model's compute term (FLOPs over the threads' share of the
+    peak) outweighs the fork and join that the traffic alone would not."""
+    from uol_core.acg.fixtures import fixed_target
+    from uol_core.backends.c.space import choose_pattern_config
+    from uol_core.ops import load_op
+
+    op = load_op("conv2d")
+    sizes = {"N": 1, "C": 32, "H": 10, "W": 10, "K": 32, "R": 3, "S": 3}
+    assert choose_pattern_config(op, sizes, fixed_target())[0]["threads"] == 2

@@ -140,6 +140,19 @@ def lanes(isa: str, target) -> int:
     return int(_vector_isa(isa)["vector_bits"]) // 32
 
 
+def parallel_fmas(target, isa: str) -> int:
+    """Multiply-adds that keep the FMA units busy for one fork and join (HFL: its cycles, the
+    units, the lanes): a thread's share below it costs more to hand out than to compute."""
+    return int(target.fork_join_cycles * (target.fma_units or 1) * lanes(isa, target))
+
+
+def threads_for_work(multiply_adds: int, target, isa: str) -> int:
+    """Every core when each one's share of `multiply_adds` outlasts a fork and join, else one
+    (the GEMM space's 'parallel work' rule, for the templates without a threads knob)."""
+    cores = int(getattr(target, "cores", 0) or 1)
+    return cores if multiply_adds >= cores * parallel_fmas(target, isa) else 1
+
+
 def vector_registers(isa: str, target) -> int:
     """Architectural vector registers for `isa`: the target's, at most the ISA's (isa.toml), so
     AVX2 sees the lower 16 even on AVX-512 parts; a length-agnostic ISA (no isa.toml entry)

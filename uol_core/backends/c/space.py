@@ -164,9 +164,9 @@ def traffic_bytes(op: Op, sizes: Mapping[str, int], fuse: bool) -> int:
 
 
 def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> float:
-    """Roofline estimate: memory traffic over bandwidth (scaled by threads), plus a per-chunk
-    cost and, split across threads, one fork and join; a bf16 GEMM's FLOPs over its unit's
-    peak."""
+    """Roofline estimate: memory traffic over bandwidth (scaled by threads) or the FLOPs over
+    the threads' share of the peak, whichever is longer, plus a per-chunk cost and, split
+    across threads, one fork and join; a bf16 GEMM's FLOPs over its unit's peak."""
     if "bf16_isa" in cfg or "bq" in cfg:
         flops = op_cost(op, sizes).flops
         if "bq" in cfg:
@@ -174,8 +174,13 @@ def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> f
                                              target, cfg)
         return predict_bf16_seconds(flops, target, cfg)
     bw = float(target.mem_bandwidth_gbps or 10.0) * 1e9
-    share = min(1.0, 0.5 + 0.5 * cfg["threads"] / max(1, int(target.cores or 1)))
+    cores = max(1, int(target.cores or 1))
+    share = min(1.0, 0.5 + 0.5 * cfg["threads"] / cores)
     seconds = traffic_bytes(op, sizes, bool(cfg["fuse"])) / (bw * share)
+    # a convolution or a reduction of few bytes may still be bound by its arithmetic, which
+    # its threads share (the peak is every core's)
+    peak = float(target.peak_gflops.get("fp32") or 1.0) * 1e9 * cfg["threads"] / cores
+    seconds = max(seconds, op_cost(op, sizes).flops / peak)
     chunk_penalty = 1e-7 * (1 if cfg["chunk"] else 0)  # dynamic-size chunks cost a little
     # a split pays only once each thread's share outlasts the fork and join (HFL)
     fork_join = fork_join_seconds(target) if cfg["threads"] > 1 else 0.0

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from uol_core.acg.config import TileConfig, lanes, resolve_target, target_isas
+from uol_core.acg.config import TileConfig, lanes, resolve_target, target_isas, threads_for_work
 from uol_core.backends.base import KernelSource
 from uol_core.backends.c.attention import forward_sve as c_attention_sve
 from uol_core.backends.c.conv import sve as c_conv_sve
@@ -135,7 +135,6 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     if target is None:
         target = resolve_target("host")
     cfg = dict(config or {})
-    threads = int(cfg.get("threads") or getattr(target, "cores", 0) or 1)
     stmt = op.stmts[0]
     line = stmt.line
     ext = stmt_extents(op, 0)
@@ -150,6 +149,10 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
         return None
     if not _pads_honoured(op, plan, sizes):
         return None
+    # every core unless a core's share is shorter than a fork and join (a squeeze-and-excite
+    # block's 1x1 convolutions of one pixel)
+    threads = int(cfg.get("threads") or threads_for_work(
+        nb * mdim * oh * ow * cdim * rdim * sdim, target, target_isas(target)[0]))
 
     vla = c_attention_sve.vla_isa(target)
     if vla is not None:  # a length-agnostic ISA (SVE): pixels on lanes of a run-time count

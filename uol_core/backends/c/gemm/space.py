@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import constraint
 
-from uol_core.acg.config import TileConfig, lanes, target_isas, vector_registers
+from uol_core.acg.config import TileConfig, lanes, parallel_fmas, target_isas, vector_registers
 from uol_core.acg.formula import compile_formula
 from uol_core.acg.space_core import Constraint, Space, count_removed
 from uol_core.acg.stores import last_level_cache
@@ -119,12 +119,6 @@ def usable_isas(target) -> list[str]:
 def fma_chains_needed(target) -> int:
     """Independent accumulator chains that hide the FMA latency: units x latency (HFL facts)."""
     return (target.fma_units or 1) * (target.fma_latency_cycles or 1)
-
-
-def parallel_fmas(target, isa: str) -> int:
-    """Multiply-adds that keep the FMA units busy for one fork and join (HFL: its cycles, the
-    units, the lanes)."""
-    return int(target.fork_join_cycles * (target.fma_units or 1) * lanes(isa, target))
 
 
 def gemm_constraints(plan: GemmPlan, target, isa: str,
