@@ -6,7 +6,8 @@ vec (simd length; 0 lets gcc choose) and fuse (statement fusion on/off). A bf16 
 flash attention (forward or backward) get the knobs their templates read instead
 (backends/c/gemm/space_bf16.py, backends/c/attention/space.py). Every hardware number
 (cores, vector bits, L2 size, bandwidth) comes from the HFL target; each constraint records how
-many assignments of the full product it alone removes. The cost model is a roofline on bytes.
+many assignments of the full product it alone removes. The cost model is a roofline (bytes
+over bandwidth, FLOPs over the peak) plus one fork and join for a split (HFL fork_join_cycles).
 """
 
 from __future__ import annotations
