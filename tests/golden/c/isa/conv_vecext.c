@@ -26,7 +26,7 @@ typedef float uol_vfu __attribute__((vector_size(16), aligned(4)));
 #define RS 3
 #define SS 3
 #define BATCH 1
-#define THREADS 2
+#define THREADS 1
 #define LANES 4
 #define NV 2
 #define VPR 10
@@ -35,7 +35,6 @@ typedef float uol_vfu __attribute__((vector_size(16), aligned(4)));
 #define BR 11
 #define PLANE 484
 #define NRB 1
-#define MS 2
 
 
 static inline float uol_expf(float x)
@@ -179,17 +178,13 @@ void uol_conv2d_pad1(void **args, const int64_t *strides)
 #pragma omp for schedule(static)
     for (int64_t panel = 0; panel < MPAD / MR; ++panel)
         uol_pack_filter(t_F, Ap + panel * MR * KDIM, panel);
-    /* work items: (image n, block of RB output rows h, every MS-th filter panel from the item's group) */
-    int64_t filled = -1;
+    /* work items: (image n, block of RB output rows h) */
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < BATCH * NRB * MS; ++item) {
-        const int64_t block = item / MS, i_n = block / NRB, y0 = block % NRB * RB;
+    for (int64_t item = 0; item < BATCH * NRB; ++item) {
+        const int64_t i_n = item / NRB, y0 = item % NRB * RB;
         const int64_t rows = OH - y0 < RB ? OH - y0 : RB, nvec = rows * VPR;
-        if (block != filled) {
-            uol_fill_rows(t_X + i_n * 1080, y0, rows + RS - 1, buf);
-            filled = block;
-        }
-        for (int64_t panel = item % MS; panel < MPAD / MR; panel += MS)
+        uol_fill_rows(t_X + i_n * 1080, y0, rows + RS - 1, buf);
+        for (int64_t panel = 0; panel < MPAD / MR; ++panel)
         for (int64_t v0 = 0; v0 < nvec; v0 += NV) {
             const int64_t nv = nvec - v0 < NV ? nvec - v0 : NV;
             for (int64_t v = 0; v < NV; ++v) {  /* a short last tile repeats its first vector */

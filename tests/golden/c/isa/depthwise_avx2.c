@@ -26,7 +26,7 @@
 #define RS 7
 #define SS 7
 #define BATCH 1
-#define THREADS 2
+#define THREADS 1
 #define LANES 8
 #define NV 6
 #define VPR 3

@@ -26,7 +26,7 @@
 #define RS 7
 #define SS 7
 #define BATCH 1
-#define THREADS 2
+#define THREADS 1
 #define LANES 16
 #define NV 8
 #define VPR 2

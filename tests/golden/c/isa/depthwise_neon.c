@@ -26,7 +26,7 @@
 #define RS 7
 #define SS 7
 #define BATCH 1
-#define THREADS 2
+#define THREADS 1
 #define LANES 4
 #define NV 12
 #define VPR 6

@@ -27,7 +27,7 @@ typedef float uol_vfu __attribute__((vector_size(16), aligned(4)));
 #define RS 7
 #define SS 7
 #define BATCH 1
-#define THREADS 2
+#define THREADS 1
 #define LANES 4
 #define NV 6
 #define VPR 6

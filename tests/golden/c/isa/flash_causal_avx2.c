@@ -189,7 +189,7 @@ void uol_causal_attention(void **args, const int64_t *strides)
     const float *restrict t_K = (const float *)args[1];
     const float *restrict t_V = (const float *)args[2];
     float *restrict t_O = (float *)args[3];
-    #pragma omp parallel for collapse(1) schedule(dynamic) num_threads(2)
+    #pragma omp parallel for collapse(1) schedule(dynamic) num_threads(1)
     for (int64_t o0 = 0; o0 < 3; ++o0)
     {
         const int64_t q0 = o0 * 16;

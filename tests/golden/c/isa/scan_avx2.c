@@ -77,7 +77,7 @@ void uol_cumsum(void **args, const int64_t *strides)
     (void)strides;
     const float *restrict t_X = (const float *)args[0];
     float *restrict t_Y = (float *)args[1];
-    #pragma omp parallel num_threads(2)
+    #pragma omp parallel num_threads(1)
     {
         const float *restrict r_X = t_X;
         float *restrict r_Y = t_Y;
