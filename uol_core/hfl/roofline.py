@@ -69,7 +69,10 @@ def roofline(flops: float, bytes_moved: float, target: Target, dtype: str = "fp3
                     fraction_of_roofline=fraction)
 
 
-def fork_join_seconds(target: Target) -> float:
-    """One fork and join of the target's cores (HFL fork_join_cycles at its clock; a target
-    without a clock counts 1 cycle per ns, as the cost models' other cycle counts do)."""
+def fork_join_seconds(target: Target, threads: int) -> float:
+    """One fork and join of the target's cores when work is split over `threads` > 1, else 0
+    (HFL fork_join_cycles at its clock; a target without a clock counts 1 cycle per ns, as the
+    cost models' other cycle counts do)."""
+    if threads <= 1:
+        return 0.0
     return float(target.fork_join_cycles or 0) / ((target.clock_ghz or 1.0) * 1e9)

@@ -184,7 +184,7 @@ def predict_seconds(op: Op, sizes: Mapping[str, int], target, cfg: Mapping) -> f
     seconds = max(seconds, op_cost(op, sizes).flops / peak)
     chunk_penalty = 1e-7 * (1 if cfg["chunk"] else 0)  # dynamic-size chunks cost a little
     # a split pays only once each thread's share outlasts the fork and join (HFL)
-    fork_join = fork_join_seconds(target) if cfg["threads"] > 1 else 0.0
+    fork_join = fork_join_seconds(target, cfg["threads"])
     return seconds + chunk_penalty + fork_join + (0 if cfg["vec"] == 0 else 1e-9)
 
 

@@ -157,7 +157,7 @@ def predict_attention_seconds(shape: AttentionShape, flops: float, target,
     peak = float((target.peak_gflops or {}).get("fp32") or 1.0)
     share = threads / max(1, int(target.cores or 1))
     return flops * computed_share(shape, int(cfg["bq"]), int(cfg["bk"])) / (peak * 1e9 * share) \
-        + (fork_join_seconds(target) if threads > 1 else 0.0)
+        + fork_join_seconds(target, threads)
 
 
 def computed_share(shape: AttentionShape, bq: int, bk: int) -> float:

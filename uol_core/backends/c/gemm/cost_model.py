@@ -161,7 +161,7 @@ class CostModel:
             b_packs = threads if cfg.par == "ir" else 1
             memory_s = 2 * F32 * B * (M * K * a_packs + K * N * b_packs) / bw / threads
         memory_s += max(0.0, c_s - compute_s)
-        sync_s = barriers * fork_join_seconds(t)
+        sync_s = barriers * fork_join_seconds(t, threads)
         seconds = compute_s + memory_s + sync_s
         gflops = flops / seconds / 1e9 * self.correction.get(_group(cfg),
                                                              self.correction.get("*", 1.0))

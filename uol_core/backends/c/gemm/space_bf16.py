@@ -62,4 +62,4 @@ def predict_bf16_seconds(flops: float, target, cfg: Mapping) -> float:
         float(target.peak_gflops.get("fp32") or 1.0)
     threads = int(cfg.get("threads", 1))
     share = threads / max(1, int(target.cores or 1))
-    return flops / (peak * 1e9 * share) + (fork_join_seconds(target) if threads > 1 else 0.0)
+    return flops / (peak * 1e9 * share) + fork_join_seconds(target, threads)
