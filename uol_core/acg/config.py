@@ -153,6 +153,13 @@ def threads_for_work(multiply_adds: int, target, isa: str) -> int:
     return cores if multiply_adds >= cores * parallel_fmas(target, isa) else 1
 
 
+def reduction_chains(target) -> int:
+    """Independent partial sums that keep the FP adders busy (HFL: an FMA's latency in
+    cycles times the FMA units): one accumulator waits that long for each add it chains."""
+    return max(1, int(getattr(target, "fma_latency_cycles", 0) or 1)
+               * int(getattr(target, "fma_units", 0) or 1))
+
+
 def vector_registers(isa: str, target) -> int:
     """Architectural vector registers for `isa`: the target's, at most the ISA's (isa.toml), so
     AVX2 sees the lower 16 even on AVX-512 parts; a length-agnostic ISA (no isa.toml entry)

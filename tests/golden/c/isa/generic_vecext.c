@@ -2,7 +2,8 @@
    sizes: R=5, C=67; compute type float
    pass 1: mu (line 3), var (line 4), Y (line 5); 1 shared loop(s) [5]; private per thread: mu, var
      - var fused into the pass of mu: it reads earlier results only at the current iteration of 1 shared loop(s)
-     - Y fused into the pass of mu: it reads earlier results only at the current iteration of 1 shared loop(s) */
+     - Y fused into the pass of mu: it reads earlier results only at the current iteration of 1 shared loop(s)
+   reductions keep up to 8 partial sums, each over a stretch of at least as many whole 4-lane vectors (HFL test-portable: fma_latency_cycles 4 x fma_units 2; one sum would wait an add's latency per vector) */
 #include <stdint.h>
 #include <stdlib.h>
 #include <math.h>
@@ -95,19 +96,45 @@ void uol_layernorm(void **args, const int64_t *strides)
             { /* line 3: mu[r] */
                 const int64_t i_r = o0;
                 float acc1 = 0;
+                float acc1_1 = 0;
+                #pragma omp simd reduction(+:acc1, acc1_1)
+                for (int64_t i_c_s = 0; i_c_s < 32; ++i_c_s) {
+                    {
+                        const int64_t i_c = i_c_s;
+                        acc1 += r_X[(i_r) * 67 + (i_c)];
+                    }
+                    {
+                        const int64_t i_c = i_c_s + 32;
+                        acc1_1 += r_X[(i_r) * 67 + (i_c)];
+                    }
+                }
                 #pragma omp simd reduction(+:acc1)
-                for (int64_t i_c = 0; i_c < 67; ++i_c) {
+                for (int64_t i_c = 64; i_c < 67; ++i_c) {
                     acc1 += r_X[(i_r) * 67 + (i_c)];
                 }
+                acc1 += acc1_1;
                 t_mu[0] = (acc1 / (float)67);
             }
             { /* line 4: var[r] */
                 const int64_t i_r = o0;
                 float acc1 = 0;
+                float acc1_1 = 0;
+                #pragma omp simd reduction(+:acc1, acc1_1)
+                for (int64_t i_c_s = 0; i_c_s < 32; ++i_c_s) {
+                    {
+                        const int64_t i_c = i_c_s;
+                        acc1 += ((r_X[(i_r) * 67 + (i_c)] - t_mu[0]) * (r_X[(i_r) * 67 + (i_c)] - t_mu[0]));
+                    }
+                    {
+                        const int64_t i_c = i_c_s + 32;
+                        acc1_1 += ((r_X[(i_r) * 67 + (i_c)] - t_mu[0]) * (r_X[(i_r) * 67 + (i_c)] - t_mu[0]));
+                    }
+                }
                 #pragma omp simd reduction(+:acc1)
-                for (int64_t i_c = 0; i_c < 67; ++i_c) {
+                for (int64_t i_c = 64; i_c < 67; ++i_c) {
                     acc1 += ((r_X[(i_r) * 67 + (i_c)] - t_mu[0]) * (r_X[(i_r) * 67 + (i_c)] - t_mu[0]));
                 }
+                acc1 += acc1_1;
                 t_var[0] = (acc1 / (float)67);
             }
             { /* line 5: Y[r, c] */

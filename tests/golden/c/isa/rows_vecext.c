@@ -2,7 +2,8 @@
    sizes: R=7, C=100; compute type float
    pass 1: mx (line 3), e (line 4), Y (line 5); 1 shared loop(s) [7]; private per thread: mx, e
      - e fused into the pass of mx: it reads earlier results only at the current iteration of 1 shared loop(s)
-     - Y fused into the pass of mx: it reads earlier results only at the current iteration of 1 shared loop(s) */
+     - Y fused into the pass of mx: it reads earlier results only at the current iteration of 1 shared loop(s)
+   reductions keep up to 8 partial sums, each over a stretch of at least as many whole 4-lane vectors (HFL test-portable: fma_latency_cycles 4 x fma_units 2; one sum would wait an add's latency per vector) */
 #include <stdint.h>
 #include <stdlib.h>
 #include <math.h>
@@ -91,10 +92,28 @@ void uol_softmax(void **args, const int64_t *strides)
             { /* line 3: mx[r] */
                 const int64_t i_r = o0;
                 float acc1 = -INFINITY;
+                float acc1_1 = -INFINITY, acc1_2 = -INFINITY;
+                #pragma omp simd reduction(max:acc1, acc1_1, acc1_2)
+                for (int64_t i_c_s = 0; i_c_s < 32; ++i_c_s) {
+                    {
+                        const int64_t i_c = i_c_s;
+                        acc1 = r_X[(i_r) * 100 + (i_c)] > acc1 ? r_X[(i_r) * 100 + (i_c)] : acc1;
+                    }
+                    {
+                        const int64_t i_c = i_c_s + 32;
+                        acc1_1 = r_X[(i_r) * 100 + (i_c)] > acc1_1 ? r_X[(i_r) * 100 + (i_c)] : acc1_1;
+                    }
+                    {
+                        const int64_t i_c = i_c_s + 64;
+                        acc1_2 = r_X[(i_r) * 100 + (i_c)] > acc1_2 ? r_X[(i_r) * 100 + (i_c)] : acc1_2;
+                    }
+                }
                 #pragma omp simd reduction(max:acc1)
-                for (int64_t i_c = 0; i_c < 100; ++i_c) {
+                for (int64_t i_c = 96; i_c < 100; ++i_c) {
                     acc1 = r_X[(i_r) * 100 + (i_c)] > acc1 ? r_X[(i_r) * 100 + (i_c)] : acc1;
                 }
+                acc1 = acc1_1 > acc1 ? acc1_1 : acc1;
+                acc1 = acc1_2 > acc1 ? acc1_2 : acc1;
                 t_mx[0] = acc1;
             }
             { /* line 4: e[r, c] */
@@ -108,10 +127,28 @@ void uol_softmax(void **args, const int64_t *strides)
             { /* line 5: Y[r, c] */
                 const int64_t i_r = o0;
                 float acc1 = 0;
+                float acc1_1 = 0, acc1_2 = 0;
+                #pragma omp simd reduction(+:acc1, acc1_1, acc1_2)
+                for (int64_t i_c_s = 0; i_c_s < 32; ++i_c_s) {
+                    {
+                        const int64_t i_c = i_c_s;
+                        acc1 += t_e[(i_c)];
+                    }
+                    {
+                        const int64_t i_c = i_c_s + 32;
+                        acc1_1 += t_e[(i_c)];
+                    }
+                    {
+                        const int64_t i_c = i_c_s + 64;
+                        acc1_2 += t_e[(i_c)];
+                    }
+                }
                 #pragma omp simd reduction(+:acc1)
-                for (int64_t i_c = 0; i_c < 100; ++i_c) {
+                for (int64_t i_c = 96; i_c < 100; ++i_c) {
                     acc1 += t_e[(i_c)];
                 }
+                acc1 += acc1_1;
+                acc1 += acc1_2;
                 #pragma omp simd
                 for (int64_t i_c = 0; i_c < 100; ++i_c) {
                     r_Y[i_r * 100 + i_c] = (float)((t_e[(i_c)] * ((float)1 / acc1)));

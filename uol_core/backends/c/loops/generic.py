@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Mapping
 
-from uol_core.acg.config import target_isas
+from uol_core.acg.config import lanes, reduction_chains, target_isas
 from uol_core.acg.fusion import (
     FusionGroup,
     FusionPlan,
@@ -46,6 +46,7 @@ from uol_core.backends.c.text.expr import (
     outer_reduces,
     render,
     render_affine_c,
+    split_parts,
     store,
 )
 from uol_core.backends.c.text.frame import includes, open_entry
@@ -75,13 +76,17 @@ class _Layout:
         self.region_names: dict[str, str] = {}  # tensor -> its restrict copy inside a parallel region
         self.hoisted: dict[str, str] = {}  # rendered access -> const local read before the loop
         self.rows: dict = {}  # row statement -> its RowShare (loops.rowloop), set by emit
+        # partial sums per vectorised reduction and the vector's lanes (set by emit from the
+        # target; one sum where no target says how long an add takes)
+        self.chains, self.lanes = 1, 1
 
     def context(self, i: int, cfg: Mapping) -> ExprContext:
         """A fresh expression context for statement i (its reductions' extents bound)."""
         reductions = {r: {n: f.evaluate(dict(self.sizes)) for n, f in m.items()}
                       for r, m in stmt_extents(self.op, i).reductions.items()}
         return ExprContext(self.real, {n: self.value_dtype(n) for n in self.shapes}, self.access,
-                           self.bounds, reductions, self.dims, simd=bool(cfg.get("simd", 1)))
+                           self.bounds, reductions, self.dims, simd=bool(cfg.get("simd", 1)),
+                           chains=self.chains, lanes=self.lanes)
 
     def elem_type(self, name: str) -> str:
         decl = self.op.tensor(name)
@@ -139,6 +144,8 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
     threads = int(cfg["threads"]) or int(getattr(target, "cores", 0) or os.cpu_count() or 1)
     cfg["threads"] = threads
     lay.rows = plan_row_loops(op, lay.shapes, plan, real, cfg, target)
+    if target is not None and real == "float":
+        lay.chains, lay.lanes = reduction_chains(target), lanes(best_isa, target)
     streams = any(share.streamed for share in lay.rows.values())
     w = CodeWriter(default_line=op.line)
     entry = f"uol_{op.name}"
@@ -147,7 +154,7 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
            f"   sizes: {', '.join(f'{k}={v}' for k, v in sizes.items())}; compute type {real}\n"
            + "\n".join(f"   {line}" for line in plan.explain(op).splitlines())
            + "".join(f"\n   row loop of {share.describe(op, i)}" for i, share in lay.rows.items())
-           + " */")
+           + _split_note(op, sizes, lay, target) + " */")
     w.emit(includes("stdint.h", "stdlib.h", "math.h", "omp.h", *(("string.h",) if op.aliases else ())))
     w.emit(PRELUDE)
     if streams:
@@ -173,6 +180,19 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
             "generator": GENERATOR, "fusion": plan.explain(op), "groups": len(plan.groups),
             "reduction_length": _reduction_length(op, sizes)}
     return w.source(entry, op.name, {**cfg, "threads": threads}, meta)
+
+
+def _split_note(op: Op, sizes: Mapping[str, int], lay: _Layout, target) -> str:
+    """The header line saying which reductions keep partial sums and the facts behind it."""
+    longest = max((list(red.values())[-1].evaluate(dict(sizes))
+                   for i in range(len(op.stmts))
+                   for red in stmt_extents(op, i).reductions.values()), default=0)
+    if split_parts(longest, lay.chains, lay.lanes) < 2:
+        return ""
+    return (f"\n   reductions keep up to {lay.chains} partial sums, each over a stretch of at least "
+            f"as many whole {lay.lanes}-lane vectors (HFL {target.name}: fma_latency_cycles "
+            f"{target.fma_latency_cycles} x fma_units {target.fma_units}; one sum would wait "
+            "an add's latency per vector)")
 
 
 def _reduction_length(op: Op, sizes: Mapping[str, int]) -> int:
