@@ -84,6 +84,19 @@ def ratio_summary(before: list[float], after: list[float]) -> dict:
     return {"median": statistics.median(ratios), "q1": q[0], "q3": q[2]}
 
 
+def host_fields() -> dict:
+    """The host a run's JSON names: CPU model, vector ISA flags, machine, torch threads."""
+    info = host_info()
+    return {"host": info.model,
+            "isa": [f for f in ("avx512f", "avx2", "fma", "asimd", "sve") if f in info.flags],
+            "machine": platform.machine(), "threads": torch.get_num_threads()}
+
+
+def spread(r: dict, digits: int = 2) -> str:
+    """A ratio summary as `median (q1-q3)`."""
+    return f"{r['median']:.{digits}f} ({r['q1']:.{digits}f}-{r['q3']:.{digits}f})"
+
+
 def activation_rows(n: int, rounds: int) -> list[dict]:
     x = torch.randn(n) * 4
     rows = []
@@ -131,22 +144,16 @@ def main() -> None:
     parser.add_argument("--model", default="efficientnet_b0", help="zoo model ('' to skip)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    info = host_info()
-    isa = [f for f in ("avx512f", "avx2", "fma", "asimd", "sve") if f in info.flags]
-    result = {"host": info.model, "isa": isa, "machine": platform.machine(),
-              "threads": torch.get_num_threads(),
-              "activations": activation_rows(args.n, args.rounds),
+    result = {**host_fields(), "activations": activation_rows(args.n, args.rounds),
               "model": model_row(args.model, args.rounds) if args.model else None,
               "command": "python benchmarks/activation_recip.py " + " ".join(sys.argv[1:])}
     out = ROOT / "docs" / "benchmarks" / "activation_recip.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     for row in result["activations"]:
-        r, t = row["division_over_recip"], row["torch_over_recip"]
-        print(f"{row['activation']:10s} division/recip {r['median']:.2f} ({r['q1']:.2f}-"
-              f"{r['q3']:.2f})  torch/recip {t['median']:.2f} ({t['q1']:.2f}-{t['q3']:.2f})")
+        print(f"{row['activation']:10s} division/recip {spread(row['division_over_recip'])}  "
+              f"torch/recip {spread(row['torch_over_recip'])}")
     if result["model"]:
-        r = result["model"]["division_over_recip"]
-        print(f"{args.model} b1 division/recip {r['median']:.3f} ({r['q1']:.3f}-{r['q3']:.3f}) "
+        print(f"{args.model} b1 division/recip {spread(result['model']['division_over_recip'], 3)} "
               f"{result['model']['median_ms']}")
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 from contextlib import contextmanager
@@ -25,12 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from activation_recip import alternate, ratio_summary  # noqa: E402
+from activation_recip import alternate, host_fields, ratio_summary, spread  # noqa: E402
 
 from uol_core import api  # noqa: E402
 from uol_core.backends.c.loops import generic  # noqa: E402
 from uol_core.graph import route  # noqa: E402
-from uol_core.hfl.sysinfo import host_info  # noqa: E402
 from uol_core.ops import op_text  # noqa: E402
 
 
@@ -106,21 +104,16 @@ def main() -> None:
     parser.add_argument("--model", default="vit_b16", help="zoo model ('' to skip)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    info = host_info()
-    isa = [f for f in ("avx512f", "avx2", "fma", "asimd", "sve") if f in info.flags]
-    result = {"host": info.model, "isa": isa, "machine": platform.machine(),
-              "threads": torch.get_num_threads(), "ops": op_rows(args.rounds),
+    result = {**host_fields(), "ops": op_rows(args.rounds),
               "model": model_row(args.model, args.rounds) if args.model else None,
               "command": "python benchmarks/reduction_sums.py " + " ".join(sys.argv[1:])}
     out = ROOT / "docs" / "benchmarks" / "reduction_sums.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     for row in result["ops"]:
-        r, t = row["one_over_partial"], row["torch_over_partial"]
-        print(f"{row['case']:28s} one/partial {r['median']:.2f} ({r['q1']:.2f}-{r['q3']:.2f})  "
-              f"torch/partial {t['median']:.2f} ({t['q1']:.2f}-{t['q3']:.2f})  {row['median_us']}")
+        print(f"{row['case']:28s} one/partial {spread(row['one_over_partial'])}  "
+              f"torch/partial {spread(row['torch_over_partial'])}  {row['median_us']}")
     if result["model"]:
-        r = result["model"]["one_over_partial"]
-        print(f"{args.model} b1 one/partial {r['median']:.3f} ({r['q1']:.3f}-{r['q3']:.3f}) "
+        print(f"{args.model} b1 one/partial {spread(result['model']['one_over_partial'], 3)} "
               f"{result['model']['median_ms']}")
 
 
