@@ -30,7 +30,7 @@ def test_layernorm_rows_say_why_they_keep_eight_sums():
     assert ("reductions keep up to 8 partial sums, each over a stretch of at least as many "
             "whole 8-lane vectors (HFL test-avx2: fma_latency_cycles 4 x fma_units 2" in text)
     assert "#pragma omp simd reduction(+:acc1, acc1_1, acc1_2, acc1_3, acc1_4, acc1_5, acc1_6, acc1_7)" in text
-    assert "const int64_t i_c = i_c_s + 672;" in text
+    assert "const int64_t i_c = e_c + 672;" in text
     quick = dataclasses.replace(TARGET, fma_latency_cycles=1, fma_units=1)
     plain = c_generic.emit(op, {"R": 4, "C": 768}, quick, {"threads": 1}).text
     assert "acc1_1" not in plain and "partial sums" not in plain
@@ -67,3 +67,11 @@ def test_whole_tensor_nested_and_integer_reductions_agree(threads):
     for text, sizes in ops:
         kernel = check(parse(text), sizes, {"generic": 1, "threads": threads})
         assert "acc1_1" in kernel.src.text or "acc2_1" in kernel.src.text, kernel.src.text
+
+
+def test_an_index_named_like_the_stretch_offset_is_not_shadowed():
+    """The stretch offset has its own name kind (`e_c`): an outer index `c_s` (`i_c_s`) stays
+    the row the sum reads."""
+    op = parse("op shadow(X: f32[S, C]) -> Y: f32[S]:\n    Y[c_s] = sum[c](X[c_s, c])\n")
+    kernel = check(op, {"S": 3, "C": 1000}, {"generic": 1, "threads": 1})
+    assert "for (int64_t e_c = 0; e_c < 120; ++e_c)" in kernel.src.text

@@ -98,13 +98,13 @@ void uol_layernorm(void **args, const int64_t *strides)
                 float acc1 = 0;
                 float acc1_1 = 0;
                 #pragma omp simd reduction(+:acc1, acc1_1)
-                for (int64_t i_c_s = 0; i_c_s < 32; ++i_c_s) {
+                for (int64_t e_c = 0; e_c < 32; ++e_c) {
                     {
-                        const int64_t i_c = i_c_s;
+                        const int64_t i_c = e_c;
                         acc1 += r_X[(i_r) * 67 + (i_c)];
                     }
                     {
-                        const int64_t i_c = i_c_s + 32;
+                        const int64_t i_c = e_c + 32;
                         acc1_1 += r_X[(i_r) * 67 + (i_c)];
                     }
                 }
@@ -120,13 +120,13 @@ void uol_layernorm(void **args, const int64_t *strides)
                 float acc1 = 0;
                 float acc1_1 = 0;
                 #pragma omp simd reduction(+:acc1, acc1_1)
-                for (int64_t i_c_s = 0; i_c_s < 32; ++i_c_s) {
+                for (int64_t e_c = 0; e_c < 32; ++e_c) {
                     {
-                        const int64_t i_c = i_c_s;
+                        const int64_t i_c = e_c;
                         acc1 += ((r_X[(i_r) * 67 + (i_c)] - t_mu[0]) * (r_X[(i_r) * 67 + (i_c)] - t_mu[0]));
                     }
                     {
-                        const int64_t i_c = i_c_s + 32;
+                        const int64_t i_c = e_c + 32;
                         acc1_1 += ((r_X[(i_r) * 67 + (i_c)] - t_mu[0]) * (r_X[(i_r) * 67 + (i_c)] - t_mu[0]));
                     }
                 }

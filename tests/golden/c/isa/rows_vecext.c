@@ -94,17 +94,17 @@ void uol_softmax(void **args, const int64_t *strides)
                 float acc1 = -INFINITY;
                 float acc1_1 = -INFINITY, acc1_2 = -INFINITY;
                 #pragma omp simd reduction(max:acc1, acc1_1, acc1_2)
-                for (int64_t i_c_s = 0; i_c_s < 32; ++i_c_s) {
+                for (int64_t e_c = 0; e_c < 32; ++e_c) {
                     {
-                        const int64_t i_c = i_c_s;
+                        const int64_t i_c = e_c;
                         acc1 = r_X[(i_r) * 100 + (i_c)] > acc1 ? r_X[(i_r) * 100 + (i_c)] : acc1;
                     }
                     {
-                        const int64_t i_c = i_c_s + 32;
+                        const int64_t i_c = e_c + 32;
                         acc1_1 = r_X[(i_r) * 100 + (i_c)] > acc1_1 ? r_X[(i_r) * 100 + (i_c)] : acc1_1;
                     }
                     {
-                        const int64_t i_c = i_c_s + 64;
+                        const int64_t i_c = e_c + 64;
                         acc1_2 = r_X[(i_r) * 100 + (i_c)] > acc1_2 ? r_X[(i_r) * 100 + (i_c)] : acc1_2;
                     }
                 }
@@ -129,17 +129,17 @@ void uol_softmax(void **args, const int64_t *strides)
                 float acc1 = 0;
                 float acc1_1 = 0, acc1_2 = 0;
                 #pragma omp simd reduction(+:acc1, acc1_1, acc1_2)
-                for (int64_t i_c_s = 0; i_c_s < 32; ++i_c_s) {
+                for (int64_t e_c = 0; e_c < 32; ++e_c) {
                     {
-                        const int64_t i_c = i_c_s;
+                        const int64_t i_c = e_c;
                         acc1 += t_e[(i_c)];
                     }
                     {
-                        const int64_t i_c = i_c_s + 32;
+                        const int64_t i_c = e_c + 32;
                         acc1_1 += t_e[(i_c)];
                     }
                     {
-                        const int64_t i_c = i_c_s + 64;
+                        const int64_t i_c = e_c + 64;
                         acc1_2 += t_e[(i_c)];
                     }
                 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from uol_core.backends.c.text.names import index_id, size_id
+from uol_core.backends.c.text.names import index_id, size_id, stretch_id
 from uol_core.backends.c.text.vmath import SCALAR_MATH
 from uol_core.backends.c.text.writer import render_affine
 from uol_core.backends.emit_limits import checkpoint
@@ -350,7 +350,7 @@ def _split_reduce(ctx: ExprContext, acc: str, init: str, update: str, omp: str, 
     with eight (197 rows). The stretches are whole vectors, so each part's loads stay aligned
     to one another; what is left over (fewer than parts x lanes elements) runs after them."""
     index = index_id(name)
-    step = f"{index}_s"  # the stretch's offset: one per index, so accumulator names stay as they were
+    step = stretch_id(name)  # the stretch's offset: its own name kind, so no index can shadow it
     body = ctx.pre[mark + 1:]
     del ctx.pre[mark:]
     span = extent // (parts * ctx.lanes) * ctx.lanes

@@ -1,7 +1,8 @@
 """The one source of C identifiers for IR names: tensors, indices, sizes, strides, local copies.
 
 Every identifier is `<kind>[<number>]_<IR name>`, with a kind letter per role (t tensor, i index,
-D size, s stride, r restrict copy, h halo copy, v hoisted invariant read, f a fused statement's value). IR names are ODL identifiers, which never start
+D size, s stride, r restrict copy, h halo copy, v hoisted invariant read, f a fused statement's value,
+e a split reduction's stretch offset). IR names are ODL identifiers, which never start
 with a digit, so the part before the first underscore (kind and number) is read back
 unambiguously and no two (kind, number, name) triples share a C identifier: a gradient named
 `g_r` and the restrict copy of a tensor `g` are `t_g_r` and `r_g`. Template locals (acc, c0_1,
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 # role -> kind letter; one letter per role, none a prefix of another
 KINDS: dict[str, str] = {"tensor": "t", "index": "i", "size": "D", "stride": "s",
-                         "region": "r", "halo": "h", "invariant": "v", "fused": "f"}
+                         "region": "r", "halo": "h", "invariant": "v", "fused": "f",
+                         "stretch": "e"}
 
 
 def c_name(role: str, name: str, number: int | None = None) -> str:
@@ -28,6 +30,11 @@ def tensor_id(name: str) -> str:
 def index_id(name: str) -> str:
     """C identifier of an IR index variable."""
     return c_name("index", name)
+
+
+def stretch_id(name: str) -> str:
+    """C identifier of the offset into a split reduction's stretches over IR index `name`."""
+    return c_name("stretch", name)
 
 
 def size_id(name: str) -> str:
