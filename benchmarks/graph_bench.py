@@ -39,6 +39,7 @@ from uol_core.graph.run import (
     make_inputs,
     max_error,
 )
+from uol_core.runtime.turns import PEER_LEAD_IN_S
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "graph.json"
 
@@ -102,7 +103,7 @@ def zoo_row(name: str, batch: int, rounds: int, backend: str, with_compile: bool
         peers = prepare_peers(module, (x,), ("onnxruntime", "openvino"))
         reasons = verify_peers(peers, module(x))  # an unverified runtime is reported, not timed
         fns.update({k: p.call for k, p in peers.items() if reasons[k] is None})
-        times = interleaved_times(fns, rounds)
+        times = interleaved_times(fns, rounds, PEER_LEAD_IN_S)
         ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         best = {k: min(v) * 1e3 for k, v in times.items()}
         faults = {k: faults_per_call(fn) for k, fn in fns.items()}

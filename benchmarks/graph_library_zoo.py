@@ -29,6 +29,7 @@ from uol_core.graph.export_import import import_model
 from uol_core.graph.peers import PEERS, prepare_peers, relative_error, verify_peers
 from uol_core.graph.run import compile_graph, interleaved_times, make_inputs
 from uol_core.graph.verify import TOLERANCE
+from uol_core.runtime.turns import PEER_LEAD_IN_S
 
 SECTION = "Library models against the deployment runtimes"
 OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "graph_library.json"
@@ -148,7 +149,7 @@ def peer_row(name: str, make: Callable[[], tuple], batch: int, rounds: int, back
                 if reasons[peer] is None:  # only verified peers are timed (and can win)
                     calls[peer] = p.call
             with torch.no_grad():
-                times = interleaved_times(calls, rounds)
+                times = interleaved_times(calls, rounds, PEER_LEAD_IN_S)
     except Exception as err:  # (one model's failure is its row, the run goes on)
         row["error"] = _line(err)
         return row

@@ -29,3 +29,20 @@ def test_alternated_rounds_time_each_turns_second_call():
 
     times = interleaved_times({"a": contender("a", 0.05), "b": contender("b", 0.05)}, 3)
     assert all(len(v) == 3 and max(v) < 0.03 for v in times.values())
+
+
+def test_a_longer_lead_in_outlasts_a_longer_hand_over():
+    """A peer runtime's hand-over can outlast LEAD_IN_S (runtime/turns.py): the turn's lead-in
+    is the caller's to choose."""
+    state = {"other_done": 0.0}
+
+    def other() -> None:
+        time.sleep(0.001)
+        state["other_done"] = time.perf_counter()
+
+    def slowed() -> None:  # slow for 0.12 s after the other contender's call
+        time.sleep(0.02 if time.perf_counter() - state["other_done"] < 0.12 else 0.001)
+
+    short = interleaved_times({"other": other, "slowed": slowed}, 2, lead_in_s=0.05)
+    long = interleaved_times({"other": other, "slowed": slowed}, 2, lead_in_s=0.25)
+    assert min(short["slowed"]) >= 0.015 and max(long["slowed"]) < 0.01

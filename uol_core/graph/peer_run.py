@@ -20,6 +20,7 @@ from torch import nn
 from uol_core.graph.format import Graph
 from uol_core.graph.peers import PEERS, prepare_peers, verify_peers
 from uol_core.graph.run import TOLERANCE, compile_graph, interleaved_ms, make_inputs, max_error
+from uol_core.runtime.turns import PEER_LEAD_IN_S
 
 BASELINE = "eager"  # what a user runs before deploying: every speedup is against it too
 UOL = "uol"
@@ -72,7 +73,7 @@ def time_with_peers(graph: Graph, module: nn.Module, inputs: Sequence[torch.Tens
         if peer.call is not None and not failures.get(name):
             calls[name] = peer.call
     with torch.no_grad():
-        ms = interleaved_ms(calls, max(1, rounds)) if calls else {}
+        ms = interleaved_ms(calls, max(1, rounds), PEER_LEAD_IN_S) if calls else {}
     rows = [{"contender": UOL, "ms": ms.get(UOL), "verified": our_ok, "note": our_note,
              "max_rel_error": error}]
     for name, peer in prepared.items():

@@ -29,7 +29,7 @@ from uol_core.graph.verify import (
     output_errors,
 )
 from uol_core.graph.view_fold import fold_views
-from uol_core.runtime.turns import timed_turn
+from uol_core.runtime.turns import LEAD_IN_S, timed_turn
 
 
 def make_inputs(graph: Graph, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -262,10 +262,12 @@ def max_error(outputs: dict, expected: dict) -> float:
     return max(output_errors(outputs, expected).values(), default=0.0)
 
 
-def interleaved_times(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+def interleaved_times(fns: dict[str, Callable[[], object]], rounds: int,
+                      lead_in_s: float = LEAD_IN_S) -> dict[str, list[float]]:
     """Seconds of every timed call of each contender, turns alternated round by round after one
     warm-up call each, so that load from other processes on shared cores hits all alike. Each
-    turn calls its contender untimed for 50 ms before the timed call: what the previous
+    turn calls its contender untimed for `lead_in_s` (50 ms; PEER_LEAD_IN_S among the
+    deployment runtimes) before the timed call: what the previous
     contender left running (a pool spinning on) lands on those calls, as it never does in a
     deployment with one runtime per process (uol_core/runtime/turns.py)."""
     for fn in fns.values():
@@ -273,13 +275,15 @@ def interleaved_times(fns: dict[str, Callable[[], object]], rounds: int) -> dict
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            times[name].append(timed_turn(fn))
+            times[name].append(timed_turn(fn, lead_in_s))
     return times
 
 
-def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int,
+                   lead_in_s: float = LEAD_IN_S) -> dict[str, float]:
     """Median ms of each contender over `rounds` alternated calls (see interleaved_times)."""
-    return {name: statistics.median(v) * 1e3 for name, v in interleaved_times(fns, rounds).items()}
+    return {name: statistics.median(v) * 1e3
+            for name, v in interleaved_times(fns, rounds, lead_in_s).items()}
 
 
 def torch_compiled(module) -> tuple[Callable | None, str]:

@@ -25,7 +25,14 @@ PLATFORM = x86_platform(
     hmax="uol_hmax8({0})", hsum="uol_hsum8({0})", helpers=_HORIZONTAL,
     # conv_im2col: 6 rows x 2 vectors (12 accumulators of 16 registers), 8 micro-panels per
     # pixel block;
-    # conv_direct: 4 filter rows x 3 input vectors; conv_depthwise: 1 filter row x 6 vectors
-    # (6 accumulators + 6 pinned loads + 1 broadcast of the 16 registers).
-    tiles={"conv_im2col": (6, 2, 8), "conv_direct": (4, 3), "conv_depthwise": (1, 6)},
+    # conv_direct: 6 filter rows x 2 input vectors, the GEMM's 6 x 16 (12 accumulators, 2
+    # loads, 1 broadcast). It was 4 x 3: more input vectors per filter load, yet on Zen 3
+    # (benchmarks/conv_tile.py) 6 x 2 ran 1.03-1.28x faster on every 1x1 convolution of
+    # MobileNetV2 and EfficientNet-B0 read in place (7x7 to 56x56 planes) and 1.0-1.4x on
+    # 3x3 ones: each reduction step reads two input vectors (one or two cache lines of a plane
+    # strided CDIM apart, not two or three), and a 49-pixel plane fills 7 of 8 vector pairs'
+    # lanes in rows of 14, not 6 of 9 vectors in rows of 21.
+    # conv_depthwise: 1 filter row x 6 vectors (6 accumulators + 6 pinned loads + 1 broadcast
+    # of the 16 registers).
+    tiles={"conv_im2col": (6, 2, 8), "conv_direct": (6, 2), "conv_depthwise": (1, 6)},
 )
