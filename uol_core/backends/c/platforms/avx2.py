@@ -27,11 +27,11 @@ PLATFORM = x86_platform(
     # pixel block;
     # conv_direct: 6 filter rows x 2 input vectors, the GEMM's 6 x 16 (12 accumulators, 2
     # loads, 1 broadcast). It was 4 x 3: more input vectors per filter load, yet on Zen 3
-    # (benchmarks/conv_tile.py) 6 x 2 ran 1.03-1.28x faster on every 1x1 convolution of
-    # MobileNetV2 and EfficientNet-B0 read in place (7x7 to 56x56 planes) and 1.0-1.4x on
-    # 3x3 ones: each reduction step reads two input vectors (one or two cache lines of a plane
-    # strided CDIM apart, not two or three), and a 49-pixel plane fills 7 of 8 vector pairs'
-    # lanes in rows of 14, not 6 of 9 vectors in rows of 21.
+    # (benchmarks/conv_tile.py, docs/benchmarks.md) 6 x 2 ran 1.0-1.2x as fast on the 1x1
+    # convolutions of MobileNetV2 and EfficientNet-B0 read in place (7x7 to 56x56 planes), 1.46x
+    # on a 3x3 512 -> 512 at 7x7 and 0.98x at 64 -> 64 56x56: each reduction step reads two
+    # input vectors of a plane (one or two cache lines, not two or three), and a 49-pixel plane
+    # fills 7 of 8 vector pairs' lanes in rows of 14, not 6 of 9 vectors in rows of 21.
     # conv_depthwise: 1 filter row x 6 vectors (6 accumulators + 6 pinned loads + 1 broadcast
     # of the 16 registers).
     tiles={"conv_im2col": (6, 2, 8), "conv_direct": (6, 2), "conv_depthwise": (1, 6)},
