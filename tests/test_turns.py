@@ -40,9 +40,10 @@ def test_a_longer_lead_in_outlasts_a_longer_hand_over():
         time.sleep(0.001)
         state["other_done"] = time.perf_counter()
 
-    def slowed() -> None:  # slow for 0.12 s after the other contender's call
-        time.sleep(0.02 if time.perf_counter() - state["other_done"] < 0.12 else 0.001)
+    def slowed() -> None:  # slow for 0.15 s after the other contender's call
+        time.sleep(0.04 if time.perf_counter() - state["other_done"] < 0.15 else 0.001)
 
+    # 50 ms of lead-in: two slow calls (0.08 s), the timed one still inside the 0.15 s
     short = interleaved_times({"other": other, "slowed": slowed}, 2, lead_in_s=0.05)
     long = interleaved_times({"other": other, "slowed": slowed}, 2, lead_in_s=0.25)
-    assert min(short["slowed"]) >= 0.015 and max(long["slowed"]) < 0.01
+    assert min(short["slowed"]) >= 0.035 and max(long["slowed"]) < 0.02

@@ -3,7 +3,8 @@ on fixed inputs, so that benchmarks and the IDE time and verify them the same wa
 
     peers = prepare_peers(module, inputs)            # {"eager": Peer, "compile": Peer, ...}
     reasons = verify_peers(peers, module(*inputs))   # {"onnxruntime": None, ...}: None = verified
-    times = interleaved_times({n: p.call for n, p in peers.items() if p.call}, rounds)
+    times = interleaved_times({n: p.call for n, p in peers.items() if p.call}, rounds,
+                              PEER_LEAD_IN_S)  # runtime/turns.py
 
 Peers: torch eager, torch.compile (inductor), ONNX Runtime (CPU execution provider, model from
 `torch.onnx.export`) and OpenVINO (CPU, `openvino.convert_model` of the module), all in f32 with
