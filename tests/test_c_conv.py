@@ -245,6 +245,28 @@ def test_row_blocks_keep_lanes_busy_and_every_thread_fed():
     assert "4 output rows per item" in kernel.src.meta["fusion"]
 
 
+def test_a_small_plane_takes_the_register_tile_that_idles_fewer_lanes():
+    # EfficientNet's 1x1 convolutions read in place on AVX-512: a 7x7 plane's 49 pixels fill
+    # 3 vectors of 16 and a 4th by one lane; 8 x 3 tiles compute 6 vectors for them, the
+    # platform's others 4. A 56x56 plane fills whole vectors: the first tile stays.
+    from uol_core.backends.c.conv.tiles import direct_tiles, row_tiles
+
+    first, *others = direct_tiles("avx512")
+    assert first == ((8, 3), 1.0) and others and all(0.5 < speed <= 1 for _, speed in others)
+
+    def dims(side: int) -> dict:
+        return {"cdim": 192, "oh": side, "ow": side, "rdim": 1, "sdim": 1, "mdim": 1152, "nb": 1,
+                "threads": 2, "ih": side, "iw": side, "in_place": True}
+
+    small = row_tiles("avx512", 16, TARGET, {}, dims(7))
+    pinned = row_tiles("avx512", 16, TARGET, {"mr": 8, "nv": 3}, dims(7))
+    assert (small.mr, small.nv) != (8, 3) and _busy_lanes(small, 7, 7) > _busy_lanes(pinned, 7, 7)
+    assert small.choice.startswith("the least modelled time of 8x3, ") and pinned.choice == ""
+    large = row_tiles("avx512", 16, TARGET, {}, dims(56))
+    assert (large.mr, large.nv) == (8, 3)
+    assert (row_tiles("avx2", 8, TARGET, {}, dims(7)).choice) == ""  # one tile on AVX2
+
+
 @pytest.mark.parametrize("sizes", [{"N": 5, "C": 3, "K": 7, "H": 6, "W": 3},
                                    {"N": 2, "C": 6, "K": 17, "H": 3, "W": 2}])
 def test_im2col_blocks_span_images_and_the_epilogue_finds_each_pixel(sizes):

@@ -215,7 +215,8 @@ def emit(op: Op, sizes: Mapping[str, int], target=None, config: Mapping | None =
            + f" (RB={rows.rb} rows per item"
            f"{', rows end to end' if rows.flat else ''}"
            f"{f', window sliding down {rows.slide} rows' if rows.slide else ''}); MR={mr} x "
-           f"NV={rows.nv} vectors of {lane}" if rows is not None else
+           f"NV={rows.nv} vectors of {lane}{f' ({rows.choice})' if rows.choice else ''}"
+           if rows is not None else
            f"im2col(X{_stride_note(plan)}); MR={mr} NR={nr} KC={kc} NCB={ncb}")
     gemm = (f"per image and channel {plan.m} (depthwise): [{plan.y}*{plan.xw}] = "
             f"F[{plan.m}, ({plan.r},{plan.s})] x" if plan.depthwise else

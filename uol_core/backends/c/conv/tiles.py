@@ -62,6 +62,8 @@ class RowTiles:
     # xplane: the input's plane stride where a pointwise conv reads it in place (c/conv/
     # pointwise.py): PLANE is that stride and `buf` holds only the image's last tile
     xplane: int = 0
+    # why this register tile: the platform's tiles it was the least modelled time of
+    choice: str = ""
 
     @property
     def strided(self) -> bool:
@@ -85,6 +87,16 @@ class RowTiles:
                 + (f"\n#define MS {self.ms}" if self.ms > 1 or self.xplane else ""))
 
 
+def direct_tiles(isa: str) -> list[tuple[tuple[int, int], float]]:
+    """The direct path's register tiles on `isa`, each with its throughput relative to the
+    first where both fill their lanes alike: the platform's `conv_direct`, then the triples
+    (MR, NV, percent) of its `conv_direct_others` where it has them."""
+    tiles = platform(isa).tiles
+    others = tiles.get("conv_direct_others", ())
+    return [(tuple(tiles["conv_direct"]), 1.0)] + [
+        ((others[i], others[i + 1]), others[i + 2] / 100) for i in range(0, len(others), 3)]
+
+
 def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int]
               ) -> RowTiles | None:
     """The direct path's geometry, or None when under half the lanes of a row's vectors would
@@ -97,10 +109,6 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
     to end (`flat`) where that idles fewer lanes than whole vectors per row. Strides `sy`, `sx`
     in `dims` (depthwise only, whole vectors per row): each buffer row holds SX phases of
     WPH floats, a block RB output rows reads SY * (RB - 1) + R input rows."""
-    # the platform file's register tile: MR output channels x NV input vectors (MR * NV
-    # accumulators, NV inputs and one broadcast fit the architectural registers)
-    mr, nv = platform(isa).tiles["conv_direct"]
-    mr, nv = int(cfg.get("mr") or mr), int(cfg.get("nv") or nv)
     cdim, oh, ow, rdim, sdim = (dims[k] for k in ("cdim", "oh", "ow", "rdim", "sdim"))
     sy, sx = int(dims.get("sy", 1)), int(dims.get("sx", 1))
     vpr = math.ceil(ow / lanes)
@@ -124,27 +132,41 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
     def vectors(rows: int) -> int:  # output vectors of a block of `rows` rows
         return -(-((rows - 1) * wp + ow) // lanes) if flat else rows * vpr
 
-    panels = math.ceil(int(dims.get("mdim", mr)) / mr)
-    # panel groups: the depthwise driver's items are channels already; a config's `ms` is kept
-    groups = [1] if dims.get("depthwise") or strided else \
-        [int(cfg["ms"])] if cfg.get("ms") else range(1, min(panels, int(dims.get("threads", 1))) + 1)
-    if cfg.get("chunk"):
-        rb = min(oh, int(cfg["chunk"]))
-        ms = min(groups, key=lambda g: (_makespan(rb, vectors, (mr, nv), wp, lanes, dims, g), g))
-    else:
-        row_bytes = 4 * cdim * wp
-        limit = oh if in_place else \
-            max(1, min(oh, int(target.l2_bytes or 1 << 20) // 4 // row_bytes - (rdim - 1)))
-        lo = min(limit, max(1, rdim - 1))
-        rb, ms = min(((r, g) for r in range(lo, limit + 1) for g in groups),
-                     key=lambda rg: (_makespan(rg[0], vectors, (mr, nv), wp, lanes, dims, rg[1]),
-                                     rg[1], rg[0]))
+    def blocking(tile: tuple[int, int]) -> tuple[float, int, int]:
+        """The modelled time, rows per block and panel groups of the least time with `tile`."""
+        panels = math.ceil(int(dims.get("mdim", tile[0])) / tile[0])
+        # panel groups: the depthwise driver's items are channels already; a config's `ms` is kept
+        groups = [1] if dims.get("depthwise") or strided else \
+            [int(cfg["ms"])] if cfg.get("ms") else range(1, min(panels, int(dims.get("threads", 1))) + 1)
+        if cfg.get("chunk"):
+            blocks = [min(oh, int(cfg["chunk"]))]
+        else:
+            row_bytes = 4 * cdim * wp
+            limit = oh if in_place else \
+                max(1, min(oh, int(target.l2_bytes or 1 << 20) // 4 // row_bytes - (rdim - 1)))
+            blocks = range(min(limit, max(1, rdim - 1)), limit + 1)
+        return min(((_makespan(r, vectors, tile, wp, lanes, dims, g), r, g) for r in blocks for g in groups),
+                   key=lambda c: (c[0], c[2], c[1]))
+
+    # the platform file's register tiles: MR output channels x NV input vectors (MR * NV
+    # accumulators, NV inputs and one broadcast fit the architectural registers). The first
+    # unless its whole tiles idle more lanes than the other's (a plane of 49 pixels: 3 vectors
+    # of 16 compute 96 lanes in two tiles, 2 vectors 64) by more than that tile's measured
+    # throughput falls short of the first's (the platform's `conv_direct_others` percentages).
+    # `mr` and `nv` in the config override them.
+    tiles = direct_tiles(isa)
+    if cfg.get("mr") or cfg.get("nv"):
+        tiles = [((int(cfg.get("mr") or tiles[0][0][0]), int(cfg.get("nv") or tiles[0][0][1])), 1.0)]
+    (_, rb, ms), (mr, nv), _ = min(((blocking(tile), tile, speed) for tile, speed in tiles),
+                                   key=lambda c: c[0][0] / c[2])
+    choice = "" if len(tiles) == 1 else "the least modelled time of " + ", ".join(
+        f"{t[0]}x{t[1]}" + (f" ({speed:.0%})" if speed != 1 else "") for t, speed in tiles)
     slide = 0 if strided else int(cfg.get("slide") or 0)
     covered = math.ceil(rb / slide) * slide if slide else rb  # output rows a block's tiles compute
     # a flat block's last vector reads up to LANES - 1 + S - 1 floats past its rows' ends
     return RowTiles(lanes, mr, nv, vpr, wp, rb, sy * (covered - 1) + rdim, math.ceil(oh / rb),
                     flat, lanes + sdim if flat and not in_place else 0, slide, sy, sx, wph, ms,
-                    dims["ih"] * dims["iw"] if in_place else 0)
+                    dims["ih"] * dims["iw"] if in_place else 0, choice)
 
 
 def _makespan(rb: int, vectors, tile: tuple[int, int], wp: int, lanes: int,

@@ -27,5 +27,16 @@ PLATFORM = x86_platform(
     # conv_im2col: MR rows x NV vectors (14 x 2 = 28 accumulators of the 32 registers) and 4
     # micro-panels per pixel block; conv_direct: MR filter rows x NV input vectors;
     # conv_depthwise: 1 filter row x 12 vectors (12 accumulators + 12 pinned loads + 1 broadcast).
-    tiles={"conv_im2col": (14, 2, 4), "conv_direct": (8, 3), "conv_depthwise": (1, 12)}, gemm=GEMM,
+    # conv_direct_others: (MR, NV, percent of 8 x 3's throughput) triples, each taken where
+    # the makespan model rates it faster than 8 x 3 by more than that (conv/tiles.py
+    # `direct_tiles`). Measured on a 2-core Sapphire Rapids class Xeon (python
+    # benchmarks/conv_tile.py --tiles 8x3,14x2,6x4: 1x1 and 3x3 layers alternated as 1-conv
+    # graphs): a 7x7 plane's 49 pixels take 3 vectors of 16 in 8 x 3 tiles (2 tiles, 96 lanes),
+    # 4 in 14 x 2 or 6 x 4 (64 lanes): both ran 0.65-0.80x 8 x 3's time on EfficientNet's 1x1
+    # convolutions at 7x7 (modelled 0.67x); at 14x14 14 x 2 ran 0.92-0.97x (modelled
+    # 0.93-0.96x), 6 x 4 1.01-1.08x (1.07-1.09x). Where the lanes fill alike, 3x3 at 56x56 and
+    # 14x14: 14 x 2 1.07-1.11x (modelled 1.09x, 0.98x), 6 x 4 1.06-1.11x (1.04x, 1.07x).
+    # Measured over modelled, the median: 14 x 2 0.95, 6 x 4 0.98.
+    tiles={"conv_im2col": (14, 2, 4), "conv_direct": (8, 3), "conv_direct_others": (14, 2, 95, 6, 4, 98),
+           "conv_depthwise": (1, 12)}, gemm=GEMM,
 )
