@@ -96,8 +96,10 @@ def layer_rows(isa: str, others: list[tuple[int, int]], rounds: int) -> list[dic
         module = nn.Sequential(nn.Conv2d(cin, cout, k, padding=k // 2), nn.SiLU()).eval()
         x = torch.randn(1, cin, side, side)
         calls = _compiled(isa, others, module, (x,))
+        calls["torch"] = lambda m=module, t=x: m(t)
         with torch.no_grad():
-            times = interleaved_times({**calls, "torch": lambda m=module, t=x: m(t)}, rounds)
+            interleaved_times(calls, 2)  # untimed: the run's first rounds ran 1.4x slow
+            times = interleaved_times(calls, rounds)
         rows.append({"layer": f"{k}x{k} {cin}->{cout} @{side}x{side} + SiLU",
                      "median_us": {n: statistics.median(v) * 1e6 for n, v in times.items()},
                      "other_over_new": _ratios(times, others),
