@@ -267,6 +267,20 @@ def test_a_small_plane_takes_the_register_tile_that_idles_fewer_lanes():
     assert (row_tiles("avx2", 8, TARGET, {}, dims(7)).choice) == ""  # one tile on AVX2
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "neon"])
+def test_every_direct_tile_fits_the_register_file(isa):
+    # MR x NV accumulators, NV input vectors and one broadcast filter value live in registers
+    # for the whole reduction: a tile past the ISA's register file would spill every step
+    from types import SimpleNamespace
+
+    from uol_core.acg.config import vector_registers
+    from uol_core.backends.c.conv.tiles import direct_tiles
+
+    registers = vector_registers(isa, SimpleNamespace(vector_registers=64))
+    for (mr, nv), _speed in direct_tiles(isa):
+        assert mr * nv + nv + 1 <= registers, (isa, mr, nv, registers)
+
+
 @pytest.mark.parametrize("sizes", [{"N": 5, "C": 3, "K": 7, "H": 6, "W": 3},
                                    {"N": 2, "C": 6, "K": 17, "H": 3, "W": 2}])
 def test_im2col_blocks_span_images_and_the_epilogue_finds_each_pixel(sizes):

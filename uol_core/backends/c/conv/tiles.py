@@ -150,9 +150,10 @@ def row_tiles(isa: str, lanes: int, target, cfg: Mapping, dims: Mapping[str, int
 
     # the platform file's register tiles: MR output channels x NV input vectors (MR * NV
     # accumulators, NV inputs and one broadcast fit the architectural registers). The first
-    # unless its whole tiles idle more lanes than the other's (a plane of 49 pixels: 3 vectors
-    # of 16 compute 96 lanes in two tiles, 2 vectors 64) by more than that tile's measured
-    # throughput falls short of the first's (the platform's `conv_direct_others` percentages).
+    # unless another's modelled time is lower by more than its measured throughput falls
+    # short of the first's (the platform's `conv_direct_others` percentages): a plane of 49
+    # pixels is 4 vectors of 16, two tiles of NV=3 compute 6 of them, one tile of NV=4 or two
+    # of NV=2 compute 4.
     # `mr` and `nv` in the config override them.
     tiles = direct_tiles(isa)
     if cfg.get("mr") or cfg.get("nv"):
