@@ -20,6 +20,7 @@ from uol_core.acg.session import open_session, recorded, tuned
 from uol_core.acg.space_core import as_mapping
 from uol_core.backends import get_backend
 from uol_core.backends.base import KernelSource
+from uol_core.backends.c.native import CKernel
 from uol_core.backends.c.space import explain_pattern
 from uol_core.backends.contract import Tuned
 from uol_core.odl import parse
@@ -34,6 +35,8 @@ from uol_core.runtime.pages import fresh_output
 from uol_core.runtime.peak_memory import check_memory
 from uol_core.runtime.peak_memory import memory_budget_bytes as memory_budget_bytes
 
+# kernels called on their tensors by name in one pass (outputs given): the short call path
+NATIVE = (NativeKernel, CKernel)
 DEFAULT_TUNE_BUDGET = 8
 
 
@@ -140,26 +143,28 @@ class CompiledKernel:
             sizes = self._by_shapes.get(shapes) or bind_sizes(self.op, dict(shapes))
             self._by_shapes[shapes] = sizes
             _, src, native, _, _ = self._specialise(sizes)
-            out_shapes = [(n, shape_of(self.op, n, sizes)) for n in src.meta["outputs"]]
+            dtypes = {n: dtype for n, dtype, _ in getattr(native, "_outputs", ())}
+            out_shapes = [(n, shape_of(self.op, n, sizes), dtypes.get(n, torch.float32))
+                          for n in src.meta["outputs"]]
             fast = (src, native, out_shapes, sizes,
-                    isinstance(native, NativeKernel) and len(out_shapes) == 1)
+                    isinstance(native, NATIVE) and len(out_shapes) == 1)
             self._fast[shapes] = fast
         # sizes: what _specialise would set, without its sort
         src, native, out_shapes, self.sizes, one_native_output = fast
         if one_native_output and (out is None or isinstance(out, torch.Tensor)):
             # the common call, kept short: a small GEMM's whole call is a few microseconds
-            name, shape = out_shapes[0]
-            result = fresh_output(shape) if out is None else out
+            name, shape, dtype = out_shapes[0]
+            result = fresh_output(shape, dtype) if out is None else out
             tensors[name] = result
             native(tensors)  # checks every dtype, shape and device
             return result
-        if not isinstance(native, NativeKernel):
+        if not isinstance(native, NATIVE):
             outs = native.run_with(tensors, out)
             return outs[src.meta["outputs"][0]] if len(outs) == 1 else outs
         outs = {}
-        for name, shape in out_shapes:
+        for name, shape, dtype in out_shapes:
             given = out.get(name) if isinstance(out, Mapping) else out
-            outs[name] = fresh_output(shape) if given is None else given
+            outs[name] = fresh_output(shape, dtype) if given is None else given
         native({**tensors, **outs})
         return outs[out_shapes[0][0]] if len(outs) == 1 else outs
 
