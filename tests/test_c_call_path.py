@@ -48,6 +48,7 @@ def test_an_integer_output_comes_in_its_declared_dtype():
     (lambda: torch.empty(9, dtype=torch.float32), "output Y must be a contiguous torch.int32"),
     (lambda: torch.empty(18, dtype=torch.int32)[::2], "output Y must be a contiguous"),
     (lambda: torch.empty(8, dtype=torch.int32), "Y has shape (8,)"),
+    (lambda: torch.empty(9, dtype=torch.int32, device="meta"), "output Y must be a contiguous torch.int32 tensor on the CPU"),
 ])
 def test_a_bad_output_is_refused_with_its_name(bad, message):
     kernel = uol_core.compile(SIGN, shapes={"X": (9,)})
@@ -61,3 +62,10 @@ def test_an_input_of_another_shape_is_refused_by_the_kernel():
     with pytest.raises(ShapeError, match=r"gamma has shape \(95,\); this kernel was built for \(96,\)"):
         native({"X": torch.randn(5, 96), "gamma": torch.randn(95), "beta": torch.randn(96),
                 "Y": torch.empty(5, 96)})
+
+
+def test_an_input_off_the_cpu_is_never_read_as_host_memory():
+    # a meta tensor has no data: its pointer handed to C would be read as host memory
+    kernel = uol_core.compile(SIGN, shapes={"X": (9,)})
+    with pytest.raises(NotImplementedError):
+        kernel(X=torch.empty(9, device="meta"))

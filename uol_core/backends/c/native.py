@@ -38,8 +38,8 @@ class CKernel(DeclaredArgs):
 
     def __call__(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Run on every argument by name, outputs written in place (as a NativeKernel is
-        called): an input of another dtype or layout is converted for the call, an output must
-        be a contiguous tensor of its dtype. One pass, few tensor property reads: a small
+        called): an input of another dtype, layout or device is converted for the call, an
+        output must be a contiguous CPU tensor of its dtype. One pass, few tensor property reads: a small
         kernel's whole call is a few microseconds, and `.to(dtype).contiguous()` of a tensor
         that needs neither costs 1.6 us."""
         ptrs: list[int] = []
@@ -49,10 +49,10 @@ class CKernel(DeclaredArgs):
             t = tensors[name]
             if t.shape != want:
                 raise ShapeError(f"{name} has shape {tuple(t.shape)}; this kernel was built for {tuple(want)}")
-            if t.dtype is not dtype or not t.is_contiguous():
+            if t.dtype is not dtype or not t.is_contiguous() or not t.is_cpu:
                 if output:
-                    raise ShapeError(f"output {name} must be a contiguous {dtype} tensor")
-                t = t.to(dtype).contiguous()
+                    raise ShapeError(f"output {name} must be a contiguous {dtype} tensor on the CPU")
+                t = t.to("cpu", dtype).contiguous()  # a C kernel reads host memory only
                 held.append(t)
             ptrs.append(t.data_ptr())
             strides += t.stride()
