@@ -60,9 +60,14 @@ def test_cli_run_json_has_per_group_rows():
     assert '"verified": true' in result.output and '"rows"' in result.output
 
 
-def test_each_kernel_is_timed_inside_the_replay_and_the_graph_still_verifies():
-    # a group run alone also allocates its outputs and crosses Python: at 1x16x16x16 that was
-    # 0.03-0.05 ms beside 0.008 ms for the conv kernel itself, and the drawing showed the former
+def test_kernels_are_timed_in_the_models_order_and_repeated_alone():
+    # chain_seconds runs whole replays and times each kernel where it runs, so its inputs come
+    # from the kernels before it; kernel_seconds repeats each on its own (caches warm). Both
+    # name every C group, and the replay is exact after either. A group run alone also
+    # allocates its outputs and crosses Python: at 1x16x16x16 that was 0.03-0.05 ms beside
+    # 0.008 ms for the conv kernel itself, and the drawing showed the former.
+    from app.callbacks.graph_views import chain_cost, per_group_line
+    from profilers.figures.graphs import node_time_bars
     from uol_core.graph.export_import import export_module
     from uol_core.graph.run import compile_graph, make_inputs
 
@@ -71,13 +76,21 @@ def test_each_kernel_is_timed_inside_the_replay_and_the_graph_still_verifies():
     compiled = compile_graph(graph, "c")
     env = make_inputs(graph, 0)
     expected = {k: v.clone() for k, v in compiled(env).items()}
-    seconds = compiled.runner(env).kernel_seconds(env, 3)
-    assert set(seconds) == {g.name for g in compiled.plan.groups if g.kind == "odl"}
-    assert all(s > 0 for s in seconds.values())
-    again = compiled(env)  # the replay recomputes every intermediate from the inputs
+    runner = compiled.runner(env)
+    chain, warm = runner.chain_seconds(env, 3), runner.kernel_seconds(env, 3)
+    kernels = {g.name for g in compiled.plan.groups if g.kind == "odl"}
+    assert set(chain) == set(warm) == kernels
+    assert all(s > 0 for s in (*chain.values(), *warm.values()))
+    again = compiled(env)
     assert all(torch.equal(again[k], expected[k]) for k in expected)
     report = run_graph(graph, "c", repeat=3)
-    assert report["verified"] and all(r["in_replay"] for r in report["rows"] if r["engine"] == "c")
+    rows = [r for r in report["rows"] if r["engine"] == "c"]
+    assert rows and all(r["warm_ms"] and r["ms"] and r["in_replay"] for r in rows)
+    assert "In the model's order the kernels take" in per_group_line(report)
+    assert chain_cost([{"ms": 1.0, "in_replay": False, "warm_ms": None}]) == ""
+    names = [t.name for t in node_time_bars(report["rows"]).data]
+    assert names == ["UOL kernel, in the model", "same kernel repeated, caches warm",
+                     "reference evaluator (baseline)"]
 
 
 def test_per_group_bars_go_logarithmic_when_the_reference_dwarfs_the_kernels():

@@ -4,6 +4,8 @@ beside the deployment runtimes, and errors in one line."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from app.services import graph_zoo
@@ -92,6 +94,12 @@ def test_a_library_model_opens_and_runs_beside_the_peers():
     assert set(rows) == PEER_NAMES and peers["rows"][0]["contender"] == "uol"
     assert rows["uol"]["verified"] and rows["uol"]["ms"] > 0
     assert rows["eager"]["verified"] and peers["baseline"] == "eager"
+    # torch and the peers run on every core in the worker, as on the command line, not on the
+    # sandbox's one thread per library while our kernels take every core
+    cores = len(os.sched_getaffinity(0))
+    assert peers["threads"] == cores
+    if rows["onnxruntime"]["ms"]:
+        assert f"{cores} intra-op threads" in rows["onnxruntime"]["note"]
     for name in ("onnxruntime", "openvino", "compile"):
         # a runtime that is not installed or cannot take the model keeps its row with why
         assert rows[name]["ms"] or rows[name]["note"], rows[name]

@@ -82,7 +82,11 @@ def test_graph_charts_each_name_one_baseline_and_a_node_opens_its_fused_group(pa
     expect(groups).to_contain_text("baseline the reference evaluator")
     expect(groups).to_contain_text("not torch eager")
     expect(page.locator("#graph-times .gtitle")).to_contain_text("reference evaluator")
-    expect(page.locator("#graph-times .legendtext").first).to_have_text("UOL kernel")
+    expect(page.locator("#graph-times .legendtext").first).to_have_text("UOL kernel, in the model")
+    # beside it the same kernels repeated on their own: what the chain costs them, in a line too
+    expect(page.locator("#graph-times .legendtext").nth(1)).to_have_text(
+        "same kernel repeated, caches warm")
+    expect(groups).to_contain_text("In the model's order the kernels take")
     expect(page.locator("#graph-times .legendtext").last).to_have_text(
         "reference evaluator (baseline)")
     # the peers beside a run: their panel is on the page, named, before any zoo run

@@ -57,7 +57,22 @@ def per_group_line(rep: dict) -> str:
     if ours and ref:
         line += (f" The groups sum to {ours:.2f} ms against {ref:.2f} ms: "
                  f"{faster_than(ref / ours, 'the reference evaluator')}.")
+    line += chain_cost(rows)
     return line
+
+
+def chain_cost(rows: list[dict]) -> str:
+    """What running in the model costs the kernels: their times as the replay runs them
+    against each repeated on its own with its data in cache (empty where none was timed both
+    ways)."""
+    both = [r for r in rows if r.get("in_replay") and r.get("warm_ms")]
+    chain = sum(r["ms"] for r in both)
+    warm = sum(r["warm_ms"] for r in both)
+    if not both or not warm:
+        return ""
+    return (f" In the model's order the kernels take {chain:.2f} ms; each repeated on its own, "
+            f"caches warm, {warm:.2f} ms ({chain / warm:.2f}x: what the chain costs them in "
+            "data no longer cached).")
 
 
 def _ms(value: float | None) -> str:

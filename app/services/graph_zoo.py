@@ -8,7 +8,7 @@ Deferred imports: an engine loads when the service first calls it, so the server
 
 from __future__ import annotations
 
-from app.services.graphs import GRAPH_MEMORY_MB, RUN_TIMEOUT_S, check_source
+from app.services.graphs import GRAPH_MEMORY_MB, RUN_TIMEOUT_S, check_source, worker_setup
 
 OPEN_TIMEOUT_S = 180.0  # build, torch.export and plan of the largest bench-size model
 # the peers hold their own copy of the model each (ONNX Runtime, OpenVINO, torch.compile's)
@@ -44,17 +44,16 @@ def _worker(request: dict, timeout: float, memory_mb: int = GRAPH_MEMORY_MB) -> 
     pool slot each) and is dropped if that client leaves before it starts."""
     from app.services.graph_child import MARK
     from app.services.job_queue import JobRefused, client_id, job_slot, request_left
-    from uol_core.runtime.sandbox import Limits, run_sandboxed
-    from uol_core.runtime.usercache import user_cache_root
+    from uol_core.runtime.sandbox import run_sandboxed
 
     check_source(request["source"])  # names from their closed sets before a sandbox starts
-    limits = Limits(cpu_s=int(timeout), memory_mb=memory_mb, file_mb=256, wall_s=timeout)
+    limits, env = worker_setup(timeout, memory_mb)
     what = f"zoo model {request['source']['name']}"
     try:
         with job_slot(client_id(), what, abandoned=request_left()):
             return run_sandboxed("app.services.graph_child", request, MARK, limits=limits,
                                  preload=("torch", "uol_core.graph"), confine_files=False,
-                                 env={"UOL_CACHE_DIR": str(user_cache_root())},
+                                 env=env,
                                  schema={"ok": bool, "report": dict},
                                  timed_out="the zoo model did not finish within {timeout:.0f} s")
     except JobRefused as exc:  # the client's queue is full or it waited too long: one line

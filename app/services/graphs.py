@@ -6,6 +6,8 @@ Deferred imports: an engine loads when the service first calls it, so the server
 
 from __future__ import annotations
 
+import os
+
 from app.services.runner import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "sample_graphs"
@@ -13,6 +15,27 @@ MAX_GRAPH_JSON = 256 * 1024
 MAX_GRAPH_NODES = 200  # more nodes than this would make the drawing unreadable anyway
 RUN_TIMEOUT_S = 240.0
 GRAPH_MEMORY_MB = 4096  # address space a graph run may add to the interpreter's own
+# tasks a graph worker may start beyond the sandbox's 64, per core: the thread pools of our
+# kernels' OpenMP, torch's, ONNX Runtime's and OpenVINO's, one thread per core each
+POOLS_PER_CORE = 4
+
+
+def worker_setup(timeout: float, memory_mb: int = GRAPH_MEMORY_MB) -> tuple[object, dict[str, str]]:
+    """(limits, environment) of the sandboxed graph worker. It times our kernels against torch
+    eager and the deployment runtimes, so it gets the threads a command-line run has: every
+    core this process may use, for OpenMP, MKL and OpenBLAS alike. With the sandbox's default
+    of one thread per library (for workers that run client code) torch ran on one thread in
+    the worker, and the peers were given torch's count (`peer_run.time_with_peers`), while our
+    kernels took every core of the target: the page compared two cores with one."""
+    from uol_core.runtime.sandbox import Limits
+    from uol_core.runtime.usercache import user_cache_root
+
+    cores = len(os.sched_getaffinity(0))
+    limits = Limits(cpu_s=int(timeout), memory_mb=memory_mb, file_mb=256, wall_s=timeout,
+                    processes=Limits.processes + POOLS_PER_CORE * cores)
+    threads = str(cores)
+    return limits, {"UOL_CACHE_DIR": str(user_cache_root()), "OMP_NUM_THREADS": threads,
+                    "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}
 
 
 def _models() -> dict[str, tuple[str, list[int]]]:
@@ -124,13 +147,12 @@ def run(source: dict, target: str = "host", timeout: float = RUN_TIMEOUT_S) -> d
     """Run the whole graph in a sandboxed worker (its factory calls too): per-group time
     against torch eager, verification; the limits hit, if any, are in the error."""
     from app.services.graph_child import MARK
-    from uol_core.runtime.sandbox import Limits, run_sandboxed
-    from uol_core.runtime.usercache import user_cache_root
+    from uol_core.runtime.sandbox import run_sandboxed
 
-    limits = Limits(cpu_s=int(timeout), memory_mb=GRAPH_MEMORY_MB, file_mb=256, wall_s=timeout)
+    limits, env = worker_setup(timeout)
     return run_sandboxed("app.services.graph_child", {"source": source, "target": target},
                          MARK, limits=limits, preload=("torch", "uol_core.graph"),
-                         confine_files=False, env={"UOL_CACHE_DIR": str(user_cache_root())},
+                         confine_files=False, env=env,
                          schema={"ok": bool, "report": dict},
                          timed_out="the graph run did not finish within {timeout:.0f} s")
 
