@@ -305,7 +305,7 @@ class PlannedGraph:
         held: list = []
         with self._lock:
             self._run(env, None, held)
-            for _ in range(repeat):
+            for _ in range(max(1, repeat)):
                 rounds.append({})
                 self._run(env, None, held, rounds[-1])
         return {group: statistics.median(r[group] for r in rounds) for group in rounds[0]}
